@@ -1,0 +1,279 @@
+"""Log-linear scaling-law fits: ``y = a*log_base(x) + b`` by ordinary least squares.
+
+Source: Scylla, "Scaling Laws for Speculative Decoding" (arXiv 2505.07858):
+
+- Thm 1.1: acceptance length vs draft pretraining tokens, ``tau = a*log10(T) + b``;
+- Thm 1.2: acceptance length vs draft decoder layers, ``tau = a*log10(D) + b``;
+- Thm 1.3: peak throughput (tokens/s) vs decoding batch size, ``a*log2(b) + b0``.
+
+Pure functions over pandas tables: no I/O, no torch, Ray, SQL or MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+from scipy import stats
+
+MIN_DISTINCT_X = 3
+"""Fewest distinct x values a fit needs (two points always fit a line exactly)."""
+
+PAPER_CONSTANTS: dict[str, dict[str, Any]] = {
+    "tokens": {
+        "source": "Scylla (arXiv 2505.07858) Thm 1.1",
+        "x": "pretrain.tokens",
+        "x_unit": "billions of pretraining tokens",
+        "y": "acceptance_length",
+        "log_base": 10,
+        "a": 0.08,
+        "b": 5.05,
+        "r2": 0.89,
+    },
+    "layers": {
+        "source": "Scylla (arXiv 2505.07858) Thm 1.2",
+        "x": "draft.layers",
+        "x_unit": "draft decoder layers",
+        "y": "acceptance_length",
+        "log_base": 10,
+        "a": 0.74,
+        "b": 4.61,
+        "r2": None,
+    },
+    "batch": {
+        "source": "Scylla (arXiv 2505.07858) Thm 1.3",
+        "x": "batch_size",
+        "x_unit": "sequences per decoding batch",
+        "y": "tokens_per_s",
+        "log_base": 2,
+        "a": 286.79,
+        "b": 7.54,
+        "r2": None,
+    },
+}
+"""The paper's published law constants (see ``shared/PAPER_NOTES.md``).
+
+They were measured on 7B-class targets (and Qwen2.5-72B on H800 GPUs for the batch law) with
+GPU-scale drafts and budgets; they are a reference for the *shape* of the law, not numbers a CPU
+sweep should reproduce. The token law's T is in billions of tokens (b is tau at T = 1B); for raw
+token counts the intercept becomes ``b - 9*a`` while the slope a is unchanged.
+"""
+
+
+@dataclass(frozen=True)
+class LogLinearFit:
+    """An OLS fit of ``y = a*log_base(x) + b`` with its uncertainty.
+
+    ``cov`` is the 2x2 covariance of (a, b) and ``df_resid`` the residual degrees of freedom, so
+    :meth:`predict` needs nothing but this object. When ``status != "ok"`` the coefficients,
+    intervals and ``r2`` are NaN.
+    """
+
+    law: str
+    """short name of the law, e.g. "tokens" (a key of PAPER_CONSTANTS when it is one)"""
+    x_name: str
+    """column of the regressor, e.g. "pretrain.tokens" (in the column's own unit)"""
+    y_name: str
+    """column of the response, e.g. "acceptance_length" (tokens per cycle)"""
+    form: str
+    """the law as text, e.g. "acceptance_length = a*log10(pretrain.tokens) + b" """
+    log_base: int
+    """10 or 2"""
+    a: float
+    """slope: change of y per factor ``log_base`` in x (y units)"""
+    b: float
+    """intercept: y at x = 1 (y units)"""
+    a_ci: tuple[float, float]
+    """(lo, hi) confidence interval of a at level 1 - alpha"""
+    b_ci: tuple[float, float]
+    """(lo, hi) confidence interval of b at level 1 - alpha"""
+    r2: float
+    """coefficient of determination"""
+    n: int
+    """rows used in the fit"""
+    x: tuple[float, ...]
+    """x values used, in the column's unit"""
+    y: tuple[float, ...]
+    """y values used"""
+    residuals: tuple[float, ...]
+    """y - fitted, same order as x and y"""
+    status: str
+    """ "ok", or why there is no fit"""
+    excluded: int
+    """rows dropped because x <= 0 or x or y is not finite"""
+    cov: tuple[tuple[float, float], tuple[float, float]]
+    """covariance matrix of (a, b)"""
+    df_resid: float
+    """residual degrees of freedom (n - 2)"""
+    alpha: float = 0.05
+    """significance level of a_ci and b_ci"""
+
+    @property
+    def ok(self) -> bool:
+        """True when the fit has coefficients."""
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
+        return {k: _json_safe(v) for k, v in asdict(self).items()}
+
+    def predict(self, x_values: Iterable[float], alpha: float = 0.05) -> pd.DataFrame:
+        """Fitted mean and its (1 - alpha) confidence band at ``x_values`` (x's unit).
+
+        Same numbers as statsmodels ``get_prediction(...).summary_frame(alpha)`` columns
+        mean, mean_ci_lower, mean_ci_upper. Columns: x, mean, mean_lo, mean_hi; rows with
+        x <= 0, or all rows of a fit that is not ok, are NaN.
+        """
+        xs = np.asarray(list(x_values), dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lx = np.where(xs > 0, np.log(xs) / math.log(self.log_base), np.nan)
+        cov = np.asarray(self.cov, dtype=float)
+        mean = self.a * lx + self.b
+        var = cov[0, 0] * lx**2 + 2 * cov[0, 1] * lx + cov[1, 1]
+        if self.ok and self.df_resid > 0:
+            half = stats.t.ppf(1 - alpha / 2, self.df_resid) * np.sqrt(np.maximum(var, 0.0))
+        else:
+            half = np.full_like(xs, np.nan)
+        return pd.DataFrame({"x": xs, "mean": mean, "mean_lo": mean - half, "mean_hi": mean + half})
+
+
+def law_form(x: str, y: str, log_base: int) -> str:
+    """The law as text, e.g. ``"acceptance_length = a*log10(pretrain.tokens) + b"``."""
+    return f"{y} = a*log{log_base}({x}) + b"
+
+
+def fit_log_linear(
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    *,
+    law: str,
+    log_base: int = 10,
+    alpha: float = 0.05,
+) -> LogLinearFit:
+    """Fit ``y = a*log_base(x) + b`` by OLS (statsmodels) with (1 - alpha) CIs and R².
+
+    Scylla (arXiv 2505.07858) Thm 1.1 (acceptance length vs pretraining tokens, log10), Thm 1.2
+    (vs draft decoder layers, log10), Thm 1.3 (peak tokens/s vs batch size, log2). Rows where
+    x <= 0 (e.g. the SFT-only baseline at 0 tokens) or x or y is not finite are dropped and
+    counted in ``excluded``. Fewer than 3 distinct x values gives a fit whose ``status`` says so
+    and whose coefficients are NaN; it never raises for data. Raises ``ValueError`` when a
+    column is missing or ``log_base`` is not 2 or 10.
+    """
+    if log_base not in (2, 10):
+        raise ValueError(f"log_base={log_base} is not supported. Use 10 or 2.")
+    missing = [c for c in (x, y) if c not in df.columns]
+    if missing:
+        raise ValueError(f"columns {missing} are not in the table; it has {list(df.columns)}")
+    xs = pd.to_numeric(df[x], errors="coerce").to_numpy(dtype=float)
+    ys = pd.to_numeric(df[y], errors="coerce").to_numpy(dtype=float)
+    keep = np.isfinite(xs) & np.isfinite(ys) & (xs > 0)
+    xs, ys = xs[keep], ys[keep]
+    excluded = int((~keep).sum())
+    form = law_form(x, y, log_base)
+    distinct = len(np.unique(xs))
+    if distinct < MIN_DISTINCT_X:
+        status = f"not enough points: need >= {MIN_DISTINCT_X} distinct x values, got {distinct}"
+        return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
+    model = sm.OLS(ys, sm.add_constant(np.log(xs) / math.log(log_base))).fit()
+    # statsmodels orders parameters (const, slope); the dataclass orders them (a=slope, b=const).
+    b, a = (float(v) for v in model.params)
+    ci = np.asarray(model.conf_int(alpha))
+    cov = np.asarray(model.cov_params())[::-1, ::-1]
+    return LogLinearFit(
+        law=law,
+        x_name=x,
+        y_name=y,
+        form=form,
+        log_base=log_base,
+        a=a,
+        b=b,
+        a_ci=(float(ci[1, 0]), float(ci[1, 1])),
+        b_ci=(float(ci[0, 0]), float(ci[0, 1])),
+        r2=_r2(ys, np.asarray(model.resid)),
+        n=len(xs),
+        x=tuple(float(v) for v in xs),
+        y=tuple(float(v) for v in ys),
+        residuals=tuple(float(v) for v in model.resid),
+        status="ok",
+        excluded=excluded,
+        cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
+        df_resid=float(model.df_resid),
+        alpha=alpha,
+    )
+
+
+def baseline_summary(df: pd.DataFrame, x: str, y: str) -> dict[str, float | int]:
+    """Mean, std (ddof=1; NaN when n < 2) and n of finite ``y`` over rows with ``x == 0``.
+
+    The x == 0 rows are the SFT-only baseline (no pretraining), which a log axis cannot show;
+    Scylla reports tau 5.10 for it on MT-bench. Returns mean NaN and n 0 when there is none.
+    """
+    if x not in df.columns or y not in df.columns:
+        return {"mean": math.nan, "std": math.nan, "n": 0}
+    xs = pd.to_numeric(df[x], errors="coerce").to_numpy(dtype=float)
+    ys = pd.to_numeric(df[y], errors="coerce").to_numpy(dtype=float)
+    vals = ys[(xs == 0) & np.isfinite(ys)]
+    n = len(vals)
+    mean = float(vals.mean()) if n else math.nan
+    std = float(vals.std(ddof=1)) if n > 1 else math.nan
+    return {"mean": mean, "std": std, "n": n}
+
+
+def _r2(ys: np.ndarray, resid: np.ndarray) -> float:
+    ss_res = float(np.sum(resid**2))
+    ss_tot = float(np.sum((ys - ys.mean()) ** 2))
+    if ss_tot == 0.0:
+        return 1.0 if ss_res == 0.0 else math.nan
+    return 1.0 - ss_res / ss_tot
+
+
+def _empty_fit(
+    law: str,
+    x: str,
+    y: str,
+    form: str,
+    log_base: int,
+    xs: np.ndarray,
+    ys: np.ndarray,
+    status: str,
+    excluded: int,
+    alpha: float,
+) -> LogLinearFit:
+    nan = math.nan
+    return LogLinearFit(
+        law=law,
+        x_name=x,
+        y_name=y,
+        form=form,
+        log_base=log_base,
+        a=nan,
+        b=nan,
+        a_ci=(nan, nan),
+        b_ci=(nan, nan),
+        r2=nan,
+        n=len(xs),
+        x=tuple(float(v) for v in xs),
+        y=tuple(float(v) for v in ys),
+        residuals=tuple(nan for _ in xs),
+        status=status,
+        excluded=excluded,
+        cov=((nan, nan), (nan, nan)),
+        df_resid=nan,
+        alpha=alpha,
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value

@@ -1,0 +1,136 @@
+"""Tests of the per-sweep HTML dashboard."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.laws import fit_log_linear
+from dashboards.sweep_page import fit_line, write_sweep_dashboard
+
+SWEEP = "tokens-smoke"
+
+
+def _trials() -> pd.DataFrame:
+    rows = []
+    for i, tokens in enumerate([0, 0, 1e4, 1e4, 3e4, 1e5, 3e5, 1e6]):
+        tau = 1.02 if tokens == 0 else 0.05 * math.log10(tokens) + 0.9 + 0.01 * (i % 2)
+        rows.append(
+            {
+                "trial_key": f"k{i:02d}",
+                "state": "completed",
+                "pretrain.tokens": tokens,
+                "seed": i % 2,
+                "acceptance_length": tau,
+                "acceptance_length/humaneval": tau + 0.02,
+                "acceptance_length/sharegpt": tau - 0.02,
+                "error": None,
+            }
+        )
+    rows.append(
+        {
+            "trial_key": "kfail",
+            "state": "failed",
+            "pretrain.tokens": 3e6,
+            "seed": 0,
+            "acceptance_length": float("nan"),
+            "error": "RuntimeError: <boom> & out of memory",
+        }
+    )
+    return pd.DataFrame(rows)
+
+
+def _fit(trials: pd.DataFrame):
+    done = trials[trials["state"] == "completed"]
+    return fit_log_linear(done, "pretrain.tokens", "acceptance_length", law="tokens")
+
+
+def _no_external_scripts(text: str) -> None:
+    assert not re.search(r"<script[^>]*\bsrc\s*=", text, flags=re.IGNORECASE)
+    assert '<script src="https://cdn' not in text
+
+
+def test_writes_self_contained_page_with_fit(tmp_path: Path) -> None:
+    trials = _trials()
+    fit = _fit(trials)
+    out = write_sweep_dashboard(
+        tmp_path / "s" / "dashboard.html", sweep_name=SWEEP, trials=trials, fit=fit
+    )
+    assert out == tmp_path / "s" / "dashboard.html" and out.is_file()
+    text = out.read_text(encoding="utf-8")
+    assert fit.form in text
+    line = fit_line(fit)
+    assert line["x"].iloc[0] == 1e4 and line["x"].iloc[-1] == 1e6
+    for value in line["mean"].iloc[[0, len(line) // 2, -1]]:
+        assert repr(float(value)) in text
+    assert repr(float(line["mean_hi"].iloc[0])) in text
+    assert "SFT-only baseline" in text
+    assert "kfail" in text and "&lt;boom&gt; &amp; out of memory" in text
+    assert "<boom>" not in text
+    assert "humaneval" in text and "sharegpt" in text
+    _no_external_scripts(text)
+    assert text.count("Plotly.newPlot") == 2
+
+
+def test_fit_none(tmp_path: Path) -> None:
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=_trials(), fit=None)
+    text = out.read_text(encoding="utf-8")
+    assert "no fit" in text
+    _no_external_scripts(text)
+
+
+def test_not_ok_fit_says_so_and_has_no_line(tmp_path: Path) -> None:
+    trials = _trials()
+    trials = trials[trials["pretrain.tokens"].isin([0, 1e4, 3e4])]
+    fit = _fit(trials)
+    assert not fit.ok
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, fit=fit)
+    text = out.read_text(encoding="utf-8")
+    assert "no fit line" in text
+    assert "not enough points" in text
+    assert "fit: a*log10(x) + b" not in text
+
+
+def test_sweep_name_is_escaped(tmp_path: Path) -> None:
+    trials = _trials()
+    name = "<script>alert(1)</script>"
+    out = write_sweep_dashboard(
+        tmp_path / "d.html", sweep_name=name, trials=trials, fit=_fit(trials)
+    )
+    text = out.read_text(encoding="utf-8")
+    assert name not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+def test_minimal_table_without_error_or_per_set_columns(tmp_path: Path) -> None:
+    trials = pd.DataFrame(
+        {
+            "trial_key": ["a", "b", "c"],
+            "state": ["completed", "completed", "cancelled"],
+            "pretrain.tokens": [1e3, 1e4, 1e5],
+            "acceptance_length": [1.0, 1.1, None],
+        }
+    )
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, fit=None)
+    text = out.read_text(encoding="utf-8")
+    assert "No columns starting with acceptance_length/" in text
+    assert "cancelled" in text
+
+
+@pytest.mark.parametrize("n_base", [1, 2])
+def test_baseline_only(tmp_path: Path, n_base: int) -> None:
+    trials = pd.DataFrame(
+        {
+            "trial_key": [f"b{i}" for i in range(n_base)],
+            "state": ["completed"] * n_base,
+            "pretrain.tokens": [0] * n_base,
+            "acceptance_length": [1.0 + 0.1 * i for i in range(n_base)],
+        }
+    )
+    fit = fit_log_linear(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, fit=fit)
+    assert "SFT-only baseline" in out.read_text(encoding="utf-8")
