@@ -1,0 +1,421 @@
+"""MLflow tracking sink: one parent run per sweep, one child run per trial.
+
+Only :class:`mlflow.tracking.MlflowClient` with explicit run ids is used, never the fluent
+active-run API, so the same code runs in the driver and in Ray worker processes. A
+:class:`Tracker` holds no global state: it is rebuilt from ``(tracking_uri, experiment)`` and
+pickles as that (plus the resolved experiment id), so it can be shipped to a Ray task.
+
+Environment: this module reads no environment variables. The CLI sets
+``MLFLOW_DISABLE_TELEMETRY=true`` (and, for remote servers, may lower
+``MLFLOW_HTTP_REQUEST_MAX_RETRIES``) before creating a Tracker.
+
+Tags written: ``specscale.kind`` (sweep | trial), ``specscale.sweep``, ``specscale.trial_key``,
+``specscale.state`` (pending/running/completed/failed/cancelled) and ``specscale.error``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import (
+    RESOURCE_ALREADY_EXISTS,
+    RESOURCE_DOES_NOT_EXIST,
+    ErrorCode,
+)
+from mlflow.tracking import MlflowClient
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from orchestrator.errors import TrackingError
+from orchestrator.store import TrialState, mask_url
+
+__all__ = ["Tracker", "default_tracking_uri", "flatten"]
+
+log = logging.getLogger(__name__)
+
+MAX_PARAM_VALUE_LEN = 6000
+"""MLflow's limit on a param value, characters."""
+MAX_ERROR_TAG_LEN = 5000
+"""Characters of a trial's error text kept in the ``specscale.error`` tag."""
+_METRICS_PER_BATCH = 1000
+_PARAMS_PER_BATCH = 100
+_RUN_NAME_LEN = 120
+
+TAG_KIND = "specscale.kind"
+TAG_SWEEP = "specscale.sweep"
+TAG_TRIAL_KEY = "specscale.trial_key"
+TAG_STATE = "specscale.state"
+TAG_ERROR = "specscale.error"
+TAG_PARENT = "mlflow.parentRunId"
+
+_TERMINAL_STATUS = {
+    TrialState.COMPLETED: RunStatus.to_string(RunStatus.FINISHED),
+    TrialState.FAILED: RunStatus.to_string(RunStatus.FAILED),
+    TrialState.CANCELLED: RunStatus.to_string(RunStatus.KILLED),
+}
+
+
+def default_tracking_uri(run_root: Path) -> str:
+    """Return the embedded MLflow backend of a run root: ``sqlite:///<abs run_root>/mlflow.db``.
+
+    The file is created by MLflow on first use (a few seconds of migrations).
+    """
+    return f"sqlite:///{Path(run_root).expanduser().resolve() / 'mlflow.db'}"
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Flatten a nested config into MLflow params: dotted keys, string values.
+
+    Nested mappings recurse (``{"pretrain": {"tokens": 5}}`` -> ``{"pretrain.tokens": "5"}``);
+    strings stay as they are; other values (numbers, bools, None, lists) are JSON-encoded.
+    Values longer than MLflow's 6000-character limit are cut and end in ``...[sha256:<12 hex>]``
+    (the hash of the full value), so distinct long values stay distinct.
+    """
+    out: dict[str, str] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, prefix=f"{name}."))
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+        out[name] = _cap(text, MAX_PARAM_VALUE_LEN)
+    return out
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    suffix = f"...[sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]}]"
+    return text[: limit - len(suffix)] + suffix
+
+
+def _short_value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _run_name(trial_key: str, overrides: Mapping[str, Any] | None) -> str:
+    parts = [trial_key[:8]]
+    for name, value in flatten(dict(overrides or {})).items():
+        parts.append(f"{name.rsplit('.', 1)[-1]}={_short_value(_maybe_number(value))}")
+    name = " ".join(parts)
+    return name if len(name) <= _RUN_NAME_LEN else name[: _RUN_NAME_LEN - 3] + "..."
+
+
+def _maybe_number(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _artifact_location(tracking_uri: str) -> str | None:
+    """``<dir of the sqlite db>/mlartifacts`` for sqlite backends; None lets MLflow decide."""
+    if not tracking_uri.startswith("sqlite:"):
+        return None
+    database = make_url(tracking_uri).database
+    if not database or database == ":memory:":
+        return None
+    return (Path(database).expanduser().resolve().parent / "mlartifacts").as_uri()
+
+
+def _error_code(exc: MlflowException) -> str:
+    return str(exc.error_code)
+
+
+def _is(exc: MlflowException, code: int) -> bool:
+    return _error_code(exc) == ErrorCode.Name(code)
+
+
+class Tracker:
+    """MLflow sink for sweeps (parent runs) and trials (child runs) via ``MlflowClient``.
+
+    Args:
+        tracking_uri: e.g. ``sqlite:////abs/run_root/mlflow.db`` (see
+            :func:`default_tracking_uri`) or ``http://host:5000``.
+        experiment: MLflow experiment name, created if missing (for SQLite backends its
+            artifacts go to ``mlartifacts/`` next to the database file).
+
+    Raises:
+        TrackingError: the tracking backend cannot be reached or refused the experiment.
+    """
+
+    def __init__(
+        self, tracking_uri: str, experiment: str = "specscale", *, _experiment_id: str | None = None
+    ) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self._masked = mask_url(tracking_uri)
+        self._client = self._make_client()
+        self.experiment_id = _experiment_id or self._get_or_create_experiment()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as (uri, experiment, experiment id): a worker rebuilds its own client."""
+        return (_rebuild_tracker, (self.tracking_uri, self.experiment, self.experiment_id))
+
+    def __repr__(self) -> str:
+        return f"Tracker({self._masked!r}, experiment={self.experiment!r})"
+
+    def close(self) -> None:
+        """Nothing to release (each call is a request); present for the metric-sink interface."""
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _make_client(self) -> MlflowClient:
+        if self.tracking_uri.startswith("sqlite:"):
+            database = make_url(self.tracking_uri).database
+            if database and database != ":memory:":
+                Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+        with self._errors("connect"):
+            return MlflowClient(tracking_uri=self.tracking_uri)
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        """Turn backend failures into one-line TrackingErrors naming the (masked) URI."""
+        try:
+            yield
+        except (MlflowException, SQLAlchemyError, OSError) as exc:
+            message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise TrackingError(
+                f"MLflow at {self._masked}: {action} failed: {message}. Check that the tracking "
+                "server is running and the URI is right (e.g. sqlite:///runs/mlflow.db or "
+                "http://host:5000)"
+            ) from exc
+
+    def _get_or_create_experiment(self) -> str:
+        with self._errors(f"get or create experiment {self.experiment!r}"):
+            found = self._client.get_experiment_by_name(self.experiment)
+            if found is not None:
+                if found.lifecycle_stage == "deleted":
+                    self._client.restore_experiment(found.experiment_id)
+                return str(found.experiment_id)
+            try:
+                return str(
+                    self._client.create_experiment(
+                        self.experiment, artifact_location=_artifact_location(self.tracking_uri)
+                    )
+                )
+            except MlflowException as exc:  # another process created it first
+                if not _is(exc, RESOURCE_ALREADY_EXISTS):
+                    raise
+                again = self._client.get_experiment_by_name(self.experiment)
+                if again is None:
+                    raise
+                return str(again.experiment_id)
+
+    def _live_run(self, run_id: str | None) -> Any | None:
+        """The run ``run_id`` if it exists and is not deleted, else None."""
+        if not run_id:
+            return None
+        try:
+            run = self._client.get_run(run_id)
+        except MlflowException as exc:
+            if _is(exc, RESOURCE_DOES_NOT_EXIST) or "not found" in str(exc).lower():
+                return None
+            raise
+        return None if run.info.lifecycle_stage == "deleted" else run
+
+    def _log_params(
+        self, run_id: str, params: Mapping[str, str], existing: Mapping[str, str]
+    ) -> None:
+        todo = []
+        for key, value in params.items():
+            if key in existing:
+                if existing[key] != value:
+                    log.warning(
+                        "run %s: param %r already set to %r; keeping it (new value %r)",
+                        run_id,
+                        key,
+                        existing[key][:80],
+                        value[:80],
+                    )
+                continue
+            todo.append(Param(key, value))
+        for start in range(0, len(todo), _PARAMS_PER_BATCH):
+            self._client.log_batch(run_id, params=todo[start : start + _PARAMS_PER_BATCH])
+
+    def _reuse(self, run: Any, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
+        run_id = str(run.info.run_id)
+        if run.info.status != RunStatus.to_string(RunStatus.RUNNING):
+            self._client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        if TAG_ERROR in run.data.tags:
+            self._client.delete_tag(run_id, TAG_ERROR)
+        self._client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self._log_params(run_id, params, run.data.params)
+        return run_id
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def start_sweep_run(
+        self, sweep_name: str, params: Mapping[str, Any], existing_run_id: str | None
+    ) -> str:
+        """Start (or resume) the sweep's parent run and return its run id.
+
+        ``existing_run_id`` (e.g. from the results store) is reused, set back to RUNNING, when
+        it exists and is not deleted; otherwise a new run named ``sweep_name`` is created.
+        ``params`` are flattened with :func:`flatten`; params already on a reused run are kept.
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        tags = {TAG_SWEEP: sweep_name, TAG_KIND: "sweep", TAG_STATE: TrialState.RUNNING.value}
+        flat = flatten(params)
+        with self._errors(f"start the run of sweep {sweep_name!r}"):
+            run = self._live_run(existing_run_id)
+            if run is not None:
+                return self._reuse(run, tags, flat)
+            created = self._client.create_run(self.experiment_id, tags=tags, run_name=sweep_name)
+            run_id = str(created.info.run_id)
+            self._log_params(run_id, flat, {})
+            return run_id
+
+    def start_trial_run(
+        self,
+        parent_run_id: str,
+        sweep_name: str,
+        trial_key: str,
+        params: Mapping[str, Any],
+        existing_run_id: str | None,
+        *,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Start (or resume) a trial's child run under ``parent_run_id``; return its run id.
+
+        Tags: ``mlflow.parentRunId``, ``specscale.sweep``, ``specscale.trial_key``,
+        ``specscale.kind=trial``, ``specscale.state=running``. The run name is the first 8
+        characters of ``trial_key`` plus the ``overrides`` (grid point) in short form. ``params``
+        (the full trial config) are logged flattened; on a reused run (``existing_run_id`` alive)
+        params already set are skipped, a stale ``specscale.error`` tag is removed and the
+        status goes back to RUNNING.
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        tags = {
+            TAG_PARENT: parent_run_id,
+            TAG_SWEEP: sweep_name,
+            TAG_TRIAL_KEY: trial_key,
+            TAG_KIND: "trial",
+            TAG_STATE: TrialState.RUNNING.value,
+        }
+        flat = flatten(params)
+        with self._errors(f"start the run of trial {trial_key!r}"):
+            run = self._live_run(existing_run_id)
+            if run is not None:
+                return self._reuse(run, tags, flat)
+            created = self._client.create_run(
+                self.experiment_id, tags=tags, run_name=_run_name(trial_key, overrides)
+            )
+            run_id = str(created.info.run_id)
+            self._log_params(run_id, flat, {})
+            return run_id
+
+    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
+        """Log metric values at ``step`` (batches of <= 1000); NaN and inf are accepted.
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        now_ms = int(time.time() * 1000)
+        items = [Metric(k, float(v), now_ms, int(step)) for k, v in metrics.items()]
+        self._log_metric_items(run_id, items)
+
+    def log_series(self, run_id: str, name: str, values: Sequence[float]) -> None:
+        """Log ``values`` as metric ``name`` at steps 0..n-1 (e.g. a loss curve).
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        now_ms = int(time.time() * 1000)
+        self._log_metric_items(
+            run_id, [Metric(name, float(v), now_ms, i) for i, v in enumerate(values)]
+        )
+
+    def _log_metric_items(self, run_id: str, items: list[Metric]) -> None:
+        with self._errors(f"log metrics to run {run_id}"):
+            for start in range(0, len(items), _METRICS_PER_BATCH):
+                self._client.log_batch(run_id, metrics=items[start : start + _METRICS_PER_BATCH])
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        """Upload a file (or a directory's contents, under its name) to the run's artifacts.
+
+        Raises:
+            TrackingError: ``path`` does not exist or the upload failed.
+        """
+        local = Path(path)
+        if not local.exists():
+            raise TrackingError(f"artifact {local} does not exist (run {run_id})")
+        with self._errors(f"upload {local.name} to run {run_id}"):
+            if local.is_dir():
+                self._client.log_artifacts(run_id, str(local), artifact_path or local.name)
+            else:
+                self._client.log_artifact(run_id, str(local), artifact_path)
+
+    def set_state(self, run_id: str, state: str, error: str | None = None) -> None:
+        """Set tag ``specscale.state``; completed/failed/cancelled also end the run.
+
+        Terminal statuses: completed -> FINISHED, failed -> FAILED, cancelled -> KILLED.
+        ``error`` (first 5000 characters) goes to tag ``specscale.error``.
+
+        Raises:
+            ValueError: ``state`` is not a trial state.
+            TrackingError: the backend failed.
+        """
+        trial_state = TrialState(state)
+        tags = [RunTag(TAG_STATE, trial_state.value)]
+        if error is not None:
+            tags.append(RunTag(TAG_ERROR, _cap(error, MAX_ERROR_TAG_LEN)))
+        with self._errors(f"set state {trial_state.value} on run {run_id}"):
+            self._client.log_batch(run_id, tags=tags)
+            status = _TERMINAL_STATUS.get(trial_state)
+            if status is not None:
+                self._client.set_terminated(run_id, status=status)
+            elif trial_state is TrialState.RUNNING:
+                self._client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+
+    def child_runs(self, parent_run_id: str) -> list[dict[str, Any]]:
+        """Return the live child runs of a parent, oldest first.
+
+        Each item: ``run_id``, ``run_name``, ``status`` (MLflow status string), ``tags``,
+        ``params`` and ``metrics`` (latest value per key) as dicts.
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        with self._errors(f"list child runs of {parent_run_id}"):
+            while True:
+                page = self._client.search_runs(
+                    [self.experiment_id],
+                    filter_string=f"tags.`{TAG_PARENT}` = '{parent_run_id}'",
+                    max_results=1000,
+                    order_by=["attributes.start_time ASC"],
+                    page_token=token,
+                )
+                for run in page:
+                    out.append(
+                        {
+                            "run_id": run.info.run_id,
+                            "run_name": run.info.run_name,
+                            "status": run.info.status,
+                            "tags": dict(run.data.tags),
+                            "params": dict(run.data.params),
+                            "metrics": dict(run.data.metrics),
+                        }
+                    )
+                token = page.token
+                if not token:
+                    return out
+
+
+def _rebuild_tracker(tracking_uri: str, experiment: str, experiment_id: str) -> Tracker:
+    return Tracker(tracking_uri, experiment, _experiment_id=experiment_id)
