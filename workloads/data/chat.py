@@ -1,0 +1,100 @@
+"""Chat rendering with the tokenizer's chat template, and the assistant-token mask for SFT."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workloads.data.sharegpt import Conversation
+
+__all__ = ["chat_prompt_ids", "render_chat"]
+
+
+def _messages(turns: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    return [{"role": role, "content": text} for role, text in turns]
+
+
+def _render(tokenizer: Any, turns: tuple[tuple[str, str], ...], *, gen: bool = False) -> str:
+    text = tokenizer.apply_chat_template(
+        _messages(turns), tokenize=False, add_generation_prompt=gen
+    )
+    assert isinstance(text, str), "apply_chat_template(tokenize=False) must return a str"
+    return text
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+    return list(ids)
+
+
+def render_chat(tokenizer: Any, conv: Conversation, max_tokens: int) -> tuple[list[int], list[int]]:
+    """Tokenize a conversation with the chat template and mark the assistant replies.
+
+    The template is rendered for each growing prefix of turns and the new text of each turn is
+    tokenized on its own (turn texts start at a template special token, so the pieces tokenize
+    as the whole does; this is asserted). In an assistant turn the mask is 1 on the tokens that
+    overlap the reply text (character offsets) and on the first special token after it (the end
+    of turn, ``<|im_end|>`` for ChatML), 0 on the role header and on anything after the end
+    token; it is 0 on system and user turns. Needs a fast tokenizer (offset mapping).
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        conv: the conversation.
+        max_tokens: keep at most this many tokens (later turns are not rendered).
+
+    Returns:
+        ``(input_ids, assistant_mask)``, two lists of the same length ``<= max_tokens``.
+
+    Raises:
+        ValueError: ``max_tokens < 1``.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens={max_tokens} must be >= 1. Fix: e.g. max_tokens=2048.")
+    special = set(tokenizer.all_special_ids)
+    ids: list[int] = []
+    mask: list[int] = []
+    prev_text = ""
+    n_rendered = 0
+    for i, (role, content) in enumerate(conv.turns):
+        if len(ids) >= max_tokens:
+            break
+        full = _render(tokenizer, conv.turns[: i + 1])
+        assert full.startswith(prev_text), "chat template is not prefix-stable"
+        piece = full[len(prev_text) :]
+        if role == "assistant":
+            header = _render(tokenizer, conv.turns[:i], gen=True)[len(prev_text) :]
+            assert piece.startswith(header + content), "assistant turn text not found in render"
+            body_start, body_end = len(header), len(header) + len(content)
+            enc = tokenizer(
+                piece, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+            )
+            piece_ids = list(enc["input_ids"])
+            in_end_turn = False
+            for tok_id, (start, stop) in zip(piece_ids, enc["offset_mapping"], strict=True):
+                if start < body_end and stop > body_start:  # overlaps the reply text
+                    mask.append(1)
+                elif start >= body_end and not in_end_turn and tok_id in special:
+                    mask.append(1)  # the end-of-turn token
+                    in_end_turn = True
+                else:
+                    mask.append(0)
+            ids += piece_ids
+        else:
+            piece_ids = _encode(tokenizer, piece)
+            ids += piece_ids
+            mask += [0] * len(piece_ids)
+        prev_text = full
+        n_rendered = i + 1
+    if n_rendered:
+        whole = _encode(tokenizer, _render(tokenizer, conv.turns[:n_rendered]))
+        assert whole == ids, "turn-by-turn tokenization differs from the full render"
+    return ids[:max_tokens], mask[:max_tokens]
+
+
+def chat_prompt_ids(tokenizer: Any, user_text: str) -> list[int]:
+    """Token ids of a one-user-turn chat followed by the assistant header (generation prompt).
+
+    Returns:
+        ``input_ids`` (list of int) ready to decode a reply from; includes the template's default
+        system turn if it adds one.
+    """
+    return _encode(tokenizer, _render(tokenizer, (("user", user_text),), gen=True))
