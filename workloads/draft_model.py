@@ -1,0 +1,201 @@
+"""The draft model of the EAGLE / Scylla family.
+
+Input at position t: ``concat(embed(x_{t+1}), h_t)`` where ``h_t`` is the target's last-layer
+hidden state (after its final norm) and ``x_{t+1}`` the next token. Then an FC layer 2h -> h,
+``layers`` LLaMA decoder layers, an RMSNorm (Scylla, arXiv 2505.07858 Sec. 4; EAGLE-1 has none)
+and the target's frozen LM head, optionally truncated to the ``vocab_size`` most frequent target
+tokens (EAGLE-3 style; ``draft_to_target`` maps draft ids back to target ids).
+
+The output ``f_{t}`` is the predicted target hidden state ``h_{t+1}``; ``logits(f_t)`` gives the
+draft distribution of token ``x_{t+2}``.
+
+Shape legend: B batch, T positions, S cached + new positions, h hidden size, N draft vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import DynamicCache, LlamaConfig
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraftArch:
+    """Architecture of a draft; the width and attention shape follow the target."""
+
+    hidden_size: int
+    """h, the target's hidden width"""
+    layers: int
+    """D, number of LLaMA decoder layers"""
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    """MLP inner width h_m"""
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    output_norm: bool
+    """RMSNorm before the LM head (Scylla) or none (EAGLE-1)"""
+
+    @classmethod
+    def from_target(cls, config: object, *, layers: int, output_norm: bool) -> DraftArch:
+        """Copy the width, attention shape and RoPE of a target HF config."""
+        get = config.__getattribute__
+        rope = getattr(config, "rope_parameters", None) or {}
+        heads = int(get("num_attention_heads"))
+        return cls(
+            hidden_size=int(get("hidden_size")),
+            layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=int(getattr(config, "num_key_value_heads", heads)),
+            head_dim=int(getattr(config, "head_dim", None) or get("hidden_size") // heads),
+            intermediate_size=int(get("intermediate_size")),
+            rms_norm_eps=float(get("rms_norm_eps")),
+            rope_theta=float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))),
+            max_position_embeddings=int(get("max_position_embeddings")),
+            output_norm=output_norm,
+        )
+
+    def llama_config(self) -> LlamaConfig:
+        """The LlamaConfig of the decoder stack (sdpa attention)."""
+        cfg = LlamaConfig(
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim,
+            intermediate_size=self.intermediate_size,
+            rms_norm_eps=self.rms_norm_eps,
+            max_position_embeddings=self.max_position_embeddings,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta},
+            vocab_size=1,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+        )
+        cfg._attn_implementation = "sdpa"
+        return cfg
+
+
+class DraftModel(nn.Module):
+    """EAGLE/Scylla draft: FC(2h->h) -> D decoder layers -> RMSNorm -> frozen (truncated) LM head.
+
+    Args:
+        arch: the architecture.
+        embed_weight: [V, h] the target's token embedding (frozen, not saved with the draft).
+        lm_head_weight: [V, h] the target's LM head (frozen, not saved with the draft).
+        draft_to_target: [N] target ids of the draft vocabulary, or None for the full vocabulary.
+    """
+
+    def __init__(
+        self,
+        arch: DraftArch,
+        *,
+        embed_weight: torch.Tensor,
+        lm_head_weight: torch.Tensor,
+        draft_to_target: torch.Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        self.arch = arch
+        config = arch.llama_config()
+        self.config = config
+        h = arch.hidden_size
+        self.fc = nn.Linear(2 * h, h, bias=True)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(arch.layers))
+        self.norm: nn.Module = LlamaRMSNorm(h, eps=arch.rms_norm_eps) if arch.output_norm else nn.Identity()
+        self.rotary = LlamaRotaryEmbedding(config)
+        vocab = torch.arange(lm_head_weight.shape[0]) if draft_to_target is None else draft_to_target
+        self.register_buffer("draft_to_target", vocab.long().clone(), persistent=False)
+        self.register_buffer("embed_weight", embed_weight.detach(), persistent=False)
+        self.register_buffer("lm_head_weight", lm_head_weight.detach()[vocab].clone(), persistent=False)
+
+    @property
+    def vocab_size(self) -> int:
+        """N, size of the draft vocabulary."""
+        return int(self.draft_to_target.shape[0])
+
+    def new_cache(self) -> DynamicCache:
+        """An empty KV cache for incremental decoding."""
+        return DynamicCache(config=self.config)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        next_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        cache: DynamicCache | None = None,
+    ) -> torch.Tensor:
+        """Predict the next target hidden states.
+
+        Args:
+            hidden: [B, T, h] target (or, inside a tree, draft) hidden states h_t.
+            next_ids: [B, T] target token ids x_{t+1}.
+            position_ids: [B, T] positions t.
+            attention_mask: None (causal) or [B, 1, T, S] additive float mask.
+            cache: KV cache, extended in place.
+
+        Returns:
+            [B, T, h] predicted hidden states (after the output norm).
+        """
+        x = self.fc(torch.cat([nn.functional.embedding(next_ids, self.embed_weight), hidden], -1))
+        pos_emb = self.rotary(x, position_ids)
+        for layer in self.layers:
+            x = layer(
+                x,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                use_cache=cache is not None,
+                position_embeddings=pos_emb,
+            )
+        return self.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., h] -> [..., N] draft logits over the draft vocabulary."""
+        return hidden @ self.lm_head_weight.T
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The weights that training changes (fc, layers, norm), as a flat state dict."""
+        return {
+            k: v.detach().contiguous()
+            for k, v in self.state_dict().items()
+            if not k.startswith("rotary.")
+        }
+
+    def save(self, path: Path) -> None:
+        """Write ``draft.safetensors`` (trainable weights + vocabulary map) and ``arch.json``."""
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = dict(self.trainable_state())
+        tensors["draft_to_target"] = self.draft_to_target.clone()
+        save_file(tensors, str(path / "draft.safetensors"))
+        import json
+
+        (path / "arch.json").write_text(json.dumps(asdict(self.arch), indent=2))
+
+    @classmethod
+    def load(cls, path: Path, *, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> DraftModel:
+        """Inverse of :meth:`save`; the frozen embedding and LM head come from the target."""
+        import json
+
+        arch = DraftArch(**json.loads((path / "arch.json").read_text()))
+        tensors = load_file(str(path / "draft.safetensors"))
+        vocab = tensors.pop("draft_to_target")
+        model = cls(arch, embed_weight=embed_weight, lm_head_weight=lm_head_weight, draft_to_target=vocab)
+        model.load_state_dict(tensors, strict=False)
+        return model
+
+    def num_parameters(self) -> int:
+        """Trainable parameter count (excludes the frozen embedding and LM head)."""
+        return sum(p.numel() for p in self.parameters())

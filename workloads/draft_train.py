@@ -1,0 +1,181 @@
+"""Workload ``draft_train``: pretrain a draft on T tokens, SFT it, measure acceptance length.
+
+Config in (:class:`~workloads.config.DraftTrainConfig`), metrics and artifacts out; knows
+nothing of SQL, MLflow or Ray, so it runs the same in a test, a Ray task or a notebook.
+Source: Scylla (arXiv 2505.07858) Sec. 4 (two-stage training, Thm 1.1 experiment).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from workloads import _rows
+from workloads.config import DraftTrainConfig
+from workloads.data import (
+    Conversation,
+    corpus_fingerprint,
+    load_prompt_sets,
+    read_sharegpt,
+    split_conversations,
+)
+from workloads.draft_model import DraftArch, DraftModel
+from workloads.evaluation import TreeShape, evaluate
+from workloads.features import Features, ensure_features, feature_dir
+from workloads.target import Target, load_target
+from workloads.training import StageLog, StageSettings, train_stage
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class TrialResult:
+    """What a trial hands back: scalar metrics, per-step series, and the artifact folder."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    series: dict[str, list[float]] = field(default_factory=dict)
+    artifacts: Path | None = None
+
+
+@functools.lru_cache(maxsize=1)
+def _splits() -> dict[str, list[Conversation]]:
+    convs, stats = read_sharegpt()
+    log.info("ShareGPT: %d complete objects, %d conversations kept (truncated tail: %s)",
+             stats.objects, stats.conversations, stats.truncated)
+    return split_conversations(convs)
+
+
+@functools.lru_cache(maxsize=2)
+def _target(name: str, cache_dir: Path, dtype: str) -> Target:
+    return load_target(name, cache_dir=cache_dir, dtype=dtype)
+
+
+def _stage_features(cfg: DraftTrainConfig, target: Target, cache_dir: Path, stage: str,
+                    tokens: int) -> tuple[Features, dict[str, float]]:
+    """Cached features of one stage covering ``tokens`` tokens (rounded up to whole rows)."""
+    seq_len = cfg.pretrain.seq_len if stage == "pretrain" else cfg.sft.seq_len
+    n_rows = -(-tokens // seq_len)
+    splits = _splits()
+    if stage == "pretrain":
+        recipe = corpus_fingerprint(cfg.pretrain.mix, 0)
+        build = functools.partial(_rows.pretrain_rows, target.tokenizer, splits["pretrain"],
+                                  dict(cfg.pretrain.mix), seq_len)
+    else:
+        recipe = corpus_fingerprint({"sharegpt": 1.0}, 0) + "-sft"
+        build = functools.partial(_rows.sft_rows, target.tokenizer, splits["sft"], seq_len)
+    folder = feature_dir(cache_dir, target=cfg.target.model, stage=stage, recipe=recipe,
+                         seq_len=seq_len)
+    manifest = {"target": cfg.target.model, "dtype": cfg.target.dtype, "stage": stage,
+                "recipe": recipe, "seq_len": seq_len, "hidden": "last_hidden_state:float16"}
+    feats, stats = ensure_features(folder, n_rows=n_rows, rows_per_chunk=max(1, 8192 // seq_len),
+                                   build_rows=build, target_model=target.model, manifest=manifest)
+    return feats, {f"features/{stage}_hits": stats.hits, f"features/{stage}_misses": stats.misses,
+                   f"wall_s/features_{stage}": stats.build_s}
+
+
+def _draft_vocab(feats: list[Features], size: int, vocab: int) -> torch.Tensor | None:
+    """The ``size`` most frequent target ids in the training rows (ties by id), or None = all."""
+    if size == 0 or size >= vocab:
+        return None
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for f in feats:
+        if f.tokens:
+            counts += torch.bincount(f.input_ids.flatten(), minlength=vocab)
+    order = torch.argsort(-counts * vocab + torch.arange(vocab))  # count desc, id asc
+    return order[:size].sort().values
+
+
+def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
+    t = cfg.train
+    lr, epochs = (cfg.pretrain.lr, 1) if stage == "pretrain" else (cfg.sft.lr, cfg.sft.epochs)
+    return StageSettings(epochs=epochs, batch_size=t.batch_size, lr=lr,
+                         warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
+                         grad_clip=t.grad_clip, w_reg=t.w_reg, w_cls=t.w_cls, seed=cfg.seed)
+
+
+def run(cfg: DraftTrainConfig, *, cache_dir: Path, out_dir: Path,
+        progress: Progress | None = None) -> TrialResult:
+    """Run one trial.
+
+    Args:
+        cfg: the trial config.
+        cache_dir: shared cache (converted target, target features, greedy references).
+        out_dir: this trial's artifact folder (draft weights, per-prompt results).
+        progress: called with one-line progress messages.
+
+    Returns:
+        metrics: ``acceptance_length``, ``acceptance_length/<set>``, ``mismatches``,
+        ``near_ties``, losses, wall seconds per phase, token counts, ``draft.params``,
+        ``tokens_per_s/speculative`` and ``tokens_per_s/greedy``; series: per-step losses.
+
+    Raises:
+        ValueError: a budget larger than the data, a bad prompt-set directory.
+    """
+    say = progress or (lambda msg: log.info("%s", msg))
+    t_start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    result = TrialResult(artifacts=out_dir)
+    m = result.metrics
+    target = _target(cfg.target.model, cache_dir, cfg.target.dtype)
+    say(f"target {cfg.target.model} ready")
+    pre, pre_stats = _stage_features(cfg, target, cache_dir, "pretrain", cfg.pretrain.tokens)
+    sft, sft_stats = _stage_features(cfg, target, cache_dir, "sft", cfg.sft.tokens)
+    m.update(pre_stats | sft_stats)
+    say(f"features ready: pretrain {pre.tokens} tokens, sft {sft.tokens} tokens")
+
+    model = target.model
+    arch = DraftArch.from_target(model.config, layers=cfg.draft.layers,
+                                 output_norm=cfg.draft.output_norm)
+    vocab = _draft_vocab([pre, sft], cfg.draft.vocab_size, model.config.vocab_size)
+    draft = DraftModel(arch, embed_weight=model.get_input_embeddings().weight,
+                       lm_head_weight=model.get_output_embeddings().weight, draft_to_target=vocab)
+    m["draft.params"] = draft.num_parameters()
+    m["draft.vocab"] = draft.vocab_size
+
+    logs: dict[str, StageLog] = {}
+    for stage, feats in (("pretrain", pre), ("sft", sft)):
+        t0 = time.perf_counter()
+        logs[stage] = train_stage(draft, feats, _stage(cfg, stage))
+        m[f"wall_s/{stage}"] = time.perf_counter() - t0
+        m[f"{stage}.tokens_seen"] = logs[stage].tokens_seen
+        m[f"{stage}.steps"] = len(logs[stage].loss)
+        for k in ("loss", "loss_reg", "loss_cls", "top1"):
+            series = getattr(logs[stage], k)
+            result.series[f"{stage}/{k}"] = series
+            if series:
+                tail = series[-max(1, len(series) // 10):]
+                m[f"{stage}/{k}_final"] = sum(tail) / len(tail)
+        say(f"{stage}: {len(logs[stage].loss)} steps, {logs[stage].tokens_seen} tokens seen")
+
+    e = cfg.eval
+    sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=_splits()["heldout"])
+    t0 = time.perf_counter()
+    ev = evaluate(model, target.tokenizer, draft, sets,
+                  shape=TreeShape(depth=e.depth, topk=e.topk, num_draft_tokens=e.num_draft_tokens),
+                  max_new_tokens=e.max_new_tokens, eos_ids=target.eos_token_ids,
+                  cache_dir=cache_dir, target_name=cfg.target.model)
+    m["wall_s/eval"] = time.perf_counter() - t0
+    m["acceptance_length"] = ev.acceptance_length()
+    for ps in sets:
+        m[f"acceptance_length/{ps.name}"] = ev.acceptance_length(ps.name)
+    generated = sum(int(r["tokens"]) for r in ev.per_prompt)  # type: ignore[call-overload]
+    m.update({"mismatches": ev.mismatches, "near_ties": ev.near_ties, "eval.tokens": generated,
+              "eval.prompts": len(ev.per_prompt),
+              "tokens_per_s/speculative": generated / ev.spec_s if ev.spec_s else float("nan"),
+              "tokens_per_s/greedy": generated / ev.greedy_s if ev.greedy_s else float("nan"),
+              "eval.draft_s_share": ev.draft_s / ev.spec_s if ev.spec_s else float("nan")})
+    m["wall_s/total"] = time.perf_counter() - t_start
+    out_dir.mkdir(parents=True, exist_ok=True)
+    draft.save(out_dir / "draft")
+    (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
+    say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")
+    return result

