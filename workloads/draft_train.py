@@ -76,7 +76,7 @@ def _stage_features(cfg: DraftTrainConfig, target: Target, cache_dir: Path, stag
                          seq_len=seq_len)
     manifest = {"target": cfg.target.model, "dtype": cfg.target.dtype, "stage": stage,
                 "recipe": recipe, "seq_len": seq_len, "hidden": "last_hidden_state:float16"}
-    feats, stats = ensure_features(folder, n_rows=n_rows, rows_per_chunk=max(1, 8192 // seq_len),
+    feats, stats = ensure_features(folder, n_rows=n_rows, rows_per_chunk=max(1, 4096 // seq_len),
                                    build_rows=build, target_model=target.model, manifest=manifest)
     return feats, {f"features/{stage}_hits": stats.hits, f"features/{stage}_misses": stats.misses,
                    f"wall_s/features_{stage}": stats.build_s}

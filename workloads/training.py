@@ -72,7 +72,8 @@ def draft_loss(
     with torch.no_grad():
         agree = (logp_draft_btn.argmax(-1) == p_target_btn.argmax(-1)).float()
         top1 = float((agree * weight).sum() / denom)
-    return loss, {"loss_reg": float(reg / denom), "loss_cls": float(cls / denom), "top1": top1}
+    parts = {"loss_reg": float(reg.detach() / denom), "loss_cls": float(cls.detach() / denom)}
+    return loss, parts | {"top1": top1}
 
 
 def _lr_factor(step: int, total: int, warmup: int) -> float:

@@ -1,0 +1,73 @@
+"""The Ray task that runs one trial (private): workload in, MLflow child run filled, result out.
+
+Runs in a Ray worker. It talks to MLflow through :class:`~orchestrator.tracking.Tracker`
+(``MlflowClient`` with the explicit child run id) and returns metrics and series to the driver,
+which owns the SQL store.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.tracking import Tracker
+
+
+@dataclass
+class TaskOutcome:
+    """What a trial task returns: metrics and series on success, else the error and traceback."""
+
+    ok: bool
+    metrics: dict[str, float] = field(default_factory=dict)
+    series: dict[str, list[float]] = field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+
+
+def run_trial(
+    *, workload: str, config_json: dict[str, Any], tracker: Tracker, run_id: str,
+    cache_dir: str, out_dir: str, threads: int,
+) -> TaskOutcome:
+    """Run one trial and log it to its MLflow child run; never raises for a trial error.
+
+    A Python error inside the workload is returned as a failed outcome (recorded, not retried);
+    a dying worker or node surfaces in the driver as a Ray error and is retried by Ray.
+    """
+    import torch
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", force=True)
+    for noisy in ("transformers", "mlflow", "httpx", "filelock", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    torch.set_num_threads(max(1, threads))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    from workloads import draft_train
+    from workloads.config import DraftTrainConfig
+
+    assert workload == "draft_train", workload
+    log = logging.getLogger("trial")
+    try:
+        cfg = DraftTrainConfig.model_validate(config_json)
+        result = draft_train.run(cfg, cache_dir=Path(cache_dir), out_dir=Path(out_dir),
+                                 progress=lambda msg: log.info("%s: %s", run_id[:8], msg))
+    except Exception as exc:  # noqa: BLE001 - every trial error is recorded, the sweep goes on
+        tb = traceback.format_exc()
+        (Path(out_dir)).mkdir(parents=True, exist_ok=True)
+        tb_path = Path(out_dir) / "traceback.txt"
+        tb_path.write_text(tb)
+        try:
+            tracker.log_artifact(run_id, tb_path)
+        except Exception:  # noqa: BLE001 - MLflow trouble must not hide the trial's error
+            log.warning("could not upload the traceback to MLflow", exc_info=True)
+        return TaskOutcome(ok=False, error=f"{type(exc).__name__}: {exc}", traceback=tb)
+    tracker.log_metrics(run_id, result.metrics)
+    for name, values in result.series.items():
+        tracker.log_series(run_id, name, values)
+    if result.artifacts is not None and result.artifacts.exists():
+        tracker.log_artifact(run_id, result.artifacts / "per_prompt.json")
+        tracker.log_artifact(run_id, result.artifacts / "draft")
+    return TaskOutcome(ok=True, metrics=result.metrics, series=result.series)

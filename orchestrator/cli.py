@@ -1,0 +1,242 @@
+"""``orchestrator``: submit sweeps, show their trials, refit their laws.
+
+Every user mistake ends in one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.errors import OrchestratorError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Scaling-law sweeps for speculative decoding (draft training on Ray, "
+                       "tracked in MLflow and SQL, laws fitted, dashboards written).")
+out = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+RunRoot = Annotated[Path, typer.Option("--run-root", help="folder for the SQLite DB, MLflow, "
+                                       "cache, trial artifacts and dashboards")]
+DbUrl = Annotated[str | None, typer.Option("--db-url", envvar="SPECSCALE_DB_URL",
+                                           help="results DB URL (default: SQLite under the run "
+                                                "root), e.g. postgresql://user@host:5432/db")]
+TrackingUri = Annotated[str | None, typer.Option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+                                                 help="MLflow tracking URI (default: SQLite "
+                                                      "under the run root), e.g. http://host:5000")]
+
+
+def _one_line_errors(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (OrchestratorError, ValueError) as e:
+            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+    return wrapper  # type: ignore[return-value]
+
+
+def _env() -> None:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+
+
+def _store(run_root: Path, db_url: str | None) -> Any:
+    from orchestrator.store import ResultsStore
+
+    return ResultsStore(db_url) if db_url else ResultsStore.sqlite_under(run_root)
+
+
+def _tracker(run_root: Path, tracking_uri: str | None) -> Any:
+    from orchestrator.tracking import Tracker, default_tracking_uri
+
+    return Tracker(tracking_uri or default_tracking_uri(run_root))
+
+
+@app.command()
+@_one_line_errors
+def submit(
+    spec: Annotated[Path, typer.Argument(help="sweep YAML, e.g. sweeps/tokens.yaml")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+    address: Annotated[str | None, typer.Option("--address", envvar="RAY_ADDRESS",
+                                                help="Ray cluster address (default: a local Ray "
+                                                     "on 127.0.0.1)")] = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="shared cache of the "
+                                                   "converted target, target features and greedy "
+                                                   "references (default: <run-root>/cache)")]
+    = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and list the trials; "
+                                          "run and write nothing")] = False,
+) -> None:
+    """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
+
+    Resubmitting the same spec skips completed trials and reruns the rest.
+    """
+    _env()
+    from orchestrator.grid import expand
+    from orchestrator.spec import load_spec
+
+    sweep = load_spec(spec)
+    trials = expand(sweep)
+    if dry_run:
+        _print_trials(sweep.name, [(t.key, "planned", t.overrides, None) for t in trials])
+        out.print(f"{len(trials)} trials; resources per trial: "
+                  f"{sweep.resources.model_dump()}. Nothing was run or written.")
+        return
+    from orchestrator import report, runner
+
+    run_root = run_root.resolve()
+    paths = runner.RunPaths(run_root=run_root, cache_dir=(cache_dir or run_root / "cache").resolve())
+    store = _store(run_root, db_url)
+    tracker = _tracker(run_root, tracking_uri)
+    sweep_id, _ = runner.register(store, sweep, spec, spec.read_text(encoding="utf-8"))
+    info = store.get_sweep(sweep.name)
+    parent = tracker.start_sweep_run(sweep.name, {"spec": str(spec), **sweep.model_dump(mode="json")},
+                                     info.mlflow_run_id if info else None)
+    store.set_sweep_mlflow_run(sweep_id, parent)
+    out.print(f"sweep [bold]{sweep.name}[/]: {len(trials)} trials; results DB {store.url}; "
+              f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})")
+    runner.init_ray(address)
+    summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths)
+    rep = report.fit_sweep(store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent)
+    tracker.set_state(parent, "completed" if summary.failed == 0 else "failed",
+                      None if summary.failed == 0 else f"{summary.failed} trials failed")
+    out.print(f"{summary.completed} trials run, {summary.skipped} already completed (skipped), "
+              f"{summary.failed} failed.")
+    _print_fit(rep)
+    out.print(f"dashboard: {rep.dashboard}")
+    out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+
+
+def _run_with_progress(store: Any, tracker: Any, sweep: Any, sweep_id: int, parent: str,
+                       paths: Any) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from orchestrator import runner
+
+    todo = len([t for t in store.trials(sweep_id) if t.state != "completed"])
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=out, transient=False) as bar:
+        task = bar.add_task("trials", total=todo)
+
+        def on_event(event: str, trial: Any, metrics: dict[str, float] | None) -> None:
+            point = " ".join(f"{k}={v}" for k, v in trial.overrides.items())
+            if event == "started":
+                bar.console.print(f"  started   {trial.key} {point}")
+                return
+            bar.advance(task)
+            if event == "completed" and metrics:
+                bar.console.print(f"  completed {trial.key} {point} acceptance_length="
+                                  f"{metrics.get('acceptance_length', float('nan')):.3f} "
+                                  f"mismatches={int(metrics.get('mismatches', 0))}")
+            else:
+                bar.console.print(f"  [red]failed[/]    {trial.key} {point}")
+
+        return runner.run_trials(store, tracker, sweep, sweep_id, parent, paths, on_event)
+
+
+def _print_fit(rep: Any) -> None:
+    f = rep.fit
+    if not f.ok:
+        out.print(f"fit: {f.status}")
+    else:
+        out.print(f"fit: {f.form}: a = {f.a:.4f} [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], "
+                  f"b = {f.b:.4f} [{f.b_ci[0]:.4f}, {f.b_ci[1]:.4f}], R² = {f.r2:.3f}, n = {f.n}")
+    b = rep.baseline
+    if b.get("n"):
+        out.print(f"SFT-only baseline: acceptance_length = {b['mean']:.4f} (n = {b['n']})")
+
+
+def _print_trials(name: str, rows: list[tuple[str, str, dict, dict | None]]) -> None:
+    table = Table(title=f"sweep {name}")
+    axes = sorted({k for _, _, o, _ in rows for k in o})
+    for col in ["trial_key", *axes, "state", "acceptance_length"]:
+        table.add_column(col)
+    for key, state, overrides, metrics in rows:
+        acc = (metrics or {}).get("acceptance_length")
+        table.add_row(key, *[str(overrides.get(a, "")) for a in axes], state,
+                      "" if acc is None else f"{acc:.4f}")
+    out.print(table)
+
+
+@app.command()
+@_one_line_errors
+def status(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+) -> None:
+    """Print the trial table of SWEEP (state, grid point, acceptance length, error)."""
+    _env()
+    store = _store(run_root.resolve(), db_url)
+    info = store.get_sweep(sweep)
+    if info is None:
+        names = ", ".join(s.name for s in store.list_sweeps()) or "none"
+        raise OrchestratorError(f"no sweep named {sweep!r} in {store.url}; sweeps: {names}")
+    df = store.metrics_frame(info.id).set_index("trial_key")
+    rows = []
+    for t in store.trials(info.id):
+        metrics = {"acceptance_length": df.loc[t.key, "acceptance_length"]} if (
+            "acceptance_length" in df and t.state == "completed") else None
+        rows.append((t.key, t.state + (f": {t.error.splitlines()[0][:80]}" if t.error else ""),
+                     t.overrides, metrics))
+    _print_trials(sweep, rows)
+    counts: dict[str, int] = {}
+    for t in store.trials(info.id):
+        counts[t.state] = counts.get(t.state, 0) + 1
+    out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+
+
+@app.command()
+@_one_line_errors
+def fit(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """Refit the law of SWEEP from the DB, store it, update MLflow and the dashboard."""
+    _env()
+    from orchestrator import report
+    from orchestrator.runner import RunPaths
+
+    run_root = run_root.resolve()
+    store = _store(run_root, db_url)
+    info = store.get_sweep(sweep)
+    if info is None:
+        raise OrchestratorError(f"no sweep named {sweep!r} in {store.url}")
+    tracker = _tracker(run_root, tracking_uri)
+    rep = report.fit_sweep(store, info.id, sweep, RunPaths(run_root, run_root / "cache")
+                           .dashboard(sweep), tracker, info.mlflow_run_id)
+    _print_fit(rep)
+    out.print(f"dashboard: {rep.dashboard}")
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

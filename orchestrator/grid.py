@@ -1,0 +1,53 @@
+"""Grid expansion: a sweep spec -> trials, each with a stable trial key."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.spec import SweepSpec, merge_overrides
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """One trial: its key, the full validated config and the grid point (with the seed)."""
+
+    key: str
+    config: BaseModel
+    overrides: dict[str, Any]
+
+
+def trial_key(workload: str, config: BaseModel) -> str:
+    """16 hex chars of SHA-256 over the canonical JSON of (workload, full trial config).
+
+    Equal configs give equal keys whatever the YAML's key order or defaults spelled out.
+    """
+    canonical = json.dumps({"workload": workload, "config": config.model_dump(mode="json")},
+                           sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def count_trials(spec: SweepSpec) -> int:
+    """Number of trials the grid expands to (grid points x seeds)."""
+    n = len(spec.seeds)
+    for values in spec.grid.values():
+        n *= len(values)
+    return n
+
+
+def expand(spec: SweepSpec) -> list[TrialSpec]:
+    """All trials of the spec, grid axes in file order, seeds innermost; duplicates dropped."""
+    axes = list(spec.grid)
+    trials: dict[str, TrialSpec] = {}
+    for point in itertools.product(*(spec.grid[a] for a in axes)):
+        for seed in spec.seeds:
+            overrides = dict(zip(axes, point, strict=True)) | {"seed": seed}
+            config = spec.config_model.model_validate(merge_overrides(spec.base, overrides))
+            key = trial_key(spec.workload, config)
+            trials.setdefault(key, TrialSpec(key=key, config=config, overrides=overrides))
+    return list(trials.values())

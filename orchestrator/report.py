@@ -1,0 +1,69 @@
+"""After the trials: fit the law, store it (SQL + parent MLflow run), write the dashboard."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.laws import LogLinearFit, baseline_summary, fit_log_linear
+from dashboards.sweep_page import write_sweep_dashboard
+from orchestrator.store import ResultsStore
+from orchestrator.tracking import Tracker
+
+X, Y = "pretrain.tokens", "acceptance_length"
+"""the law of the token sweep: acceptance_length = a*log10(pretrain.tokens) + b (Thm 1.1)"""
+
+
+@dataclass(frozen=True)
+class Report:
+    """The fit of one sweep, its SFT-only baseline and the dashboard written."""
+
+    fit: LogLinearFit
+    baseline: dict[str, float | int]
+    dashboard: Path
+
+
+def trials_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
+    """Wide table of a sweep's trials (overrides, state, metrics) with the error text."""
+    df = store.metrics_frame(sweep_id)
+    errors = {t.key: t.error for t in store.trials(sweep_id)}
+    df["error"] = df["trial_key"].map(errors)
+    return df
+
+
+def fit_sweep(store: ResultsStore, sweep_id: int, sweep_name: str, dashboard: Path,
+              tracker: Tracker | None = None, parent_run: str | None = None) -> Report:
+    """Fit Thm 1.1 over completed trials with tokens > 0 (all seeds), store and plot it.
+
+    Raises:
+        StoreError, TrackingError: the DB or MLflow failed.
+    """
+    df = trials_frame(store, sweep_id)
+    done = df[df["state"] == "completed"] if "state" in df else df
+    if X not in done or Y not in done:
+        done = pd.DataFrame({X: [], Y: []})
+    fit = fit_log_linear(done, X, Y, law="tokens")
+    base = baseline_summary(done, X, Y)
+    record = {
+        "law": "tokens", "x_name": X, "y_name": Y, "form": fit.form, "a": fit.a, "b": fit.b,
+        "a_lo": fit.a_ci[0], "a_hi": fit.a_ci[1], "b_lo": fit.b_ci[0], "b_hi": fit.b_ci[1],
+        "r2": fit.r2, "n": fit.n,
+        "details": {"status": fit.status, "excluded": fit.excluded, "residuals": fit.residuals,
+                    "x": fit.x, "y": fit.y, "baseline": base,
+                    "failed_trials": int((df.get("state") == "failed").sum()) if len(df) else 0},
+    }
+    store.save_fit(sweep_id, record)
+    if tracker is not None and parent_run is not None:
+        values = {"fit.tokens.a": fit.a, "fit.tokens.b": fit.b, "fit.tokens.a_lo": fit.a_ci[0],
+                  "fit.tokens.a_hi": fit.a_ci[1], "fit.tokens.b_lo": fit.b_ci[0],
+                  "fit.tokens.b_hi": fit.b_ci[1], "fit.tokens.r2": fit.r2, "fit.tokens.n": fit.n,
+                  "baseline.acceptance_length": float(base.get("mean", math.nan))}
+        tracker.log_metrics(parent_run, values)
+    dashboard.parent.mkdir(parents=True, exist_ok=True)
+    write_sweep_dashboard(dashboard, sweep_name=sweep_name, trials=df, fit=fit, x=X, y=Y)
+    if tracker is not None and parent_run is not None:
+        tracker.log_artifact(parent_run, dashboard)
+    return Report(fit=fit, baseline=base, dashboard=dashboard)

@@ -1,0 +1,150 @@
+"""The sweep driver: spec -> trials in SQL -> Ray tasks -> SQL + MLflow -> fit -> dashboard.
+
+The results store is the source of truth: a resubmitted sweep skips completed trial keys and
+reruns pending, failed and stale running ones. At most as many trials are in flight as the
+Ray cluster has room for, so ``running`` in the store means running.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from pydantic import BaseModel
+
+from orchestrator import _task
+from orchestrator.grid import TrialSpec, expand
+from orchestrator.spec import SweepSpec
+from orchestrator.store import ResultsStore, TrialInfo, TrialState
+from orchestrator.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a sweep writes: run root, shared cache, trial artifacts, dashboard."""
+
+    run_root: Path
+    cache_dir: Path
+
+    def trial_dir(self, sweep: str, key: str) -> Path:
+        """Artifact folder of one trial."""
+        return self.run_root / sweep / "trials" / key
+
+    def dashboard(self, sweep: str) -> Path:
+        """The sweep's HTML dashboard."""
+        return self.run_root / sweep / "dashboard.html"
+
+
+@dataclass
+class SubmitSummary:
+    """Counts of one submit: trials in the sweep, skipped as completed, run, failed."""
+
+    total: int
+    skipped: int
+    completed: int
+    failed: int
+
+
+Events = Callable[[str, TrialInfo, dict[str, float] | None], None]
+"""``(event, trial, metrics)`` with event in started/completed/failed: progress for the CLI"""
+
+
+def register(store: ResultsStore, spec: SweepSpec, spec_path: Path, spec_text: str
+             ) -> tuple[int, list[TrialSpec]]:
+    """Create or update the sweep row and insert its missing trials as pending."""
+    sweep_id = store.upsert_sweep(spec.name, spec.workload, spec_text, str(spec_path))
+    trials = expand(spec)
+    store.add_trials(sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides)
+                                for t in trials])
+    return sweep_id, trials
+
+
+def _in_flight_limit(spec: SweepSpec) -> int:
+    res = ray.cluster_resources()
+    limits = [int(res.get("CPU", 1) // spec.resources.num_cpus)]
+    if spec.resources.num_gpus:
+        limits.append(int(res.get("GPU", 0) // spec.resources.num_gpus))
+    return max(1, min(limits))
+
+
+def run_trials(
+    store: ResultsStore, tracker: Tracker, spec: SweepSpec, sweep_id: int, parent_run: str,
+    paths: RunPaths, on_event: Events | None = None,
+) -> SubmitSummary:
+    """Run every trial of the sweep that is not completed; record each outcome.
+
+    One trial's failure is recorded (state failed, error text, traceback artifact) and the sweep
+    goes on. Ray must be initialised.
+    """
+    emit = on_event or (lambda *_: None)
+    store.reset_stale_running(sweep_id)
+    all_trials = store.trials(sweep_id)
+    todo = [t for t in all_trials if t.state != TrialState.COMPLETED]
+    summary = SubmitSummary(total=len(all_trials), skipped=len(all_trials) - len(todo),
+                            completed=0, failed=0)
+    r = spec.resources
+    remote = ray.remote(_task.run_trial).options(
+        num_cpus=r.num_cpus, num_gpus=r.num_gpus, max_retries=r.max_retries,
+        retry_exceptions=False,
+        memory=int(r.memory_gb * 2**30) if r.memory_gb else None)
+    limit = _in_flight_limit(spec)
+    pending = list(todo)
+    running: dict[ray.ObjectRef, tuple[TrialInfo, str, float]] = {}
+    while pending or running:
+        while pending and len(running) < limit:
+            trial = pending.pop(0)
+            run_id = tracker.start_trial_run(parent_run, spec.name, trial.key, trial.config,
+                                             trial.mlflow_run_id, overrides=trial.overrides)
+            store.mark_running(trial.id, run_id)
+            ref = remote.remote(workload=spec.workload, config_json=trial.config, tracker=tracker,
+                                run_id=run_id, cache_dir=str(paths.cache_dir),
+                                out_dir=str(paths.trial_dir(spec.name, trial.key)),
+                                threads=max(1, int(r.num_cpus)))
+            running[ref] = (trial, run_id, time.perf_counter())
+            emit("started", trial, None)
+        done, _ = ray.wait(list(running), num_returns=1)
+        trial, run_id, t0 = running.pop(done[0])
+        wall = time.perf_counter() - t0
+        try:
+            outcome: _task.TaskOutcome = ray.get(done[0])
+        except (ray.exceptions.RayError, OSError) as exc:  # worker/node died after retries
+            outcome = _task.TaskOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:4000])
+        if outcome.ok:
+            store.log_metrics(trial.id, outcome.metrics)
+            for name, values in outcome.series.items():
+                store.log_metric_series(trial.id, name, values)
+            store.mark_completed(trial.id, wall)
+            tracker.set_state(run_id, TrialState.COMPLETED)
+            summary.completed += 1
+            emit("completed", trial, outcome.metrics)
+        else:
+            error = outcome.error or "unknown error"
+            if outcome.traceback:
+                error += "\n" + outcome.traceback
+            store.mark_failed(trial.id, error, wall)
+            tracker.set_state(run_id, TrialState.FAILED, error)
+            summary.failed += 1
+            emit("failed", trial, {"error": 0.0})
+    return summary
+
+
+def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
+    """Connect to ``address`` (a Ray cluster) or start a local Ray bound to 127.0.0.1."""
+    if ray.is_initialized():
+        return
+    if address:
+        ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 log_to_driver=True, logging_level=logging.WARNING)
+
+
+def config_params(config: BaseModel | dict) -> dict:
+    """A trial config as a plain dict (for MLflow params)."""
+    return config.model_dump(mode="json") if isinstance(config, BaseModel) else dict(config)
