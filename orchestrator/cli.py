@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -19,22 +18,40 @@ from rich.table import Table
 
 from orchestrator.errors import OrchestratorError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Scaling-law sweeps for speculative decoding (draft training on Ray, "
-                       "tracked in MLflow and SQL, laws fitted, dashboards written).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Scaling-law sweeps for speculative decoding (draft training on Ray, "
+    "tracked in MLflow and SQL, laws fitted, dashboards written).",
+)
 out = Console()
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-RunRoot = Annotated[Path, typer.Option("--run-root", help="folder for the SQLite DB, MLflow, "
-                                       "cache, trial artifacts and dashboards")]
-DbUrl = Annotated[str | None, typer.Option("--db-url", envvar="SPECSCALE_DB_URL",
-                                           help="results DB URL (default: SQLite under the run "
-                                                "root), e.g. postgresql://user@host:5432/db")]
-TrackingUri = Annotated[str | None, typer.Option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-                                                 help="MLflow tracking URI (default: SQLite "
-                                                      "under the run root), e.g. http://host:5000")]
+RunRoot = Annotated[
+    Path,
+    typer.Option(
+        "--run-root", help="folder for the SQLite DB, MLflow, cache, trial artifacts and dashboards"
+    ),
+]
+DbUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--db-url",
+        envvar="SPECSCALE_DB_URL",
+        help="results DB URL (default: SQLite under the run "
+        "root), e.g. postgresql://user@host:5432/db",
+    ),
+]
+TrackingUri = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri",
+        envvar="MLFLOW_TRACKING_URI",
+        help="MLflow tracking URI (default: SQLite under the run root), e.g. http://host:5000",
+    ),
+]
 
 
 def _one_line_errors(fn: F) -> F:
@@ -45,6 +62,7 @@ def _one_line_errors(fn: F) -> F:
         except (OrchestratorError, ValueError) as e:
             err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -77,15 +95,26 @@ def submit(
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
     tracking_uri: TrackingUri = None,
-    address: Annotated[str | None, typer.Option("--address", envvar="RAY_ADDRESS",
-                                                help="Ray cluster address (default: a local Ray "
-                                                     "on 127.0.0.1)")] = None,
-    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="shared cache of the "
-                                                   "converted target, target features and greedy "
-                                                   "references (default: <run-root>/cache)")]
-    = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and list the trials; "
-                                          "run and write nothing")] = False,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            envvar="RAY_ADDRESS",
+            help="Ray cluster address (default: a local Ray on 127.0.0.1)",
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="shared cache of the "
+            "converted target, target features and greedy "
+            "references (default: <run-root>/cache)",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="validate and list the trials; run and write nothing")
+    ] = False,
 ) -> None:
     """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
 
@@ -99,43 +128,66 @@ def submit(
     trials = expand(sweep)
     if dry_run:
         _print_trials(sweep.name, [(t.key, "planned", t.overrides, None) for t in trials])
-        out.print(f"{len(trials)} trials; resources per trial: "
-                  f"{sweep.resources.model_dump()}. Nothing was run or written.")
+        out.print(
+            f"{len(trials)} trials; resources per trial: "
+            f"{sweep.resources.model_dump()}. Nothing was run or written."
+        )
         return
     from orchestrator import report, runner
 
     run_root = run_root.resolve()
-    paths = runner.RunPaths(run_root=run_root, cache_dir=(cache_dir or run_root / "cache").resolve())
+    paths = runner.RunPaths(
+        run_root=run_root, cache_dir=(cache_dir or run_root / "cache").resolve()
+    )
     store = _store(run_root, db_url)
     tracker = _tracker(run_root, tracking_uri)
     sweep_id, _ = runner.register(store, sweep, spec, spec.read_text(encoding="utf-8"))
     info = store.get_sweep(sweep.name)
-    parent = tracker.start_sweep_run(sweep.name, {"spec": str(spec), **sweep.model_dump(mode="json")},
-                                     info.mlflow_run_id if info else None)
+    parent = tracker.start_sweep_run(
+        sweep.name,
+        {"spec": str(spec), **sweep.model_dump(mode="json")},
+        info.mlflow_run_id if info else None,
+    )
     store.set_sweep_mlflow_run(sweep_id, parent)
-    out.print(f"sweep [bold]{sweep.name}[/]: {len(trials)} trials; results DB {store.url}; "
-              f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})")
+    out.print(
+        f"sweep [bold]{sweep.name}[/]: {len(trials)} trials; results DB {store.url}; "
+        f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})"
+    )
     runner.init_ray(address)
     summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths)
-    rep = report.fit_sweep(store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent)
-    tracker.set_state(parent, "completed" if summary.failed == 0 else "failed",
-                      None if summary.failed == 0 else f"{summary.failed} trials failed")
-    out.print(f"{summary.completed} trials run, {summary.skipped} already completed (skipped), "
-              f"{summary.failed} failed.")
+    rep = report.fit_sweep(
+        store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent
+    )
+    tracker.set_state(
+        parent,
+        "completed" if summary.failed == 0 else "failed",
+        None if summary.failed == 0 else f"{summary.failed} trials failed",
+    )
+    out.print(
+        f"{summary.completed} trials run, {summary.skipped} already completed (skipped), "
+        f"{summary.failed} failed."
+    )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
     out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
 
 
-def _run_with_progress(store: Any, tracker: Any, sweep: Any, sweep_id: int, parent: str,
-                       paths: Any) -> Any:
+def _run_with_progress(
+    store: Any, tracker: Any, sweep: Any, sweep_id: int, parent: str, paths: Any
+) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from orchestrator import runner
 
     todo = len([t for t in store.trials(sweep_id) if t.state != "completed"])
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=out, transient=False) as bar:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out,
+        transient=False,
+    ) as bar:
         task = bar.add_task("trials", total=todo)
 
         def on_event(event: str, trial: Any, metrics: dict[str, float] | None) -> None:
@@ -145,9 +197,11 @@ def _run_with_progress(store: Any, tracker: Any, sweep: Any, sweep_id: int, pare
                 return
             bar.advance(task)
             if event == "completed" and metrics:
-                bar.console.print(f"  completed {trial.key} {point} acceptance_length="
-                                  f"{metrics.get('acceptance_length', float('nan')):.3f} "
-                                  f"mismatches={int(metrics.get('mismatches', 0))}")
+                bar.console.print(
+                    f"  completed {trial.key} {point} acceptance_length="
+                    f"{metrics.get('acceptance_length', float('nan')):.3f} "
+                    f"mismatches={int(metrics.get('mismatches', 0))}"
+                )
             else:
                 bar.console.print(f"  [red]failed[/]    {trial.key} {point}")
 
@@ -159,8 +213,10 @@ def _print_fit(rep: Any) -> None:
     if not f.ok:
         out.print(f"fit: {f.status}")
     else:
-        out.print(f"fit: {f.form}: a = {f.a:.4f} [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], "
-                  f"b = {f.b:.4f} [{f.b_ci[0]:.4f}, {f.b_ci[1]:.4f}], R² = {f.r2:.3f}, n = {f.n}")
+        out.print(
+            f"fit: {f.form}: a = {f.a:.4f} [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], "
+            f"b = {f.b:.4f} [{f.b_ci[0]:.4f}, {f.b_ci[1]:.4f}], R² = {f.r2:.3f}, n = {f.n}"
+        )
     b = rep.baseline
     if b.get("n"):
         out.print(f"SFT-only baseline: acceptance_length = {b['mean']:.4f} (n = {b['n']})")
@@ -173,8 +229,12 @@ def _print_trials(name: str, rows: list[tuple[str, str, dict, dict | None]]) -> 
         table.add_column(col)
     for key, state, overrides, metrics in rows:
         acc = (metrics or {}).get("acceptance_length")
-        table.add_row(key, *[str(overrides.get(a, "")) for a in axes], state,
-                      "" if acc is None else f"{acc:.4f}")
+        table.add_row(
+            key,
+            *[str(overrides.get(a, "")) for a in axes],
+            state,
+            "" if acc is None else f"{acc:.4f}",
+        )
     out.print(table)
 
 
@@ -196,10 +256,19 @@ def status(
     df = store.metrics_frame(info.id).set_index("trial_key")
     rows = []
     for t in store.trials(info.id):
-        metrics = {"acceptance_length": df.loc[t.key, "acceptance_length"]} if (
-            "acceptance_length" in df and t.state == "completed") else None
-        rows.append((t.key, t.state + (f": {t.error.splitlines()[0][:80]}" if t.error else ""),
-                     t.overrides, metrics))
+        metrics = (
+            {"acceptance_length": df.loc[t.key, "acceptance_length"]}
+            if ("acceptance_length" in df and t.state == "completed")
+            else None
+        )
+        rows.append(
+            (
+                t.key,
+                t.state + (f": {t.error.splitlines()[0][:80]}" if t.error else ""),
+                t.overrides,
+                metrics,
+            )
+        )
     _print_trials(sweep, rows)
     counts: dict[str, int] = {}
     for t in store.trials(info.id):
@@ -227,8 +296,14 @@ def fit(
     if info is None:
         raise OrchestratorError(f"no sweep named {sweep!r} in {store.url}")
     tracker = _tracker(run_root, tracking_uri)
-    rep = report.fit_sweep(store, info.id, sweep, RunPaths(run_root, run_root / "cache")
-                           .dashboard(sweep), tracker, info.mlflow_run_id)
+    rep = report.fit_sweep(
+        store,
+        info.id,
+        sweep,
+        RunPaths(run_root, run_root / "cache").dashboard(sweep),
+        tracker,
+        info.mlflow_run_id,
+    )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
 
@@ -239,4 +314,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -55,13 +55,15 @@ Events = Callable[[str, TrialInfo, dict[str, float] | None], None]
 """``(event, trial, metrics)`` with event in started/completed/failed: progress for the CLI"""
 
 
-def register(store: ResultsStore, spec: SweepSpec, spec_path: Path, spec_text: str
-             ) -> tuple[int, list[TrialSpec]]:
+def register(
+    store: ResultsStore, spec: SweepSpec, spec_path: Path, spec_text: str
+) -> tuple[int, list[TrialSpec]]:
     """Create or update the sweep row and insert its missing trials as pending."""
     sweep_id = store.upsert_sweep(spec.name, spec.workload, spec_text, str(spec_path))
     trials = expand(spec)
-    store.add_trials(sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides)
-                                for t in trials])
+    store.add_trials(
+        sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
+    )
     return sweep_id, trials
 
 
@@ -74,8 +76,13 @@ def _in_flight_limit(spec: SweepSpec) -> int:
 
 
 def run_trials(
-    store: ResultsStore, tracker: Tracker, spec: SweepSpec, sweep_id: int, parent_run: str,
-    paths: RunPaths, on_event: Events | None = None,
+    store: ResultsStore,
+    tracker: Tracker,
+    spec: SweepSpec,
+    sweep_id: int,
+    parent_run: str,
+    paths: RunPaths,
+    on_event: Events | None = None,
 ) -> SubmitSummary:
     """Run every trial of the sweep that is not completed; record each outcome.
 
@@ -86,26 +93,42 @@ def run_trials(
     store.reset_stale_running(sweep_id)
     all_trials = store.trials(sweep_id)
     todo = [t for t in all_trials if t.state != TrialState.COMPLETED]
-    summary = SubmitSummary(total=len(all_trials), skipped=len(all_trials) - len(todo),
-                            completed=0, failed=0)
+    summary = SubmitSummary(
+        total=len(all_trials), skipped=len(all_trials) - len(todo), completed=0, failed=0
+    )
     r = spec.resources
-    remote = ray.remote(_task.run_trial).options(
-        num_cpus=r.num_cpus, num_gpus=r.num_gpus, max_retries=r.max_retries,
+    # ray's stubs only model positional-argument functions (run_trial is keyword-only)
+    remote = ray.remote(_task.run_trial).options(  # type: ignore[arg-type]
+        num_cpus=r.num_cpus,
+        num_gpus=r.num_gpus,
+        max_retries=r.max_retries,
         retry_exceptions=False,
-        memory=int(r.memory_gb * 2**30) if r.memory_gb else None)
+        memory=int(r.memory_gb * 2**30) if r.memory_gb else None,
+    )
     limit = _in_flight_limit(spec)
     pending = list(todo)
     running: dict[ray.ObjectRef, tuple[TrialInfo, str, float]] = {}
     while pending or running:
         while pending and len(running) < limit:
             trial = pending.pop(0)
-            run_id = tracker.start_trial_run(parent_run, spec.name, trial.key, trial.config,
-                                             trial.mlflow_run_id, overrides=trial.overrides)
+            run_id = tracker.start_trial_run(
+                parent_run,
+                spec.name,
+                trial.key,
+                trial.config,
+                trial.mlflow_run_id,
+                overrides=trial.overrides,
+            )
             store.mark_running(trial.id, run_id)
-            ref = remote.remote(workload=spec.workload, config_json=trial.config, tracker=tracker,
-                                run_id=run_id, cache_dir=str(paths.cache_dir),
-                                out_dir=str(paths.trial_dir(spec.name, trial.key)),
-                                threads=max(1, int(r.num_cpus)))
+            ref = remote.remote(  # type: ignore[call-arg]
+                workload=spec.workload,
+                config_json=trial.config,
+                tracker=tracker,
+                run_id=run_id,
+                cache_dir=str(paths.cache_dir),
+                out_dir=str(paths.trial_dir(spec.name, trial.key)),
+                threads=max(1, int(r.num_cpus)),
+            )
             running[ref] = (trial, run_id, time.perf_counter())
             emit("started", trial, None)
         done, _ = ray.wait(list(running), num_returns=1)
@@ -141,8 +164,13 @@ def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=True, logging_level=logging.WARNING)
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=True,
+            logging_level=logging.WARNING,
+        )
 
 
 def config_params(config: BaseModel | dict) -> dict:

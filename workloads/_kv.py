@@ -24,8 +24,9 @@ def crop_to(cache: DynamicCache, length: int) -> None:
 def keep_positions(cache: DynamicCache, keep: torch.Tensor) -> None:
     """Keep only the cached positions ``keep`` ([S'] long, ascending), in that order."""
     for layer in cache.layers:
-        layer.keys = layer.keys.index_select(-2, keep)
-        layer.values = layer.values.index_select(-2, keep)
+        # transformers types cache.layers as a union incl. linear-attention layers (no keys)
+        layer.keys = layer.keys.index_select(-2, keep)  # type: ignore[union-attr]
+        layer.values = layer.values.index_select(-2, keep)  # type: ignore[union-attr]
 
 
 def prefix_and_tree_mask(

@@ -28,20 +28,22 @@ class TargetConfig(_Frozen):
 class PretrainConfig(_Frozen):
     """Stage 1: draft pretraining on raw text."""
 
-    tokens: int = Field(0, ge=0)
+    tokens: int = Field(default=0, ge=0)
     """pretraining tokens seen, counted after packing (0 = SFT only)"""
-    seq_len: int = Field(256, ge=16, le=8192)
+    seq_len: int = Field(default=256, ge=16, le=8192)
     """tokens per packed sequence"""
     mix: dict[str, float] = Field(default_factory=lambda: {"sharegpt": 0.8, "stdlib": 0.2})
     """share of characters per source: sharegpt (pretrain split as plain text), stdlib (Python)"""
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(default=1e-3, gt=0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
 
     @model_validator(mode="after")
     def _check_mix(self) -> PretrainConfig:
         unknown = set(self.mix) - {"sharegpt", "stdlib"}
         if unknown:
-            raise ValueError(f"pretrain.mix has unknown sources {sorted(unknown)}; use sharegpt, stdlib")
+            raise ValueError(
+                f"pretrain.mix has unknown sources {sorted(unknown)}; use sharegpt, stdlib"
+            )
         if any(v < 0 for v in self.mix.values()) or sum(self.mix.values()) <= 0:
             raise ValueError("pretrain.mix shares must be >= 0 with a positive sum")
         return self
@@ -50,40 +52,40 @@ class PretrainConfig(_Frozen):
 class SFTConfig(_Frozen):
     """Stage 2: supervised fine-tuning on ShareGPT with the target's chat template."""
 
-    tokens: int = Field(16384, ge=0)
+    tokens: int = Field(default=16384, ge=0)
     """distinct chat tokens used (loss on assistant tokens only), counted after packing"""
-    epochs: int = Field(2, ge=1, le=100)
+    epochs: int = Field(default=2, ge=1, le=100)
     """passes over the SFT tokens (the paper: 2)"""
-    seq_len: int = Field(512, ge=16, le=8192)
+    seq_len: int = Field(default=512, ge=16, le=8192)
     """tokens per packed sequence"""
-    lr: float = Field(1e-3, gt=0)
+    lr: float = Field(default=1e-3, gt=0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
 
 
 class DraftConfig(_Frozen):
     """The draft architecture (EAGLE/Scylla family)."""
 
-    layers: int = Field(1, ge=1, le=64)
+    layers: int = Field(default=1, ge=1, le=64)
     """D, LLaMA decoder layers"""
     output_norm: bool = True
     """RMSNorm before the LM head (Scylla) or not (EAGLE-1)"""
-    vocab_size: int = Field(8192, ge=0)
+    vocab_size: int = Field(default=8192, ge=0)
     """draft LM head over the N most frequent target tokens of the training data; 0 = full"""
 
 
 class TrainConfig(_Frozen):
     """Optimisation, shared by both stages."""
 
-    batch_size: int = Field(4, ge=1)
+    batch_size: int = Field(default=4, ge=1)
     """sequences per optimiser step"""
-    warmup_steps: int = Field(10, ge=0)
+    warmup_steps: int = Field(default=10, ge=0)
     """linear warmup steps per stage"""
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(0.5, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    grad_clip: float = Field(default=0.5, gt=0)
     """max global gradient norm (EAGLE: 0.5)"""
-    w_reg: float = Field(1.0, ge=0)
+    w_reg: float = Field(default=1.0, ge=0)
     """weight of SmoothL1(predicted hidden, target hidden) (EAGLE: 1.0)"""
-    w_cls: float = Field(0.1, ge=0)
+    w_cls: float = Field(default=0.1, ge=0)
     """weight of cross-entropy against the target's next-token distribution (EAGLE: 0.1)"""
 
 
@@ -92,28 +94,28 @@ class EvalConfig(_Frozen):
 
     prompt_sets: list[str] | Path = Field(default_factory=lambda: ["humaneval", "sharegpt"])
     """builtin sets (humaneval, sharegpt held-out) or a directory of {"turns": [...]} JSONL files"""
-    num_prompts: int = Field(8, ge=1)
+    num_prompts: int = Field(default=8, ge=1)
     """prompts per set"""
-    max_new_tokens: int = Field(48, ge=1, le=4096)
+    max_new_tokens: int = Field(default=48, ge=1, le=4096)
     """tokens generated per prompt"""
-    depth: int = Field(3, ge=1, le=32)
+    depth: int = Field(default=3, ge=1, le=32)
     """draft steps per cycle (tree depth)"""
-    topk: int = Field(4, ge=1, le=64)
+    topk: int = Field(default=4, ge=1, le=64)
     """children per expanded node"""
-    num_draft_tokens: int = Field(8, ge=2, le=1024)
+    num_draft_tokens: int = Field(default=8, ge=2, le=1024)
     """tokens verified per cycle, the tree root included (SGLang speculative_num_draft_tokens)"""
 
 
 class Resources(_Frozen):
     """Ray resources of one trial."""
 
-    num_cpus: float = Field(1, gt=0)
+    num_cpus: float = Field(default=1, gt=0)
     """CPU cores per trial (also the torch thread count)"""
-    num_gpus: float = Field(0, ge=0)
+    num_gpus: float = Field(default=0, ge=0)
     """GPUs per trial"""
-    memory_gb: float | None = Field(None, gt=0)
+    memory_gb: float | None = Field(default=None, gt=0)
     """memory reserved per trial, GiB (None: not reserved)"""
-    max_retries: int = Field(0, ge=0)
+    max_retries: int = Field(default=0, ge=0)
     """Ray retries when a worker or node dies"""
 
 

@@ -97,6 +97,10 @@ class DraftModel(nn.Module):
         draft_to_target: [N] target ids of the draft vocabulary, or None for the full vocabulary.
     """
 
+    draft_to_target: torch.Tensor
+    embed_weight: torch.Tensor
+    lm_head_weight: torch.Tensor
+
     def __init__(
         self,
         arch: DraftArch,
@@ -112,12 +116,18 @@ class DraftModel(nn.Module):
         h = arch.hidden_size
         self.fc = nn.Linear(2 * h, h, bias=True)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(arch.layers))
-        self.norm: nn.Module = LlamaRMSNorm(h, eps=arch.rms_norm_eps) if arch.output_norm else nn.Identity()
+        self.norm: nn.Module = (
+            LlamaRMSNorm(h, eps=arch.rms_norm_eps) if arch.output_norm else nn.Identity()
+        )
         self.rotary = LlamaRotaryEmbedding(config)
-        vocab = torch.arange(lm_head_weight.shape[0]) if draft_to_target is None else draft_to_target
+        vocab = (
+            torch.arange(lm_head_weight.shape[0]) if draft_to_target is None else draft_to_target
+        )
         self.register_buffer("draft_to_target", vocab.long().clone(), persistent=False)
         self.register_buffer("embed_weight", embed_weight.detach(), persistent=False)
-        self.register_buffer("lm_head_weight", lm_head_weight.detach()[vocab].clone(), persistent=False)
+        self.register_buffer(
+            "lm_head_weight", lm_head_weight.detach()[vocab].clone(), persistent=False
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -185,14 +195,18 @@ class DraftModel(nn.Module):
         (path / "arch.json").write_text(json.dumps(asdict(self.arch), indent=2))
 
     @classmethod
-    def load(cls, path: Path, *, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> DraftModel:
+    def load(
+        cls, path: Path, *, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor
+    ) -> DraftModel:
         """Inverse of :meth:`save`; the frozen embedding and LM head come from the target."""
         import json
 
         arch = DraftArch(**json.loads((path / "arch.json").read_text()))
         tensors = load_file(str(path / "draft.safetensors"))
         vocab = tensors.pop("draft_to_target")
-        model = cls(arch, embed_weight=embed_weight, lm_head_weight=lm_head_weight, draft_to_target=vocab)
+        model = cls(
+            arch, embed_weight=embed_weight, lm_head_weight=lm_head_weight, draft_to_target=vocab
+        )
         model.load_state_dict(tensors, strict=False)
         return model
 

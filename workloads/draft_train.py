@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -49,8 +50,12 @@ class TrialResult:
 @functools.lru_cache(maxsize=1)
 def _splits() -> dict[str, list[Conversation]]:
     convs, stats = read_sharegpt()
-    log.info("ShareGPT: %d complete objects, %d conversations kept (truncated tail: %s)",
-             stats.objects, stats.conversations, stats.truncated)
+    log.info(
+        "ShareGPT: %d complete objects, %d conversations kept (truncated tail: %s)",
+        stats.objects,
+        stats.conversations,
+        stats.truncated,
+    )
     return split_conversations(convs)
 
 
@@ -59,27 +64,49 @@ def _target(name: str, cache_dir: Path, dtype: str) -> Target:
     return load_target(name, cache_dir=cache_dir, dtype=dtype)
 
 
-def _stage_features(cfg: DraftTrainConfig, target: Target, cache_dir: Path, stage: str,
-                    tokens: int) -> tuple[Features, dict[str, float]]:
+def _stage_features(
+    cfg: DraftTrainConfig, target: Target, cache_dir: Path, stage: str, tokens: int
+) -> tuple[Features, dict[str, float]]:
     """Cached features of one stage covering ``tokens`` tokens (rounded up to whole rows)."""
     seq_len = cfg.pretrain.seq_len if stage == "pretrain" else cfg.sft.seq_len
     n_rows = -(-tokens // seq_len)
     splits = _splits()
     if stage == "pretrain":
         recipe = corpus_fingerprint(cfg.pretrain.mix, 0)
-        build = functools.partial(_rows.pretrain_rows, target.tokenizer, splits["pretrain"],
-                                  dict(cfg.pretrain.mix), seq_len)
+        build = functools.partial(
+            _rows.pretrain_rows,
+            target.tokenizer,
+            splits["pretrain"],
+            dict(cfg.pretrain.mix),
+            seq_len,
+        )
     else:
         recipe = corpus_fingerprint({"sharegpt": 1.0}, 0) + "-sft"
         build = functools.partial(_rows.sft_rows, target.tokenizer, splits["sft"], seq_len)
-    folder = feature_dir(cache_dir, target=cfg.target.model, stage=stage, recipe=recipe,
-                         seq_len=seq_len)
-    manifest = {"target": cfg.target.model, "dtype": cfg.target.dtype, "stage": stage,
-                "recipe": recipe, "seq_len": seq_len, "hidden": "last_hidden_state:float16"}
-    feats, stats = ensure_features(folder, n_rows=n_rows, rows_per_chunk=max(1, 4096 // seq_len),
-                                   build_rows=build, target_model=target.model, manifest=manifest)
-    return feats, {f"features/{stage}_hits": stats.hits, f"features/{stage}_misses": stats.misses,
-                   f"wall_s/features_{stage}": stats.build_s}
+    folder = feature_dir(
+        cache_dir, target=cfg.target.model, stage=stage, recipe=recipe, seq_len=seq_len
+    )
+    manifest = {
+        "target": cfg.target.model,
+        "dtype": cfg.target.dtype,
+        "stage": stage,
+        "recipe": recipe,
+        "seq_len": seq_len,
+        "hidden": "last_hidden_state:float16",
+    }
+    feats, stats = ensure_features(
+        folder,
+        n_rows=n_rows,
+        rows_per_chunk=max(1, 4096 // seq_len),
+        build_rows=build,
+        target_model=target.model,
+        manifest=manifest,
+    )
+    return feats, {
+        f"features/{stage}_hits": stats.hits,
+        f"features/{stage}_misses": stats.misses,
+        f"wall_s/features_{stage}": stats.build_s,
+    }
 
 
 def _draft_vocab(feats: list[Features], size: int, vocab: int) -> torch.Tensor | None:
@@ -97,13 +124,22 @@ def _draft_vocab(feats: list[Features], size: int, vocab: int) -> torch.Tensor |
 def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
     t = cfg.train
     lr, epochs = (cfg.pretrain.lr, 1) if stage == "pretrain" else (cfg.sft.lr, cfg.sft.epochs)
-    return StageSettings(epochs=epochs, batch_size=t.batch_size, lr=lr,
-                         warmup_steps=t.warmup_steps, weight_decay=t.weight_decay,
-                         grad_clip=t.grad_clip, w_reg=t.w_reg, w_cls=t.w_cls, seed=cfg.seed)
+    return StageSettings(
+        epochs=epochs,
+        batch_size=t.batch_size,
+        lr=lr,
+        warmup_steps=t.warmup_steps,
+        weight_decay=t.weight_decay,
+        grad_clip=t.grad_clip,
+        w_reg=t.w_reg,
+        w_cls=t.w_cls,
+        seed=cfg.seed,
+    )
 
 
-def run(cfg: DraftTrainConfig, *, cache_dir: Path, out_dir: Path,
-        progress: Progress | None = None) -> TrialResult:
+def run(
+    cfg: DraftTrainConfig, *, cache_dir: Path, out_dir: Path, progress: Progress | None = None
+) -> TrialResult:
     """Run one trial.
 
     Args:
@@ -133,11 +169,16 @@ def run(cfg: DraftTrainConfig, *, cache_dir: Path, out_dir: Path,
     say(f"features ready: pretrain {pre.tokens} tokens, sft {sft.tokens} tokens")
 
     model = target.model
-    arch = DraftArch.from_target(model.config, layers=cfg.draft.layers,
-                                 output_norm=cfg.draft.output_norm)
+    arch = DraftArch.from_target(
+        model.config, layers=cfg.draft.layers, output_norm=cfg.draft.output_norm
+    )
     vocab = _draft_vocab([pre, sft], cfg.draft.vocab_size, model.config.vocab_size)
-    draft = DraftModel(arch, embed_weight=model.get_input_embeddings().weight,
-                       lm_head_weight=model.get_output_embeddings().weight, draft_to_target=vocab)
+    draft = DraftModel(
+        arch,
+        embed_weight=cast(torch.Tensor, model.get_input_embeddings().weight),
+        lm_head_weight=cast(torch.Tensor, model.get_output_embeddings().weight),
+        draft_to_target=vocab,
+    )
     m["draft.params"] = draft.num_parameters()
     m["draft.vocab"] = draft.vocab_size
 
@@ -152,27 +193,40 @@ def run(cfg: DraftTrainConfig, *, cache_dir: Path, out_dir: Path,
             series = getattr(logs[stage], k)
             result.series[f"{stage}/{k}"] = series
             if series:
-                tail = series[-max(1, len(series) // 10):]
+                tail = series[-max(1, len(series) // 10) :]
                 m[f"{stage}/{k}_final"] = sum(tail) / len(tail)
         say(f"{stage}: {len(logs[stage].loss)} steps, {logs[stage].tokens_seen} tokens seen")
 
     e = cfg.eval
     sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=_splits()["heldout"])
     t0 = time.perf_counter()
-    ev = evaluate(model, target.tokenizer, draft, sets,
-                  shape=TreeShape(depth=e.depth, topk=e.topk, num_draft_tokens=e.num_draft_tokens),
-                  max_new_tokens=e.max_new_tokens, eos_ids=target.eos_token_ids,
-                  cache_dir=cache_dir, target_name=cfg.target.model)
+    ev = evaluate(
+        model,
+        target.tokenizer,
+        draft,
+        sets,
+        shape=TreeShape(depth=e.depth, topk=e.topk, num_draft_tokens=e.num_draft_tokens),
+        max_new_tokens=e.max_new_tokens,
+        eos_ids=target.eos_token_ids,
+        cache_dir=cache_dir,
+        target_name=cfg.target.model,
+    )
     m["wall_s/eval"] = time.perf_counter() - t0
     m["acceptance_length"] = ev.acceptance_length()
     for ps in sets:
         m[f"acceptance_length/{ps.name}"] = ev.acceptance_length(ps.name)
     generated = sum(int(r["tokens"]) for r in ev.per_prompt)  # type: ignore[call-overload]
-    m.update({"mismatches": ev.mismatches, "near_ties": ev.near_ties, "eval.tokens": generated,
-              "eval.prompts": len(ev.per_prompt),
-              "tokens_per_s/speculative": generated / ev.spec_s if ev.spec_s else float("nan"),
-              "tokens_per_s/greedy": generated / ev.greedy_s if ev.greedy_s else float("nan"),
-              "eval.draft_s_share": ev.draft_s / ev.spec_s if ev.spec_s else float("nan")})
+    m.update(
+        {
+            "mismatches": ev.mismatches,
+            "near_ties": ev.near_ties,
+            "eval.tokens": generated,
+            "eval.prompts": len(ev.per_prompt),
+            "tokens_per_s/speculative": generated / ev.spec_s if ev.spec_s else float("nan"),
+            "tokens_per_s/greedy": generated / ev.greedy_s if ev.greedy_s else float("nan"),
+            "eval.draft_s_share": ev.draft_s / ev.spec_s if ev.spec_s else float("nan"),
+        }
+    )
     m["wall_s/total"] = time.perf_counter() - t_start
     out_dir.mkdir(parents=True, exist_ok=True)
     draft.save(out_dir / "draft")

@@ -57,10 +57,15 @@ class EvalResult:
 
 
 def greedy_reference(
-    target: PreTrainedModel, prompt_ids: list[int], *, max_new_tokens: int,
-    eos_ids: frozenset[int], cache_dir: Path, target_name: str,
+    target: PreTrainedModel,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    eos_ids: frozenset[int],
+    cache_dir: Path,
+    target_name: str,
 ) -> tuple[list[int], float]:
-    """The target's greedy continuation of ``prompt_ids`` and the seconds it took, cached on disk."""
+    """The target's greedy continuation of ``prompt_ids`` and its seconds, cached on disk."""
     key = json.dumps([target_name, str(target.dtype), prompt_ids, max_new_tokens, sorted(eos_ids)])
     path = cache_dir / "greedy" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,11 +75,17 @@ def greedy_reference(
             return cached["tokens"], cached["seconds"]
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = target.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-                                  max_new_tokens=max_new_tokens, do_sample=False,
-                                  eos_token_id=sorted(eos_ids), pad_token_id=min(eos_ids))
+            # PreTrainedModel does not declare generate (GenerationMixin adds it per model)
+            out = target.generate(  # type: ignore[operator]
+                torch.tensor([prompt_ids]),
+                attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=sorted(eos_ids),
+                pad_token_id=min(eos_ids),
+            )
         seconds = time.perf_counter() - t0
-        tokens = out[0, len(prompt_ids):].tolist()
+        tokens = out[0, len(prompt_ids) :].tolist()
         path.write_text(json.dumps({"tokens": tokens, "seconds": seconds}))
     return tokens, seconds
 
@@ -87,9 +98,17 @@ def _top2_gap(target: PreTrainedModel, ids: list[int]) -> float:
 
 
 def evaluate(
-    target: PreTrainedModel, tokenizer: object, draft: DraftModel, prompt_sets: list[PromptSet],
-    *, shape: TreeShape, max_new_tokens: int, eos_ids: frozenset[int], cache_dir: Path,
-    target_name: str, on_prompt: object = None,
+    target: PreTrainedModel,
+    tokenizer: object,
+    draft: DraftModel,
+    prompt_sets: list[PromptSet],
+    *,
+    shape: TreeShape,
+    max_new_tokens: int,
+    eos_ids: frozenset[int],
+    cache_dir: Path,
+    target_name: str,
+    on_prompt: object = None,
 ) -> EvalResult:
     """Decode every prompt speculatively and compare with the target's greedy output.
 
@@ -101,17 +120,31 @@ def evaluate(
     for ps in prompt_sets:
         for i, text in enumerate(ps.prompts):
             prompt = chat_prompt_ids(tokenizer, text)
-            ref, ref_s = greedy_reference(target, prompt, max_new_tokens=max_new_tokens,
-                                          eos_ids=eos_ids, cache_dir=cache_dir,
-                                          target_name=target_name)
-            out = speculative_generate(target, draft, prompt, max_new_tokens=max_new_tokens,
-                                       depth=shape.depth, topk=shape.topk,
-                                       num_draft_tokens=shape.num_draft_tokens, eos_ids=eos_ids)
+            ref, ref_s = greedy_reference(
+                target,
+                prompt,
+                max_new_tokens=max_new_tokens,
+                eos_ids=eos_ids,
+                cache_dir=cache_dir,
+                target_name=target_name,
+            )
+            out = speculative_generate(
+                target,
+                draft,
+                prompt,
+                max_new_tokens=max_new_tokens,
+                depth=shape.depth,
+                topk=shape.topk,
+                num_draft_tokens=shape.num_draft_tokens,
+                eos_ids=eos_ids,
+            )
             equal = out.tokens == ref
             near_tie = False
             if not equal:
-                first = next((j for j, (a, b) in enumerate(zip(out.tokens, ref)) if a != b),
-                             min(len(out.tokens), len(ref)))
+                first = next(
+                    (j for j, (a, b) in enumerate(zip(out.tokens, ref, strict=False)) if a != b),
+                    min(len(out.tokens), len(ref)),
+                )
                 near_tie = _top2_gap(target, prompt + ref[:first]) < NEAR_TIE
                 res.near_ties += int(near_tie)
                 res.mismatches += int(not near_tie)
@@ -119,12 +152,20 @@ def evaluate(
             res.greedy_s += ref_s
             res.draft_s += out.draft_s
             res.verify_s += out.verify_s
-            res.per_prompt.append({
-                "set": ps.name, "index": i, "cycles": len(out.accept_lengths),
-                "accepted": sum(out.accept_lengths), "tokens": len(out.tokens),
-                "acceptance_length": out.acceptance_length, "equal": equal,
-                "near_tie": near_tie, "spec_s": out.total_s, "greedy_s": ref_s,
-            })
+            res.per_prompt.append(
+                {
+                    "set": ps.name,
+                    "index": i,
+                    "cycles": len(out.accept_lengths),
+                    "accepted": sum(out.accept_lengths),
+                    "tokens": len(out.tokens),
+                    "acceptance_length": out.acceptance_length,
+                    "equal": equal,
+                    "near_tie": near_tie,
+                    "spec_s": out.total_s,
+                    "greedy_s": ref_s,
+                }
+            )
             if callable(on_prompt):
                 on_prompt(ps.name, i, out.acceptance_length)
     return res

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from filelock import FileLock, Timeout
@@ -69,7 +70,8 @@ def _target_hidden(target_model: torch.nn.Module, ids_rl: torch.Tensor, batch: i
     """Last-layer hidden states [R, L, h] (float16) of the target for rows ``ids_rl``."""
     outs = []
     for i in range(0, ids_rl.shape[0], batch):
-        out = target_model.model(input_ids=ids_rl[i : i + batch]).last_hidden_state
+        body = cast(torch.nn.Module, target_model.model)
+        out = body(input_ids=ids_rl[i : i + batch]).last_hidden_state
         outs.append(out.to(torch.float16))
     hidden = torch.cat(outs)
     if not torch.isfinite(hidden).all():
@@ -120,14 +122,23 @@ def ensure_features(
                     ids, mask = ids[lo:], mask[lo:]
                     hidden = _target_hidden(target_model, ids, batch)
                     tmp = path[c].with_suffix(".tmp")
-                    save_file({"input_ids": ids.to(torch.int32).contiguous(),
-                               "loss_mask": mask.to(torch.uint8).contiguous(),
-                               "hidden": hidden.contiguous()}, str(tmp))
+                    save_file(
+                        {
+                            "input_ids": ids.to(torch.int32).contiguous(),
+                            "loss_mask": mask.to(torch.uint8).contiguous(),
+                            "hidden": hidden.contiguous(),
+                        },
+                        str(tmp),
+                    )
                     tmp.rename(path[c])
                     stats.misses += 1
                     stats.build_s += time.perf_counter() - t0
-                    log.info("features: built %s (%d tokens) in %.1f s", path[c].name,
-                             ids.numel(), time.perf_counter() - t0)
+                    log.info(
+                        "features: built %s (%d tokens) in %.1f s",
+                        path[c].name,
+                        ids.numel(),
+                        time.perf_counter() - t0,
+                    )
             except Timeout:
                 continue
     stats.hits = n_chunks - stats.misses
