@@ -28,8 +28,14 @@ class TaskOutcome:
 
 
 def run_trial(
-    *, workload: str, config_json: dict[str, Any], tracker: Tracker, run_id: str,
-    cache_dir: str, out_dir: str, threads: int,
+    *,
+    workload: str,
+    config_json: dict[str, Any],
+    tracker: Tracker,
+    run_id: str,
+    cache_dir: str,
+    out_dir: str,
+    threads: int,
 ) -> TaskOutcome:
     """Run one trial and log it to its MLflow child run; never raises for a trial error.
 
@@ -52,8 +58,12 @@ def run_trial(
     log = logging.getLogger("trial")
     try:
         cfg = DraftTrainConfig.model_validate(config_json)
-        result = draft_train.run(cfg, cache_dir=Path(cache_dir), out_dir=Path(out_dir),
-                                 progress=lambda msg: log.info("%s: %s", run_id[:8], msg))
+        result = draft_train.run(
+            cfg,
+            cache_dir=Path(cache_dir),
+            out_dir=Path(out_dir),
+            progress=lambda msg: log.info("%s: %s", run_id[:8], msg),
+        )
     except Exception as exc:  # noqa: BLE001 - every trial error is recorded, the sweep goes on
         tb = traceback.format_exc()
         (Path(out_dir)).mkdir(parents=True, exist_ok=True)

@@ -27,8 +27,11 @@ def trial_key(workload: str, config: BaseModel) -> str:
 
     Equal configs give equal keys whatever the YAML's key order or defaults spelled out.
     """
-    canonical = json.dumps({"workload": workload, "config": config.model_dump(mode="json")},
-                           sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(
+        {"workload": workload, "config": config.model_dump(mode="json")},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

@@ -34,8 +34,14 @@ def trials_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
     return df
 
 
-def fit_sweep(store: ResultsStore, sweep_id: int, sweep_name: str, dashboard: Path,
-              tracker: Tracker | None = None, parent_run: str | None = None) -> Report:
+def fit_sweep(
+    store: ResultsStore,
+    sweep_id: int,
+    sweep_name: str,
+    dashboard: Path,
+    tracker: Tracker | None = None,
+    parent_run: str | None = None,
+) -> Report:
     """Fit Thm 1.1 over completed trials with tokens > 0 (all seeds), store and plot it.
 
     Raises:
@@ -48,19 +54,41 @@ def fit_sweep(store: ResultsStore, sweep_id: int, sweep_name: str, dashboard: Pa
     fit = fit_log_linear(done, X, Y, law="tokens")
     base = baseline_summary(done, X, Y)
     record = {
-        "law": "tokens", "x_name": X, "y_name": Y, "form": fit.form, "a": fit.a, "b": fit.b,
-        "a_lo": fit.a_ci[0], "a_hi": fit.a_ci[1], "b_lo": fit.b_ci[0], "b_hi": fit.b_ci[1],
-        "r2": fit.r2, "n": fit.n,
-        "details": {"status": fit.status, "excluded": fit.excluded, "residuals": fit.residuals,
-                    "x": fit.x, "y": fit.y, "baseline": base,
-                    "failed_trials": int((df.get("state") == "failed").sum()) if len(df) else 0},
+        "law": "tokens",
+        "x_name": X,
+        "y_name": Y,
+        "form": fit.form,
+        "a": fit.a,
+        "b": fit.b,
+        "a_lo": fit.a_ci[0],
+        "a_hi": fit.a_ci[1],
+        "b_lo": fit.b_ci[0],
+        "b_hi": fit.b_ci[1],
+        "r2": fit.r2,
+        "n": fit.n,
+        "details": {
+            "status": fit.status,
+            "excluded": fit.excluded,
+            "residuals": fit.residuals,
+            "x": fit.x,
+            "y": fit.y,
+            "baseline": base,
+            "failed_trials": int((df.get("state") == "failed").sum()) if len(df) else 0,
+        },
     }
     store.save_fit(sweep_id, record)
     if tracker is not None and parent_run is not None:
-        values = {"fit.tokens.a": fit.a, "fit.tokens.b": fit.b, "fit.tokens.a_lo": fit.a_ci[0],
-                  "fit.tokens.a_hi": fit.a_ci[1], "fit.tokens.b_lo": fit.b_ci[0],
-                  "fit.tokens.b_hi": fit.b_ci[1], "fit.tokens.r2": fit.r2, "fit.tokens.n": fit.n,
-                  "baseline.acceptance_length": float(base.get("mean", math.nan))}
+        values = {
+            "fit.tokens.a": fit.a,
+            "fit.tokens.b": fit.b,
+            "fit.tokens.a_lo": fit.a_ci[0],
+            "fit.tokens.a_hi": fit.a_ci[1],
+            "fit.tokens.b_lo": fit.b_ci[0],
+            "fit.tokens.b_hi": fit.b_ci[1],
+            "fit.tokens.r2": fit.r2,
+            "fit.tokens.n": fit.n,
+            "baseline.acceptance_length": float(base.get("mean", math.nan)),
+        }
         tracker.log_metrics(parent_run, values)
     dashboard.parent.mkdir(parents=True, exist_ok=True)
     write_sweep_dashboard(dashboard, sweep_name=sweep_name, trials=df, fit=fit, x=X, y=Y)

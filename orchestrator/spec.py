@@ -85,12 +85,16 @@ def _compose(path: Path, text: str) -> yaml.Node:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 0
-        raise SpecError(f"{path}:{line}: not valid YAML ({e.problem}). Fix the syntax there.") from None
+        raise SpecError(
+            f"{path}:{line}: not valid YAML ({e.problem}). Fix the syntax there."
+        ) from None
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML ({e}).") from None
     if node is None or not isinstance(node, yaml.MappingNode):
-        raise SpecError(f"{path}:1: a sweep spec is a YAML mapping with name, grid, base, ... "
-                        "Example: see sweeps/smoke-tokens.yaml")
+        raise SpecError(
+            f"{path}:1: a sweep spec is a YAML mapping with name, grid, base, ... "
+            "Example: see sweeps/smoke-tokens.yaml"
+        )
     _check_duplicates(path, node)
     return node
 
@@ -101,8 +105,10 @@ def _check_duplicates(path: Path, node: yaml.Node) -> None:
         for k, v in node.value:
             key = str(k.value)
             if key in seen:
-                raise SpecError(f"{path}:{k.start_mark.line + 1}: key {key!r} repeats the one on "
-                                f"line {seen[key]}. Fix: keep one of them.")
+                raise SpecError(
+                    f"{path}:{k.start_mark.line + 1}: key {key!r} repeats the one on "
+                    f"line {seen[key]}. Fix: keep one of them."
+                )
             seen[key] = k.start_mark.line + 1
             _check_duplicates(path, v)
     elif isinstance(node, yaml.SequenceNode):
@@ -118,7 +124,9 @@ def _node_at(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[yaml.Node, bool]:
             if not match:
                 return node, False
             node = match[0][1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
             node = node.value[part]
         else:
             return node, False
@@ -146,8 +154,15 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
-def _explain(path: Path, root: yaml.Node, err: ValidationError, *, prefix: tuple[Any, ...],
-             model: type[BaseModel], line_node: yaml.Node | None = None) -> SpecError:
+def _explain(
+    path: Path,
+    root: yaml.Node,
+    err: ValidationError,
+    *,
+    prefix: tuple[Any, ...],
+    model: type[BaseModel],
+    line_node: yaml.Node | None = None,
+) -> SpecError:
     """Turn the first pydantic error into a one-line SpecError with file:line and a fix."""
     e = err.errors()[0]
     loc = tuple(e["loc"])
@@ -163,8 +178,10 @@ def _explain(path: Path, root: yaml.Node, err: ValidationError, *, prefix: tuple
         msg = f"{where}: {e['msg']}"
         if "input" in e and not isinstance(e["input"], dict | list):
             msg += f" (got {e['input']!r})"
-    return SpecError(f"{path}:{node.start_mark.line + 1}: {msg}. Fix the value there "
-                     "(see sweeps/tokens.yaml for a commented example).")
+    return SpecError(
+        f"{path}:{node.start_mark.line + 1}: {msg}. Fix the value there "
+        "(see sweeps/tokens.yaml for a commented example)."
+    )
 
 
 def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
@@ -205,7 +222,14 @@ def load_spec(path: Path) -> SweepSpec:
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read it as UTF-8 text ({e})") from None
     root = _compose(path, text)
-    data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.constructor.ConstructorError as e:
+        line = e.problem_mark.line + 1 if e.problem_mark else 0
+        raise SpecError(
+            f"{path}:{line}: not valid YAML for a spec ({e.problem}); tags such as "
+            "!!python/object are refused (safe loading only). Fix: plain values."
+        ) from None
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
@@ -222,15 +246,23 @@ def load_spec(path: Path) -> SweepSpec:
             options = [k for k in _dotted_fields(model) if k != "seed"]
             close = difflib.get_close_matches(axis, options, n=1)
             hint = f"did you mean {close[0]!r}?" if close else hint
-            raise SpecError(f"{path}:{axis_node.start_mark.line + 1}: grid axis {axis!r} is not a "
-                            f"field of {spec.workload}; {hint}")
+            raise SpecError(
+                f"{path}:{axis_node.start_mark.line + 1}: grid axis {axis!r} is not a "
+                f"field of {spec.workload}; {hint}"
+            )
         for i, value in enumerate(values):
             cfg = merge_overrides(spec.base, {axis: value})
             try:
                 model.model_validate(cfg)
             except ValidationError as err:
-                raise _explain(path, root, err, prefix=(), model=model,
-                               line_node=_node_at(root, ("grid", axis, i))[0]) from None
+                raise _explain(
+                    path,
+                    root,
+                    err,
+                    prefix=(),
+                    model=model,
+                    line_node=_node_at(root, ("grid", axis, i))[0],
+                ) from None
     return spec
 
 

@@ -42,5 +42,7 @@ def sft_rows(
             break
     if len(ids) < need:
         raise ValueError(f"the SFT split has {len(ids)} tokens, fewer than the {need} asked for")
-    return (torch.tensor(ids[:need]).view(n, seq_len),
-            torch.tensor(mask[:need], dtype=torch.bool).view(n, seq_len))
+    return (
+        torch.tensor(ids[:need]).view(n, seq_len),
+        torch.tensor(mask[:need], dtype=torch.bool).view(n, seq_len),
+    )

@@ -52,8 +52,13 @@ class StageLog:
 
 
 def draft_loss(
-    draft: DraftModel, ids_bt: torch.Tensor, mask_bt: torch.Tensor, hid_bth: torch.Tensor,
-    *, w_reg: float, w_cls: float,
+    draft: DraftModel,
+    ids_bt: torch.Tensor,
+    mask_bt: torch.Tensor,
+    hid_bth: torch.Tensor,
+    *,
+    w_reg: float,
+    w_cls: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """EAGLE loss on a batch of rows; returns (loss, {loss_reg, loss_cls, top1})."""
     hid = hid_bth.float()
@@ -85,7 +90,9 @@ def _lr_factor(step: int, total: int, warmup: int) -> float:
 
 
 def train_stage(
-    draft: DraftModel, feats: Features, s: StageSettings,
+    draft: DraftModel,
+    feats: Features,
+    s: StageSettings,
     on_step: Callable[[int, int, float], None] | None = None,
 ) -> StageLog:
     """Train ``draft`` in place for ``s.epochs`` passes over ``feats``; AdamW (0.9, 0.95).
@@ -108,14 +115,20 @@ def train_stage(
         order = torch.randperm(rows, generator=gen)
         for i in range(0, rows, s.batch_size):
             idx = order[i : i + s.batch_size]
-            loss, parts = draft_loss(draft, feats.input_ids[idx], feats.loss_mask[idx],
-                                     feats.hidden[idx], w_reg=s.w_reg, w_cls=s.w_cls)
+            loss, parts = draft_loss(
+                draft,
+                feats.input_ids[idx],
+                feats.loss_mask[idx],
+                feats.hidden[idx],
+                w_reg=s.w_reg,
+                w_cls=s.w_cls,
+            )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(params, s.grad_clip)
             opt.step()
             sched.step()
-            out.loss.append(float(loss))
+            out.loss.append(float(loss.detach()))
             out.loss_reg.append(parts["loss_reg"])
             out.loss_cls.append(parts["loss_cls"])
             out.top1.append(parts["top1"])

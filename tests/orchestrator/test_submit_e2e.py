@@ -1,0 +1,144 @@
+"""The smoke sweep end to end through the CLI: real target, Ray, SQL, MLflow, fit, dashboard."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator.store import ResultsStore
+from orchestrator.tracking import Tracker, default_tracking_uri
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def submit(run_root: Path, cache_dir: Path, *extra: str) -> str:
+    cmd = [
+        sys.executable,
+        "-m",
+        "orchestrator.cli",
+        "submit",
+        str(SMOKE),
+        "--run-root",
+        str(run_root),
+        "--cache-dir",
+        str(cache_dir),
+        *extra,
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+def check_store(store: ResultsStore) -> int:
+    sweep = store.get_sweep("smoke-tokens")
+    assert sweep is not None and sweep.mlflow_run_id
+    trials = store.trials(sweep.id)
+    assert len(trials) == 4
+    assert {t.state for t in trials} == {"completed"}, [(t.state, t.error) for t in trials]
+    df = store.metrics_frame(sweep.id)
+    assert sorted(df["pretrain.tokens"]) == [0, 512, 1024, 2048]
+    assert df["acceptance_length"].between(1.0, 3.0).all()
+    assert (df["mismatches"] == 0).all()  # lossless on every evaluated prompt
+    assert df["acceptance_length/humaneval"].notna().all()
+    assert df["acceptance_length/sharegpt"].notna().all()
+    assert len(store.metric_series(trials[1].id, "pretrain/loss")) >= 1
+    fits = store.fits(sweep.id)
+    assert len(fits) == 1 and fits[0]["law"] == "tokens" and fits[0]["n"] == 3
+    return sweep.id
+
+
+@pytest.fixture(scope="module")
+def sqlite_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path, str]:
+    run_root = tmp_path_factory.mktemp("smoke")
+    return run_root, submit(run_root, cache_dir)
+
+
+def test_smoke_sweep_on_sqlite(sqlite_run: tuple[Path, str]) -> None:
+    run_root, output = sqlite_run
+    assert "4 trials run, 0 already completed (skipped), 0 failed" in output
+    store = ResultsStore.sqlite_under(run_root)
+    sweep_id = check_store(store)
+    info = store.get_sweep("smoke-tokens")
+    assert info is not None
+    # MLflow: one parent run, one child per trial with params, metrics and state
+    tracker = Tracker(default_tracking_uri(run_root))
+    children = tracker.child_runs(info.mlflow_run_id)
+    assert len(children) == 4
+    for child in children:
+        assert child["status"] == "FINISHED"
+        assert child["tags"]["specscale.state"] == "completed"
+        assert child["params"]["sft.tokens"] == "512"
+        assert "acceptance_length" in child["metrics"]
+    keys = {c["tags"]["specscale.trial_key"] for c in children}
+    assert keys == {t.key for t in store.trials(sweep_id)}
+    # dashboard with the fitted line
+    fit = store.fits(sweep_id)[0]
+    html = (run_root / "smoke-tokens" / "dashboard.html").read_text()
+    assert fit["form"] in html
+    assert "fit: a*log10(x) + b" in html
+    assert str(run_root / "smoke-tokens" / "dashboard.html") in output.replace("\n", "")
+
+
+def test_resubmit_starts_no_trial(sqlite_run: tuple[Path, str], cache_dir: Path) -> None:
+    run_root, _ = sqlite_run
+    output = submit(run_root, cache_dir)
+    assert "0 trials run, 4 already completed (skipped), 0 failed" in output
+    assert "started" not in output
+    store = ResultsStore.sqlite_under(run_root)
+    info = store.get_sweep("smoke-tokens")
+    assert info is not None
+    assert all(t.attempts == 1 for t in store.trials(info.id))
+    assert len(Tracker(default_tracking_uri(run_root)).child_runs(info.mlflow_run_id)) == 4
+
+
+def test_status_prints_the_trial_table(sqlite_run: tuple[Path, str]) -> None:
+    run_root, _ = sqlite_run
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "status",
+            "smoke-tokens",
+            "--run-root",
+            str(run_root),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("completed") >= 4
+    assert "4 completed" in res.stdout
+
+
+@pytest.mark.postgres
+def test_smoke_sweep_on_postgresql(tmp_path: Path, cache_dir: Path) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        conn = psycopg.connect(
+            "host=127.0.0.1 port=5432 user=postgres dbname=test", autocommit=True, connect_timeout=5
+        )
+    except psycopg.OperationalError:
+        pytest.skip("no PostgreSQL at 127.0.0.1:5432")
+    schema = f"e2e_{uuid.uuid4().hex[:10]}"
+    conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        url = f"{PG_URL}?options=-csearch_path%3D{schema}"
+        output = submit(tmp_path, cache_dir, "--db-url", url)
+        assert "4 trials run" in output
+        store = ResultsStore(url)
+        assert store.dialect == "postgresql"
+        check_store(store)
+        store.close()
+        row = conn.execute(f'SELECT count(*) FROM "{schema}".ss_trials').fetchone()
+        assert row is not None and row[0] == 4
+    finally:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        conn.close()

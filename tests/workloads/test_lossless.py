@@ -1,0 +1,128 @@
+"""Losslessness on real prompts with the real target: speculative output == greedy output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from workloads.data import chat_prompt_ids, load_prompt_sets
+from workloads.draft_model import DraftArch, DraftModel
+from workloads.evaluation import NEAR_TIE, greedy_reference
+from workloads.oracle_draft import OracleDraft
+from workloads.tree_decode import speculative_generate
+
+N_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def prompts(target) -> list[list[int]]:  # noqa: ANN001
+    sets = (
+        load_prompt_sets(["humaneval"], n=2)
+        + [
+            # two chat prompts written here (the held-out ShareGPT split needs the whole file)
+        ]
+    )
+    texts = [p for s in sets for p in s.prompts] + [
+        "Explain in two sentences why the sky is blue.",
+        "Write a haiku about speculative decoding.",
+    ]
+    return [chat_prompt_ids(target.tokenizer, t) for t in texts]
+
+
+def _reference(target, prompt: list[int], cache_dir: Path) -> list[int]:  # noqa: ANN001
+    tokens, _ = greedy_reference(
+        target.model,
+        prompt,
+        max_new_tokens=N_NEW,
+        eos_ids=target.eos_token_ids,
+        cache_dir=cache_dir,
+        target_name=target.name,
+    )
+    return tokens
+
+
+def _gap_at_divergence(target, prompt: list[int], ref: list[int], out: list[int]) -> float:  # noqa: ANN001
+    i = next(j for j, (a, b) in enumerate(zip(out, ref, strict=False)) if a != b)
+    with torch.inference_mode():
+        logits = target.model(input_ids=torch.tensor([prompt + ref[:i]])).logits[0, -1]
+    top = logits.topk(2).values
+    return float(top[0] - top[1])
+
+
+def _assert_lossless(target, prompt, ref, out) -> None:  # noqa: ANN001
+    if out != ref:  # only a near-tie of the target's top-2 logits excuses a difference
+        assert _gap_at_divergence(target, prompt, ref, out) < NEAR_TIE, (out, ref)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 2), (3, 4, 8), (4, 2, 6)])
+def test_oracle_draft_is_accepted_and_lossless(target, prompts, cache_dir, shape) -> None:  # noqa: ANN001
+    depth, topk, k = shape
+    total_cycles = 0
+    for prompt in prompts:
+        ref = _reference(target, prompt, cache_dir)
+        oracle = OracleDraft(prompt + ref, target.model.config.vocab_size)
+        out = speculative_generate(
+            target.model,
+            oracle,
+            prompt,
+            max_new_tokens=N_NEW,
+            depth=depth,
+            topk=topk,
+            num_draft_tokens=k,
+            eos_ids=target.eos_token_ids,
+        )
+        _assert_lossless(target, prompt, ref, out.tokens)
+        total_cycles += len(out.accept_lengths)
+        if len(ref) > depth + 2:
+            assert max(out.accept_lengths) == min(depth, k - 1) + 1
+
+
+def test_oracle_with_wrong_proposals_is_partially_accepted_and_lossless(
+    target,
+    prompts,
+    cache_dir,  # noqa: ANN001
+) -> None:
+    for prompt in prompts[:2]:
+        ref = _reference(target, prompt, cache_dir)
+        seq = prompt + ref
+        wrong = frozenset(range(len(prompt) + 2, len(seq), 3))
+        oracle = OracleDraft(seq, target.model.config.vocab_size, wrong_at=wrong)
+        out = speculative_generate(
+            target.model,
+            oracle,
+            prompt,
+            max_new_tokens=N_NEW,
+            depth=4,
+            topk=1,
+            num_draft_tokens=5,
+            eos_ids=target.eos_token_ids,
+        )
+        _assert_lossless(target, prompt, ref, out.tokens)
+        assert 1 < out.acceptance_length < 4
+
+
+def test_untrained_draft_is_lossless(target, prompts, cache_dir) -> None:  # noqa: ANN001
+    torch.manual_seed(0)
+    model = target.model
+    arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
+    draft = DraftModel(
+        arch,
+        embed_weight=model.get_input_embeddings().weight,
+        lm_head_weight=model.get_output_embeddings().weight,
+        draft_to_target=torch.arange(4096),
+    ).eval()
+    for prompt in prompts:
+        ref = _reference(target, prompt, cache_dir)
+        out = speculative_generate(
+            model,
+            draft,
+            prompt,
+            max_new_tokens=N_NEW,
+            depth=3,
+            topk=4,
+            num_draft_tokens=8,
+            eos_ids=target.eos_token_ids,
+        )
+        _assert_lossless(target, prompt, ref, out.tokens)
