@@ -164,7 +164,7 @@ def submit(
         None if summary.failed == 0 else f"{summary.failed} trials failed",
     )
     out.print(
-        f"{summary.completed} trials run, {summary.skipped} already completed (skipped), "
+        f"{summary.completed} completed, {summary.skipped} already completed (skipped), "
         f"{summary.failed} failed."
     )
     _print_fit(rep)

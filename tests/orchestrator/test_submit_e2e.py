@@ -61,7 +61,7 @@ def sqlite_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tup
 
 def test_smoke_sweep_on_sqlite(sqlite_run: tuple[Path, str]) -> None:
     run_root, output = sqlite_run
-    assert "4 trials run, 0 already completed (skipped), 0 failed" in output
+    assert "4 completed, 0 already completed (skipped), 0 failed" in output
     store = ResultsStore.sqlite_under(run_root)
     sweep_id = check_store(store)
     info = store.get_sweep("smoke-tokens")
@@ -88,7 +88,7 @@ def test_smoke_sweep_on_sqlite(sqlite_run: tuple[Path, str]) -> None:
 def test_resubmit_starts_no_trial(sqlite_run: tuple[Path, str], cache_dir: Path) -> None:
     run_root, _ = sqlite_run
     output = submit(run_root, cache_dir)
-    assert "0 trials run, 4 already completed (skipped), 0 failed" in output
+    assert "0 completed, 4 already completed (skipped), 0 failed" in output
     assert "started" not in output
     store = ResultsStore.sqlite_under(run_root)
     info = store.get_sweep("smoke-tokens")
@@ -132,7 +132,7 @@ def test_smoke_sweep_on_postgresql(tmp_path: Path, cache_dir: Path) -> None:
     try:
         url = f"{PG_URL}?options=-csearch_path%3D{schema}"
         output = submit(tmp_path, cache_dir, "--db-url", url)
-        assert "4 trials run" in output
+        assert "4 completed, 0 already completed" in output
         store = ResultsStore(url)
         assert store.dialect == "postgresql"
         check_store(store)
@@ -142,3 +142,71 @@ def test_smoke_sweep_on_postgresql(tmp_path: Path, cache_dir: Path) -> None:
     finally:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
         conn.close()
+
+
+def test_fit_command_refits_from_the_db(sqlite_run: tuple[Path, str]) -> None:
+    run_root, _ = sqlite_run
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "fit",
+            "smoke-tokens",
+            "--run-root",
+            str(run_root),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "acceptance_length = a*log10(pretrain.tokens) + b" in res.stdout
+    assert "dashboard:" in res.stdout
+
+
+FAILING = """\
+name: one-fails                # a sweep where one trial cannot load its target
+seeds: [0]                     # one seed
+grid:                          # the second target does not exist
+  target.model: [smollm2-135m-instruct, /nonexistent/model]
+base:                          # the smallest trial
+  pretrain: {tokens: 0}
+  sft: {tokens: 256, epochs: 1, seq_len: 128}
+  draft: {vocab_size: 2048}
+  eval: {num_prompts: 1, max_new_tokens: 6, prompt_sets: [humaneval], depth: 1, topk: 1,
+         num_draft_tokens: 2}
+"""
+
+
+def test_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path: Path, cache_dir: Path) -> None:
+    spec = tmp_path / "fails.yaml"
+    spec.write_text(FAILING)
+    cmd = [
+        sys.executable,
+        "-m",
+        "orchestrator.cli",
+        "submit",
+        str(spec),
+        "--run-root",
+        str(tmp_path / "runs"),
+        "--cache-dir",
+        str(cache_dir),
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "1 completed, 0 already completed (skipped), 1 failed" in res.stdout
+    store = ResultsStore.sqlite_under(tmp_path / "runs")
+    info = store.get_sweep("one-fails")
+    assert info is not None
+    by_model = {t.config["target"]["model"]: t for t in store.trials(info.id)}
+    assert by_model["smollm2-135m-instruct"].state == "completed"
+    bad = by_model["/nonexistent/model"]
+    assert bad.state == "failed"
+    assert bad.error and "nonexistent" in bad.error and "Traceback" in bad.error
+    child = {
+        c["tags"]["specscale.trial_key"]: c
+        for c in Tracker(default_tracking_uri(tmp_path / "runs")).child_runs(info.mlflow_run_id)
+    }[bad.key]
+    assert child["status"] == "FAILED"
+    assert "nonexistent" in child["tags"]["specscale.error"]
