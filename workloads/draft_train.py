@@ -158,7 +158,6 @@ def run(
     """
     say = progress or (lambda msg: log.info("%s", msg))
     t_start = time.perf_counter()
-    torch.manual_seed(cfg.seed)
     result = TrialResult(artifacts=out_dir)
     m = result.metrics
     target = _target(cfg.target.model, cache_dir, cfg.target.dtype)
@@ -173,6 +172,7 @@ def run(
         model.config, layers=cfg.draft.layers, output_norm=cfg.draft.output_norm
     )
     vocab = _draft_vocab([pre, sft], cfg.draft.vocab_size, model.config.vocab_size)
+    torch.manual_seed(cfg.seed)  # right here: cache misses (target conversion) use the RNG too
     draft = DraftModel(
         arch,
         embed_weight=cast(torch.Tensor, model.get_input_embeddings().weight),
