@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import pandas as pd
@@ -53,7 +54,7 @@ def fit_sweep(
         done = pd.DataFrame({X: [], Y: []})
     fit = fit_log_linear(done, X, Y, law="tokens")
     base = baseline_summary(done, X, Y)
-    record = {
+    record: dict[str, Any] = {
         "law": "tokens",
         "x_name": X,
         "y_name": Y,
@@ -78,17 +79,9 @@ def fit_sweep(
     }
     store.save_fit(sweep_id, record)
     if tracker is not None and parent_run is not None:
-        values = {
-            "fit.tokens.a": fit.a,
-            "fit.tokens.b": fit.b,
-            "fit.tokens.a_lo": fit.a_ci[0],
-            "fit.tokens.a_hi": fit.a_ci[1],
-            "fit.tokens.b_lo": fit.b_ci[0],
-            "fit.tokens.b_hi": fit.b_ci[1],
-            "fit.tokens.r2": fit.r2,
-            "fit.tokens.n": fit.n,
-            "baseline.acceptance_length": float(base.get("mean", math.nan)),
-        }
+        numbers = ("a", "b", "a_lo", "a_hi", "b_lo", "b_hi", "r2", "n")
+        values = {f"fit.tokens.{k}": float(record[k]) for k in numbers}
+        values["baseline.acceptance_length"] = float(base.get("mean", math.nan))
         tracker.log_metrics(parent_run, values)
     dashboard.parent.mkdir(parents=True, exist_ok=True)
     write_sweep_dashboard(dashboard, sweep_name=sweep_name, trials=df, fit=fit, x=X, y=Y)
