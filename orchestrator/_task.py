@@ -33,6 +33,7 @@ def run_trial(
     config_json: dict[str, Any],
     tracker: Tracker,
     run_id: str,
+    trial_key: str,
     cache_dir: str,
     out_dir: str,
     threads: int,
@@ -62,7 +63,7 @@ def run_trial(
             cfg,
             cache_dir=Path(cache_dir),
             out_dir=Path(out_dir),
-            progress=lambda msg: log.info("%s: %s", run_id[:8], msg),
+            progress=lambda msg: log.info("%s: %s", trial_key, msg),
         )
     except Exception as exc:  # noqa: BLE001 - every trial error is recorded, the sweep goes on
         tb = traceback.format_exc()

@@ -73,12 +73,28 @@ def _env() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries end in one TrackingError
 
 
-def _store(run_root: Path, db_url: str | None) -> Any:
+def _store(run_root: Path, db_url: str | None, *, must_exist: bool = False) -> Any:
     from orchestrator.store import ResultsStore
 
-    return ResultsStore(db_url) if db_url else ResultsStore.sqlite_under(run_root)
+    if db_url:
+        return ResultsStore(db_url)
+    if must_exist and not (run_root / "results.db").exists():
+        raise OrchestratorError(
+            f"no results DB at {run_root / 'results.db'}. Fix: pass the --run-root (or --db-url) "
+            "the sweep was submitted with"
+        )
+    return ResultsStore.sqlite_under(run_root)
+
+
+def _find_sweep(store: Any, name: str) -> Any:
+    info = store.get_sweep(name)
+    if info is None:
+        names = ", ".join(s.name for s in store.list_sweeps()) or "none"
+        raise OrchestratorError(f"no sweep named {name!r} in {store.url}; sweeps: {names}")
+    return info
 
 
 def _tracker(run_root: Path, tracking_uri: str | None) -> Any:
@@ -139,8 +155,15 @@ def submit(
     paths = runner.RunPaths(
         run_root=run_root, cache_dir=(cache_dir or run_root / "cache").resolve()
     )
-    store = _store(run_root, db_url)
-    tracker = _tracker(run_root, tracking_uri)
+    if address:  # fail fast, before anything is written
+        runner.check_ray_address(address)
+    if tracking_uri and not db_url:  # open remote sinks first: a bad one leaves no local files
+        tracker = _tracker(run_root, tracking_uri)
+        store = _store(run_root, db_url)
+    else:
+        store = _store(run_root, db_url)
+        tracker = _tracker(run_root, tracking_uri)
+    runner.init_ray(address)
     sweep_id, _ = runner.register(store, sweep, spec, spec.read_text(encoding="utf-8"))
     info = store.get_sweep(sweep.name)
     parent = tracker.start_sweep_run(
@@ -153,7 +176,6 @@ def submit(
         f"sweep [bold]{sweep.name}[/]: {len(trials)} trials; results DB {store.url}; "
         f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})"
     )
-    runner.init_ray(address)
     summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths)
     rep = report.fit_sweep(
         store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent
@@ -248,11 +270,8 @@ def status(
 ) -> None:
     """Print the trial table of SWEEP (state, grid point, acceptance length, error)."""
     _env()
-    store = _store(run_root.resolve(), db_url)
-    info = store.get_sweep(sweep)
-    if info is None:
-        names = ", ".join(s.name for s in store.list_sweeps()) or "none"
-        raise OrchestratorError(f"no sweep named {sweep!r} in {store.url}; sweeps: {names}")
+    store = _store(run_root.resolve(), db_url, must_exist=True)
+    info = _find_sweep(store, sweep)
     df = store.metrics_frame(info.id).set_index("trial_key")
     rows = []
     for t in store.trials(info.id):
@@ -291,10 +310,8 @@ def fit(
     from orchestrator.runner import RunPaths
 
     run_root = run_root.resolve()
-    store = _store(run_root, db_url)
-    info = store.get_sweep(sweep)
-    if info is None:
-        raise OrchestratorError(f"no sweep named {sweep!r} in {store.url}")
+    store = _store(run_root, db_url, must_exist=True)
+    info = _find_sweep(store, sweep)
     tracker = _tracker(run_root, tracking_uri)
     rep = report.fit_sweep(
         store,

@@ -8,15 +8,16 @@ Ray cluster has room for, so ``running`` in the store means running.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import ray
-from pydantic import BaseModel
 
 from orchestrator import _task
+from orchestrator.errors import OrchestratorError
 from orchestrator.grid import TrialSpec, expand
 from orchestrator.spec import SweepSpec
 from orchestrator.store import ResultsStore, TrialInfo, TrialState
@@ -125,6 +126,7 @@ def run_trials(
                 config_json=trial.config,
                 tracker=tracker,
                 run_id=run_id,
+                trial_key=trial.key,
                 cache_dir=str(paths.cache_dir),
                 out_dir=str(paths.trial_dir(spec.name, trial.key)),
                 threads=max(1, int(r.num_cpus)),
@@ -157,13 +159,39 @@ def run_trials(
     return summary
 
 
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast when nothing listens at a Ray address (``host:port`` or ``ray://host:port``).
+
+    Raises:
+        OrchestratorError: the address is malformed or its port does not accept connections.
+    """
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    if address == "auto":
+        return
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise OrchestratorError(
+            f"--address {address!r} is not a Ray address. Example: --address ray://head:10001 "
+            "or --address 10.0.0.5:6379"
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise OrchestratorError(
+            f"cannot reach the Ray cluster at {address} ({e}). Check that the head node is up, "
+            "or leave out --address (and RAY_ADDRESS) to run on a local Ray"
+        ) from None
+
+
 def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
-    """Connect to ``address`` (a Ray cluster) or start a local Ray bound to 127.0.0.1."""
+    """Connect to ``address`` (a Ray cluster) or start a local Ray bound to 127.0.0.1.
+
+    Raises:
+        OrchestratorError: the cluster cannot be reached.
+    """
     if ray.is_initialized():
         return
-    if address:
-        ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
-    else:
+    if not address:
         ray.init(
             num_cpus=num_cpus,
             include_dashboard=False,
@@ -171,8 +199,9 @@ def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
             log_to_driver=True,
             logging_level=logging.WARNING,
         )
-
-
-def config_params(config: BaseModel | dict) -> dict:
-    """A trial config as a plain dict (for MLflow params)."""
-    return config.model_dump(mode="json") if isinstance(config, BaseModel) else dict(config)
+        return
+    check_ray_address(address)
+    try:
+        ray.init(address=address, log_to_driver=True, logging_level=logging.WARNING)
+    except (ConnectionError, TimeoutError, RuntimeError) as e:
+        raise OrchestratorError(f"cannot connect to the Ray cluster at {address}: {e}") from None

@@ -171,8 +171,8 @@ def _explain(
         node = line_node or _key_node(root, prefix + loc)
         options = _fields_at(model, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), options, n=1)
-        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(options)}"
-        msg = f"unknown key {where!r}; {hint}"
+        hint = f"did you mean {close[0]!r}" if close else f"known keys: {', '.join(options)}"
+        msg = f"unknown key {where!r} ({hint})"
     else:
         node = line_node or _node_at(root, prefix + loc)[0]
         msg = f"{where}: {e['msg']}"
@@ -215,6 +215,8 @@ def load_spec(path: Path) -> SweepSpec:
             unknown grid axis; the message names ``file:line`` and a fix.
     """
     path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"{path}: is a directory. Fix: give a sweep YAML, e.g. sweeps/tokens.yaml")
     if not path.is_file():
         raise SpecError(f"{path}: no such file. Fix: give a sweep YAML, e.g. sweeps/tokens.yaml")
     try:

@@ -105,3 +105,33 @@ def test_dry_run_lists_trials_and_writes_nothing(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "4 trials" in res.output
     assert not (tmp_path / "runs").exists()
+
+
+SMOKE = Path(__file__).resolve().parents[2] / "sweeps" / "smoke-tokens.yaml"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["submit", "{tmp}"], "is a directory"),
+        (["submit", str(SMOKE), "--address", "127.0.0.1:1"], "cannot reach the Ray cluster"),
+        (["submit", str(SMOKE), "--address", "ray://127.0.0.1:1"], "cannot reach the Ray"),
+        (["submit", str(SMOKE), "--address", "nonsense"], "is not a Ray address"),
+        (["submit", str(SMOKE), "--db-url", "mysql:/x"], "not a database URL"),
+        (["submit", str(SMOKE), "--tracking-uri", "http://127.0.0.1:1"], "MLflow at"),
+        (["status", "nope"], "no results DB"),
+        (["fit", "nope"], "no results DB"),
+    ],
+    ids=["dir", "ray", "ray-client", "ray-bad", "db-url", "tracking", "status", "fit"],
+)
+def test_bad_runtime_input_is_one_line_exit_2_and_writes_nothing(
+    args: list[str], needle: str, tmp_path: Path
+) -> None:
+    run_root = tmp_path / "runs"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args] + ["--run-root", str(run_root)]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    message = res.output.strip()
+    assert len(message.splitlines()) == 1, message
+    assert needle in message, message
+    assert not run_root.exists() or not any(run_root.iterdir())
