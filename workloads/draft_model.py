@@ -14,6 +14,7 @@ Shape legend: B batch, T positions, S cached + new positions, h hidden size, N d
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -190,8 +191,6 @@ class DraftModel(nn.Module):
         tensors = dict(self.trainable_state())
         tensors["draft_to_target"] = self.draft_to_target.clone()
         save_file(tensors, str(path / "draft.safetensors"))
-        import json
-
         (path / "arch.json").write_text(json.dumps(asdict(self.arch), indent=2))
 
     @classmethod
@@ -199,8 +198,6 @@ class DraftModel(nn.Module):
         cls, path: Path, *, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor
     ) -> DraftModel:
         """Inverse of :meth:`save`; the frozen embedding and LM head come from the target."""
-        import json
-
         arch = DraftArch(**json.loads((path / "arch.json").read_text()))
         tensors = load_file(str(path / "draft.safetensors"))
         vocab = tensors.pop("draft_to_target")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def evaluate(
     eos_ids: frozenset[int],
     cache_dir: Path,
     target_name: str,
-    on_prompt: object = None,
+    on_prompt: Callable[[str, int, float], None] | None = None,
 ) -> EvalResult:
     """Decode every prompt speculatively and compare with the target's greedy output.
 
@@ -166,6 +167,6 @@ def evaluate(
                     "greedy_s": ref_s,
                 }
             )
-            if callable(on_prompt):
+            if on_prompt is not None:
                 on_prompt(ps.name, i, out.acceptance_length)
     return res
