@@ -130,3 +130,82 @@ class DraftTrainConfig(_Frozen):
     draft: DraftConfig = DraftConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+
+
+class DraftSourceConfig(_Frozen):
+    """Which draft ``decode_bench`` decodes with."""
+
+    source: Literal["fresh", "trial", "path", "oracle"] = "fresh"
+    """fresh: an untrained draft built from ``layers``/``output_norm`` (seeded); trial: the draft
+    saved by a finished draft_train trial (``sweep`` + ``trial_key``, under the run root);
+    path: a draft folder saved by draft_train; oracle: proposes the target's own greedy
+    continuation (precomputed), so acceptance is known and only the engine's cost is measured"""
+    path: str | None = None
+    """draft folder (``source: path``)"""
+    sweep: str | None = None
+    """draft_train sweep name (``source: trial``)"""
+    trial_key: str | None = None
+    """trial key in that sweep, or a unique prefix of >= 6 characters (``source: trial``)"""
+    layers: int = Field(default=1, ge=1, le=64)
+    """D of a fresh draft"""
+    output_norm: bool = True
+    """RMSNorm before the LM head of a fresh draft"""
+
+    @model_validator(mode="after")
+    def _check_source(self) -> DraftSourceConfig:
+        if self.source == "path" and not self.path:
+            raise ValueError("draft.source 'path' needs draft.path (a folder saved by draft_train)")
+        if self.source == "trial" and not (self.sweep and self.trial_key):
+            raise ValueError("draft.source 'trial' needs draft.sweep and draft.trial_key")
+        return self
+
+
+class DecodeConfig(_Frozen):
+    """Tree speculative decoding of one batch shape."""
+
+    batch_size: int = Field(default=1, ge=1, le=1024)
+    """b, sequences decoded together (prompts of different lengths)"""
+    depth: int = Field(default=4, ge=1, le=64)
+    """draft steps per cycle (tree depth)"""
+    topk: int = Field(default=4, ge=1, le=64)
+    """children per expanded node"""
+    num_draft_tokens: int = Field(default=8, ge=2, le=1024)
+    """tokens verified per sequence per cycle, the tree root included"""
+    temperature: float = Field(default=0.0, ge=0.0, le=10.0)
+    """0 = greedy (lossless token for token); > 0 = tree speculative sampling"""
+    max_new_tokens: int = Field(default=32, ge=1, le=4096)
+    """tokens generated per sequence"""
+
+
+class BenchPromptsConfig(_Frozen):
+    """Prompts of a decode benchmark."""
+
+    prompt_sets: list[str] | Path = Field(default_factory=lambda: ["sharegpt"])
+    """builtin sets (humaneval, sharegpt held-out) or a directory of {"turns": [...]} JSONL files"""
+    num_prompts: int = Field(default=8, ge=1)
+    """prompts in all, taken round-robin over the sets, decoded in batches of batch_size"""
+
+
+class BaselineConfig(_Frozen):
+    """Baselines measured in the same run."""
+
+    autoregressive: bool = True
+    """the engine's own autoregressive loop at the same batch size"""
+    hf_generate: bool = True
+    """HF ``generate`` greedy with the same dtype and threads (batch size 1 only)"""
+
+
+class DecodeBenchConfig(_Frozen):
+    """One ``decode_bench`` trial: throughput and acceptance of tree speculative decoding."""
+
+    seed: int = 0
+    """seed of a fresh draft and of sampling at temperature > 0"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: CUDA when present, else CPU"""
+    target: TargetConfig = TargetConfig(dtype="float32")
+    draft: DraftSourceConfig = DraftSourceConfig()
+    decode: DecodeConfig = DecodeConfig()
+    prompts: BenchPromptsConfig = BenchPromptsConfig()
+    baselines: BaselineConfig = BaselineConfig()
+    warmup: int = Field(default=1, ge=0, le=100)
+    """untimed warm-up batches before measuring"""
