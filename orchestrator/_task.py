@@ -7,6 +7,7 @@ which owns the SQL store.
 
 from __future__ import annotations
 
+import functools
 import logging
 import traceback
 from dataclasses import dataclass, field
@@ -27,6 +28,10 @@ class TaskOutcome:
     traceback: str | None = None
 
 
+def _say(log: logging.Logger, trial_key: str, msg: str) -> None:
+    log.info("%s: %s", trial_key, msg)
+
+
 def run_trial(
     *,
     workload: str,
@@ -36,6 +41,7 @@ def run_trial(
     trial_key: str,
     cache_dir: str,
     out_dir: str,
+    run_root: str,
     threads: int,
 ) -> TaskOutcome:
     """Run one trial and log it to its MLflow child run; never raises for a trial error.
@@ -52,19 +58,29 @@ def run_trial(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    from workloads import draft_train
-    from workloads.config import DraftTrainConfig
+    from workloads import decode_bench, draft_train
+    from workloads.config import DecodeBenchConfig, DraftTrainConfig
 
-    assert workload == "draft_train", workload
     log = logging.getLogger("trial")
     try:
-        cfg = DraftTrainConfig.model_validate(config_json)
-        result = draft_train.run(
-            cfg,
-            cache_dir=Path(cache_dir),
-            out_dir=Path(out_dir),
-            progress=lambda msg: log.info("%s: %s", trial_key, msg),
-        )
+        say = functools.partial(_say, log, trial_key)
+        if workload == "draft_train":
+            result = draft_train.run(
+                DraftTrainConfig.model_validate(config_json),
+                cache_dir=Path(cache_dir),
+                out_dir=Path(out_dir),
+                progress=say,
+            )
+        elif workload == "decode_bench":
+            result = decode_bench.run(
+                DecodeBenchConfig.model_validate(config_json),
+                cache_dir=Path(cache_dir),
+                out_dir=Path(out_dir),
+                run_root=Path(run_root),
+                progress=say,
+            )
+        else:
+            raise ValueError(f"unknown workload {workload!r}")
     except Exception as exc:  # noqa: BLE001 - every trial error is recorded, the sweep goes on
         tb = traceback.format_exc()
         (Path(out_dir)).mkdir(parents=True, exist_ok=True)
@@ -78,7 +94,7 @@ def run_trial(
     tracker.log_metrics(run_id, result.metrics)
     for name, values in result.series.items():
         tracker.log_series(run_id, name, values)
-    if result.artifacts is not None and result.artifacts.exists():
-        tracker.log_artifact(run_id, result.artifacts / "per_prompt.json")
-        tracker.log_artifact(run_id, result.artifacts / "draft")
+    for path in result.artifact_paths:
+        if path.exists():
+            tracker.log_artifact(run_id, path)
     return TaskOutcome(ok=True, metrics=result.metrics, series=result.series)

@@ -129,6 +129,7 @@ def run_trials(
                 trial_key=trial.key,
                 cache_dir=str(paths.cache_dir),
                 out_dir=str(paths.trial_dir(spec.name, trial.key)),
+                run_root=str(paths.run_root),
                 threads=max(1, int(r.num_cpus)),
             )
             running[ref] = (trial, run_id, time.perf_counter())

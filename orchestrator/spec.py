@@ -25,9 +25,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
-from workloads.config import DraftTrainConfig, Resources
+from workloads.config import DecodeBenchConfig, DraftTrainConfig, Resources
 
-WORKLOADS: dict[str, type[BaseModel]] = {"draft_train": DraftTrainConfig}
+WORKLOADS: dict[str, type[BaseModel]] = {
+    "draft_train": DraftTrainConfig,
+    "decode_bench": DecodeBenchConfig,
+}
 """workload name -> its trial config model"""
 
 MAX_TRIALS = 10_000
@@ -41,7 +44,7 @@ class SweepSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """sweep name, the key of the sweep in the results DB and MLflow"""
-    workload: Literal["draft_train"] = "draft_train"
+    workload: Literal["draft_train", "decode_bench"] = "draft_train"
     """what each trial runs"""
     description: str = ""
     """free text shown in the dashboard"""

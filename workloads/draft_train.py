@@ -11,8 +11,6 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -30,21 +28,11 @@ from workloads.data import (
 from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import TreeShape, evaluate
 from workloads.features import Features, ensure_features, feature_dir
+from workloads.result import Progress, TrialResult
 from workloads.target import Target, load_target
 from workloads.training import StageLog, StageSettings, train_stage
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class TrialResult:
-    """What a trial hands back: scalar metrics, per-step series, and the artifact folder."""
-
-    metrics: dict[str, float] = field(default_factory=dict)
-    series: dict[str, list[float]] = field(default_factory=dict)
-    artifacts: Path | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,7 +146,7 @@ def run(
     """
     say = progress or (lambda msg: log.info("%s", msg))
     t_start = time.perf_counter()
-    result = TrialResult(artifacts=out_dir)
+    result = TrialResult(artifact_paths=[out_dir / "per_prompt.json", out_dir / "draft"])
     m = result.metrics
     target = _target(cfg.target.model, cache_dir, cfg.target.dtype)
     say(f"target {cfg.target.model} ready")
