@@ -1,0 +1,525 @@
+"""Batch-size sweep analysis: throughput surface, best k per batch, Thm 1.3 and Eq. 4 fits.
+
+Source: Scylla, "Scaling Laws for Speculative Decoding" (arXiv 2505.07858), Sec. 3.2:
+
+- Thm 1.3: peak throughput (generated tokens/s over the whole batch, at the best number of
+  verified tokens k) grows log-linearly in the decoding batch size b,
+  ``peak tokens/s = a*log2(b) + b0`` (paper: a ~ 286.79, b0 ~ 7.54 for Qwen2.5-72B on H800);
+- Eq. 4: the optimal number of verified tree tokens falls with b,
+  ``k_opt(b) = A*sqrt(1 + B/b) - C`` (paper: 27904, 0.034, 27897; ~477 at b=1, ~14 at b=64),
+  derived from the roofline (Appendix C).
+
+Input is the ``decode_bench`` trial table, one row per trial: ``trial_key``, ``state``, the knobs
+``batch_size``, ``num_draft_tokens`` (k, verified tokens per sequence per cycle, root included),
+``depth``, ``topk``, ``seed`` (the results store's dotted names ``decode.batch_size`` ... are
+accepted too, see :func:`decode_table`), and the metrics ``tokens_per_s``, ``ar_tokens_per_s``,
+``speedup``, ``hf_tokens_per_s``, ``acceptance_length``, ... Only completed trials with a finite
+metric count; failed trials (NaN metrics) are counted, never averaged.
+
+Pure functions over pandas tables: no I/O, no torch, Ray, SQL or MLflow.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+from analysis.laws import LogLinearFit, _json_safe, _r2, fit_log_linear
+
+KNOBS = ("batch_size", "num_draft_tokens", "depth", "topk", "seed")
+"""the ``decode_bench`` knobs as plain column names"""
+
+_KNOB_ALIASES = {
+    "batch_size": ("decode.batch_size",),
+    "num_draft_tokens": ("decode.num_draft_tokens",),
+    "depth": ("decode.depth",),
+    "topk": ("decode.topk",),
+}
+"""dotted override names (as the results store's wide table names them) for each knob"""
+
+SHAPE_KNOBS = ("depth", "topk")
+"""tree-shape knobs that, with (batch_size, num_draft_tokens), make one cell of the grid"""
+
+MIN_DISTINCT_B_EQ4 = 4
+"""Eq. 4 has three parameters (A, B, C): it needs >= 4 distinct batch sizes (1 residual dof)"""
+
+PAPER_K_OPT: dict[str, Any] = {
+    "source": "Scylla (arXiv 2505.07858) Eq. 4",
+    "form": "k_opt = A*sqrt(1 + B/b) - C",
+    "A": 27904.0,
+    "B": 0.034,
+    "C": 27897.0,
+    "conditions": "Qwen2.5-72B, 10K-token prefill, one H800 (roofline-derived)",
+}
+"""The paper's Eq. 4 constants. They belong to a 72B target on an H800; a reference for the
+shape of k_opt(b), not numbers a small model on a CPU should reproduce."""
+
+BEST_COLUMNS = (
+    "batch_size",
+    "best_num_draft_tokens",
+    "best_depth",
+    "best_topk",
+    "peak_tokens_per_s",
+    "peak_tokens_per_s_std",
+    "ar_tokens_per_s",
+    "speedup",
+    "acceptance_length",
+    "hf_tokens_per_s",
+    "n_trials",
+    "n_completed",
+    "n_failed",
+    "n_k",
+    "best_k_at_edge",
+)
+"""columns of :func:`best_per_batch`, in order"""
+
+
+@dataclass(frozen=True, eq=False)
+class RooflineData:
+    """Roofline predictions for one hardware profile (Scylla Sec. 3.2, Appendix C).
+
+    Computed elsewhere (the ``roofline`` workload) and passed to the analysis and dashboard.
+    """
+
+    hardware: str
+    """hardware profile name, e.g. "H800 SXM" or "local CPU (measured)" """
+    i_crit: float
+    """critical arithmetic intensity = peak FLOP/s / memory bandwidth (FLOP/byte)"""
+    intensity: pd.DataFrame
+    """long table, one row per (b, k): columns ``batch_size``, ``num_draft_tokens`` and
+    ``intensity`` (FLOP/byte of one decoding step: draft prefill + draft decoding + target
+    verification)"""
+    k_opt: Mapping[int, float]
+    """predicted optimal verified tokens per sequence per cycle, by batch size: the k where
+    I(b, k) = I_crit (may be fractional; NaN or inf when there is none)"""
+    note: str = ""
+    """free text on the assumptions (model, prefix length, dtype), shown on the dashboard"""
+
+    def __post_init__(self) -> None:
+        need = {"batch_size", "num_draft_tokens", "intensity"}
+        missing = sorted(need - set(self.intensity.columns))
+        if missing:
+            raise ValueError(
+                f"RooflineData.intensity lacks columns {missing}; it has "
+                f"{list(self.intensity.columns)}. Give a long table with batch_size, "
+                "num_draft_tokens and intensity (FLOP/byte)."
+            )
+
+
+@dataclass(frozen=True)
+class Eq4Fit:
+    """A nonlinear least-squares fit of ``k = A*sqrt(1 + B/b) - C`` (Scylla Eq. 4).
+
+    Fitted with :func:`scipy.optimize.curve_fit` to the measured best k per batch size. When
+    ``status != "ok"`` the parameters, intervals and ``r2`` are NaN. A, B, C are strongly
+    correlated (for B << b the curve is ~ (A - C) + (A*B/2)/b), so wide intervals are normal.
+    """
+
+    status: str
+    """ "ok", or why there is no fit ("too few points: ...", "did not converge: ...", ...)"""
+    A: float
+    """amplitude (verified tokens)"""
+    B: float
+    """batch-size scale (sequences)"""
+    C: float
+    """offset (verified tokens)"""
+    A_ci: tuple[float, float]
+    """(lo, hi) confidence interval of A at level 1 - alpha (t, n - 3 dof)"""
+    B_ci: tuple[float, float]
+    """(lo, hi) confidence interval of B"""
+    C_ci: tuple[float, float]
+    """(lo, hi) confidence interval of C"""
+    r2: float
+    """coefficient of determination"""
+    n: int
+    """points used (one per batch size)"""
+    x: tuple[float, ...]
+    """batch sizes used (sequences)"""
+    y: tuple[float, ...]
+    """measured best k at those batch sizes (verified tokens)"""
+    residuals: tuple[float, ...]
+    """y - fitted, same order as x"""
+    form: str = "best_num_draft_tokens = A*sqrt(1 + B/batch_size) - C"
+    """the law as text"""
+    alpha: float = 0.05
+    """significance level of the intervals"""
+
+    @property
+    def ok(self) -> bool:
+        """True when the fit has parameters."""
+        return self.status == "ok"
+
+    def predict(self, batch_sizes: Iterable[float]) -> np.ndarray:
+        """Fitted k at ``batch_sizes`` (verified tokens); NaN for b <= 0 or a fit that is not ok."""
+        bs = np.asarray(list(batch_sizes), dtype=float)
+        if not self.ok:
+            return np.full_like(bs, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(bs > 0, _eq4(bs, self.A, self.B, self.C), np.nan)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
+        return {k: _json_safe(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class KOptFit:
+    """Fits of the measured best k vs batch size: Eq. 4 and a simpler log-linear law."""
+
+    eq4: Eq4Fit
+    """``k = A*sqrt(1 + B/b) - C`` (Scylla Eq. 4)"""
+    log2: LogLinearFit
+    """``k = a*log2(b) + b0`` by OLS: a two-parameter alternative that fits with 3 batch sizes"""
+    paper: Mapping[str, Any] = field(default_factory=lambda: dict(PAPER_K_OPT))
+    """the paper's Eq. 4 constants (:data:`PAPER_K_OPT`)"""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe data of both fits and the paper constants."""
+        return {"eq4": self.eq4.to_dict(), "log2": self.log2.to_dict(), "paper": dict(self.paper)}
+
+
+def decode_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The trial table with plain knob names and numeric knob columns.
+
+    A knob missing under its plain name (``batch_size``) is taken from its dotted override name
+    (``decode.batch_size``) when present; knob columns are coerced to numbers (NaN when not). The
+    input is not modified. Raises ``ValueError`` when ``batch_size`` or ``num_draft_tokens`` is
+    missing under both names.
+    """
+    out = df.copy()
+    for knob, aliases in _KNOB_ALIASES.items():
+        if knob not in out.columns:
+            for alias in aliases:
+                if alias in out.columns:
+                    out[knob] = out[alias]
+                    break
+    missing = [k for k in ("batch_size", "num_draft_tokens") if k not in out.columns]
+    if missing:
+        raise ValueError(
+            f"columns {missing} are not in the trial table; it has {list(df.columns)}. "
+            "A decode_bench table needs batch_size and num_draft_tokens "
+            "(or decode.batch_size and decode.num_draft_tokens)."
+        )
+    for knob in KNOBS:
+        if knob in out.columns:
+            out[knob] = pd.to_numeric(out[knob], errors="coerce").astype("float64")
+    return out
+
+
+def throughput_surface(df: pd.DataFrame, value: str = "tokens_per_s") -> pd.DataFrame:
+    """Mean ``value`` per (batch size, number of verified tokens): the b x k surface.
+
+    Aggregation: over completed trials (``state == "completed"`` when the table has a state
+    column) whose ``value`` is finite, the arithmetic mean of every trial at the same
+    (``batch_size``, ``num_draft_tokens``), i.e. pooled over seeds *and* over any ``depth`` /
+    ``topk`` values swept at that cell (filter the table first for one tree shape). Failed
+    trials (NaN metrics) are ignored. Returns a pivot: index ``batch_size`` (int, sequences),
+    columns ``num_draft_tokens`` (int, verified tokens per sequence per cycle), cells in the
+    unit of ``value`` (tokens/s for ``tokens_per_s``), NaN where no trial completed; sorted
+    ascending both ways. Raises ``ValueError`` when ``value`` or a knob column is missing.
+    """
+    done = _completed(decode_table(df), value)
+    grouped = done.groupby(["batch_size", "num_draft_tokens"])[value].mean()
+    surface = grouped.unstack("num_draft_tokens") if len(grouped) else _empty_surface()
+    surface = surface.sort_index().sort_index(axis=1)
+    surface.index = pd.Index(surface.index.astype("int64"), name="batch_size")
+    surface.columns = pd.Index(surface.columns.astype("int64"), name="num_draft_tokens")
+    return surface.astype("float64")
+
+
+def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
+    """The best configuration at each batch size: Thm 1.3's peak throughput and the best k.
+
+    A cell is one (``batch_size``, ``num_draft_tokens``, ``depth``, ``topk``) — shape knobs the
+    table lacks are left out — and its throughput is the mean ``tokens_per_s`` of its completed
+    trials (over seeds; a trial without a shape knob the others have forms its own cell). At
+    each batch size the best cell is the one with the highest mean (ties: the smallest k, then
+    the smallest depth and topk). When depth and topk are fixed,
+    the best k is exactly the argmax over k of :func:`throughput_surface`.
+
+    Columns (:data:`BEST_COLUMNS`), one row per batch size with a completed trial, sorted by b:
+    ``batch_size`` (sequences); ``best_num_draft_tokens`` (k of the best cell, verified tokens
+    per sequence per cycle); ``best_depth``, ``best_topk`` (NaN when not in the table);
+    ``peak_tokens_per_s`` and ``peak_tokens_per_s_std`` (mean and std over seeds, ddof=1, NaN
+    for one trial; tokens/s over the whole batch); ``ar_tokens_per_s`` (autoregressive baseline,
+    tokens/s), ``speedup`` (mean of per-trial speedups) and ``acceptance_length`` (tokens per
+    cycle), all means over the best cell's trials; ``hf_tokens_per_s`` (HF generate, tokens/s,
+    mean over all completed trials at b; NaN except at b = 1); ``n_trials`` (completed trials in
+    the best cell); ``n_completed`` and ``n_failed`` (trials at b); ``n_k`` (distinct k measured
+    at b); ``best_k_at_edge`` (True when the best k is the smallest or largest k measured at b,
+    so the true optimum may lie outside the grid).
+    """
+    table = decode_table(df)
+    done = _completed(table, "tokens_per_s")
+    shape = [k for k in SHAPE_KNOBS if k in done.columns and done[k].notna().any()]
+    keys = ["batch_size", "num_draft_tokens", *shape]
+    failed = table[_state(table) == "failed"].groupby("batch_size").size()
+    completed_b = done.groupby("batch_size").size()
+    rows: list[dict[str, Any]] = []
+    for b, at_b in done.groupby("batch_size", sort=True):
+        cells = at_b.groupby(keys, sort=True, dropna=False)["tokens_per_s"].agg(
+            ["mean", "std", "size"]
+        )
+        cells = cells.reset_index().sort_values(
+            ["mean", "num_draft_tokens", *shape],
+            ascending=[False, True, *([True] * len(shape))],
+            kind="stable",
+        )
+        top = cells.iloc[0]
+        in_cell = np.ones(len(at_b), dtype=bool)
+        for key in keys:  # NaN (a trial without that shape knob) matches NaN
+            column, wanted = at_b[key].to_numpy(dtype=float), float(top[key])
+            in_cell &= (column == wanted) | (np.isnan(column) & math.isnan(wanted))
+        cell = at_b[in_cell]
+        ks = at_b["num_draft_tokens"].unique()
+        best_k = int(top["num_draft_tokens"])
+        rows.append(
+            {
+                "batch_size": int(b),
+                "best_num_draft_tokens": best_k,
+                "best_depth": float(top["depth"]) if "depth" in shape else math.nan,
+                "best_topk": float(top["topk"]) if "topk" in shape else math.nan,
+                "peak_tokens_per_s": float(top["mean"]),
+                "peak_tokens_per_s_std": float(top["std"]) if top["size"] > 1 else math.nan,
+                "ar_tokens_per_s": _mean(cell, "ar_tokens_per_s"),
+                "speedup": _mean(cell, "speedup"),
+                "acceptance_length": _mean(cell, "acceptance_length"),
+                "hf_tokens_per_s": _mean(at_b, "hf_tokens_per_s"),
+                "n_trials": int(top["size"]),
+                "n_completed": int(completed_b.get(b, 0)),
+                "n_failed": int(failed.get(b, 0)),
+                "n_k": len(ks),
+                "best_k_at_edge": bool(best_k in (ks.min(), ks.max())),
+            }
+        )
+    best = pd.DataFrame(rows, columns=list(BEST_COLUMNS))
+    return best.astype(
+        {
+            "batch_size": "int64",
+            "best_num_draft_tokens": "int64",
+            "n_trials": "int64",
+            "n_completed": "int64",
+            "n_failed": "int64",
+            "n_k": "int64",
+            "best_k_at_edge": "bool",
+        }
+    )
+
+
+def fit_peak_throughput(best: pd.DataFrame, *, alpha: float = 0.05) -> LogLinearFit:
+    """Scylla Thm 1.3: ``peak_tokens_per_s = a*log2(batch_size) + b0`` by OLS.
+
+    One point per batch size from :func:`best_per_batch` (peak = mean tokens/s of the best
+    cell); a in tokens/s per doubling of b, b0 in tokens/s at b = 1; (1 - alpha) CIs and R² from
+    statsmodels via :func:`analysis.laws.fit_log_linear` (law "batch", so
+    ``PAPER_CONSTANTS["batch"]`` holds the paper's a ~ 286.79, b0 ~ 7.54). The fit's ``b`` is
+    b0. Fewer than 3 batch sizes give a fit whose ``status`` says so, never an exception.
+    """
+    return fit_log_linear(
+        best, "batch_size", "peak_tokens_per_s", law="batch", log_base=2, alpha=alpha
+    )
+
+
+def fit_k_opt(best: pd.DataFrame, *, alpha: float = 0.05) -> KOptFit:
+    """Fit the measured best k vs batch size: Scylla Eq. 4 and a log-linear alternative.
+
+    Eq. 4, ``k = A*sqrt(1 + B/b) - C``, by :func:`scipy.optimize.curve_fit` on one point per
+    batch size (``best_num_draft_tokens`` of :func:`best_per_batch`, verified tokens; b in
+    sequences). The start point comes from a profile over B (for fixed B the model is linear in
+    A and C). Statuses instead of exceptions: "too few points" with fewer than
+    :data:`MIN_DISTINCT_B_EQ4` distinct b, "did not converge" when the optimiser fails, "not
+    identifiable" when the parameter covariance is not finite (e.g. the same k at every b).
+    Intervals: t with n - 3 dof on the curve_fit covariance. The measured k come from a discrete
+    grid, so the fit describes the grid's argmax, not a continuous optimum.
+
+    The alternative ``k = a*log2(b) + b0`` (OLS, :func:`analysis.laws.fit_log_linear`, law
+    "k_opt") needs only 3 distinct b.
+    """
+    missing = [c for c in ("batch_size", "best_num_draft_tokens") if c not in best.columns]
+    if missing:
+        raise ValueError(
+            f"columns {missing} are not in the table; it has {list(best.columns)}. "
+            "Pass the output of best_per_batch."
+        )
+    log2 = fit_log_linear(
+        best, "batch_size", "best_num_draft_tokens", law="k_opt", log_base=2, alpha=alpha
+    )
+    return KOptFit(eq4=_fit_eq4(best, alpha), log2=log2)
+
+
+def compare_k_opt(best: pd.DataFrame, predicted: Mapping[int, float]) -> pd.DataFrame:
+    """Measured best k next to the roofline's predicted k_opt, per measured batch size.
+
+    Columns: ``batch_size`` (sequences), ``measured_k`` (best k of :func:`best_per_batch`,
+    verified tokens), ``predicted_k_opt`` (the roofline's k where I(b, k) = I_crit, Scylla
+    Sec. 3.2; NaN when ``predicted`` has no entry for b), ``ratio`` = measured / predicted (NaN
+    when the prediction is missing, not finite or <= 0). One row per row of ``best``.
+    """
+    rows = []
+    for b, k in zip(best["batch_size"], best["best_num_draft_tokens"], strict=True):
+        raw = predicted.get(int(b))
+        pred = float(raw) if raw is not None else math.nan
+        ratio = float(k) / pred if math.isfinite(pred) and pred > 0 else math.nan
+        rows.append(
+            {"batch_size": int(b), "measured_k": int(k), "predicted_k_opt": pred, "ratio": ratio}
+        )
+    columns = ["batch_size", "measured_k", "predicted_k_opt", "ratio"]
+    return pd.DataFrame(rows, columns=columns).astype(
+        {"batch_size": "int64", "measured_k": "int64", "predicted_k_opt": "float64"}
+    )
+
+
+def _eq4(b: np.ndarray, a: float, bb: float, c: float) -> np.ndarray:
+    return a * np.sqrt(1.0 + bb / b) - c
+
+
+def _fit_eq4(best: pd.DataFrame, alpha: float) -> Eq4Fit:
+    xs = pd.to_numeric(best["batch_size"], errors="coerce").to_numpy(dtype=float)
+    ys = pd.to_numeric(best["best_num_draft_tokens"], errors="coerce").to_numpy(dtype=float)
+    keep = np.isfinite(xs) & np.isfinite(ys) & (xs > 0)
+    xs, ys = xs[keep], ys[keep]
+    distinct = len(np.unique(xs))
+    if distinct < MIN_DISTINCT_B_EQ4:
+        return _no_eq4(
+            f"too few points: Eq. 4 has 3 parameters and needs >= {MIN_DISTINCT_B_EQ4} "
+            f"distinct batch sizes, got {distinct}",
+            xs,
+            ys,
+            alpha,
+        )
+    p0 = _eq4_start(xs, ys)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optimize.OptimizeWarning)
+            params, pcov = optimize.curve_fit(
+                _eq4,
+                xs,
+                ys,
+                p0=p0,
+                bounds=([-np.inf, 0.0, -np.inf], [np.inf, np.inf, np.inf]),
+                max_nfev=20000,
+            )
+    except (RuntimeError, ValueError) as exc:
+        return _no_eq4(f"did not converge: {exc}", xs, ys, alpha)
+    pcov = np.asarray(pcov, dtype=float)
+    if not np.all(np.isfinite(params)):
+        return _no_eq4("did not converge: non-finite parameters", xs, ys, alpha)
+    a, bb, c = (float(v) for v in params)
+    if not np.all(np.isfinite(pcov)) or not _eq4_identifiable(xs, a, bb):
+        return _no_eq4(
+            "not identifiable: the data do not pin down A, B and C (the Jacobian at the "
+            "optimum is rank-deficient, e.g. the same k at every b); see the log2 fit",
+            xs,
+            ys,
+            alpha,
+        )
+    resid = ys - _eq4(xs, a, bb, c)
+    dof = len(xs) - 3
+    half = stats.t.ppf(1 - alpha / 2, dof) * np.sqrt(np.maximum(np.diag(pcov), 0.0))
+    return Eq4Fit(
+        status="ok",
+        A=a,
+        B=bb,
+        C=c,
+        A_ci=(a - float(half[0]), a + float(half[0])),
+        B_ci=(bb - float(half[1]), bb + float(half[1])),
+        C_ci=(c - float(half[2]), c + float(half[2])),
+        r2=_r2(ys, resid),
+        n=len(xs),
+        x=tuple(float(v) for v in xs),
+        y=tuple(float(v) for v in ys),
+        residuals=tuple(float(v) for v in resid),
+        alpha=alpha,
+    )
+
+
+def _eq4_start(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float]:
+    """Start point for curve_fit: the B on a log grid whose linear (A, C) solve fits best."""
+    best: tuple[float, tuple[float, float, float]] = (math.inf, (1.0, 1.0, 0.0))
+    for bb in np.geomspace(1e-4 * xs.min(), 1e4 * xs.max(), 161):
+        design = np.column_stack([np.sqrt(1.0 + bb / xs), -np.ones_like(xs)])
+        coef, *_ = np.linalg.lstsq(design, ys, rcond=None)
+        sse = float(np.sum((design @ coef - ys) ** 2))
+        if sse < best[0]:
+            best = (sse, (float(coef[0]), float(bb), float(coef[1])))
+    return best[1]
+
+
+def _eq4_identifiable(xs: np.ndarray, a: float, bb: float) -> bool:
+    """True when the Jacobian of Eq. 4 in (A, B, C) at the optimum has full column rank.
+
+    Columns are scaled to unit norm first, so the test does not depend on the parameters'
+    magnitudes; a smallest/largest singular value ratio under 1e-9 counts as rank-deficient.
+    """
+    root = np.sqrt(1.0 + bb / xs)
+    jac = np.column_stack([root, a / (2.0 * xs * root), -np.ones_like(xs)])
+    norms = np.linalg.norm(jac, axis=0)
+    if not np.all(np.isfinite(norms)) or np.any(norms == 0.0):
+        return False
+    sv = np.linalg.svd(jac / norms, compute_uv=False)
+    return bool(sv[-1] / sv[0] > 1e-9)
+
+
+def _no_eq4(status: str, xs: np.ndarray, ys: np.ndarray, alpha: float) -> Eq4Fit:
+    nan = math.nan
+    return Eq4Fit(
+        status=status,
+        A=nan,
+        B=nan,
+        C=nan,
+        A_ci=(nan, nan),
+        B_ci=(nan, nan),
+        C_ci=(nan, nan),
+        r2=nan,
+        n=len(xs),
+        x=tuple(float(v) for v in xs),
+        y=tuple(float(v) for v in ys),
+        residuals=tuple(nan for _ in xs),
+        alpha=alpha,
+    )
+
+
+def _state(table: pd.DataFrame) -> pd.Series:
+    if "state" in table.columns:
+        return table["state"].astype(str)
+    return pd.Series(["completed"] * len(table), index=table.index)
+
+
+def _completed(table: pd.DataFrame, value: str) -> pd.DataFrame:
+    if value not in table.columns:
+        raise ValueError(
+            f"column {value!r} is not in the trial table; it has {list(table.columns)}"
+        )
+    values = pd.to_numeric(table[value], errors="coerce").astype("float64")
+    keep = (
+        (_state(table) == "completed")
+        & np.isfinite(values)
+        & table["batch_size"].notna()
+        & table["num_draft_tokens"].notna()
+    )
+    out = table[keep].copy()
+    out[value] = values[keep]
+    return out
+
+
+def _mean(frame: pd.DataFrame, column: str) -> float:
+    if column not in frame.columns:
+        return math.nan
+    vals = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    vals = vals[np.isfinite(vals)]
+    return float(vals.mean()) if len(vals) else math.nan
+
+
+def _empty_surface() -> pd.DataFrame:
+    return pd.DataFrame(
+        index=pd.Index([], dtype="int64", name="batch_size"),
+        columns=pd.Index([], dtype="int64", name="num_draft_tokens"),
+        dtype="float64",
+    )

@@ -1,0 +1,581 @@
+"""One self-contained HTML dashboard for a ``decode_bench`` batch-size sweep (Scylla Thm 1.3).
+
+Figures: the throughput surface (b x k, tokens/s), speedup over autoregressive decoding per b,
+peak throughput vs log2 b with the Thm 1.3 fit and its band, the measured best k vs b next to
+the roofline's k_opt(b) and the Eq. 4 fit, and the roofline itself (arithmetic intensity
+I(b, k) vs k with I_crit). Tables: best configuration per b, the fits, measured vs predicted k,
+and every trial with its error text.
+
+Reads tables and fits only (never models); plotly.js is inlined once, so the page works offline.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from analysis.laws import PAPER_CONSTANTS, LogLinearFit
+from analysis.throughput import (
+    BEST_COLUMNS,
+    KNOBS,
+    PAPER_K_OPT,
+    Eq4Fit,
+    KOptFit,
+    RooflineData,
+    compare_k_opt,
+    throughput_surface,
+)
+from dashboards._html import page, table
+from dashboards.sweep_page import fit_line, fit_title
+
+__all__ = ["RooflineData", "write_decode_dashboard"]
+
+TITLES = {
+    "surface": "Throughput surface: tokens/s by batch size and num_draft_tokens",
+    "speedup": "Speedup over autoregressive decoding per batch size",
+    "peak": "Peak throughput vs log2 batch size (Thm 1.3)",
+    "k_opt": "Best num_draft_tokens vs batch size (measured, Eq. 4 fit, roofline k_opt)",
+    "roofline": "Roofline: arithmetic intensity I(b, k) vs num_draft_tokens",
+}
+"""section headings of the page, one per figure"""
+
+_CURVE_POINTS = 60
+"""points on a fitted curve between the smallest and largest batch size (log-spaced)"""
+
+_METRICS = (
+    "tokens_per_s",
+    "ar_tokens_per_s",
+    "speedup",
+    "hf_tokens_per_s",
+    "acceptance_length",
+    "draft_s_per_cycle",
+    "verify_s_per_cycle",
+    "bookkeeping_s_per_cycle",
+    "break_even_acceptance_length",
+)
+"""metric columns listed first in the trial table, in this order"""
+
+
+def write_decode_dashboard(
+    path: Path,
+    *,
+    sweep_name: str,
+    trials: pd.DataFrame,
+    best: pd.DataFrame,
+    peak_fit: LogLinearFit | None,
+    k_fit: KOptFit | None,
+    roofline: RooflineData | None,
+) -> Path:
+    """Write the batch-size sweep's dashboard to ``path`` (one HTML file) and return it.
+
+    ``trials`` is the ``decode_bench`` trial table (one row per trial, any state, optional
+    ``error`` column; see :mod:`analysis.throughput`); ``best`` is
+    :func:`analysis.throughput.best_per_batch` of it; ``peak_fit`` is
+    :func:`analysis.throughput.fit_peak_throughput` (Scylla Thm 1.3, tokens/s vs log2 b) and
+    ``k_fit`` :func:`analysis.throughput.fit_k_opt` (Eq. 4). ``roofline`` carries the
+    roofline's I(b, k), I_crit and k_opt(b) for the local hardware; when it is None those
+    figures are replaced by a note. Only completed trials are plotted; every trial is listed.
+    """
+    if not len(best):
+        best = pd.DataFrame(columns=list(BEST_COLUMNS))
+    knobs_ok = {"batch_size", "num_draft_tokens"} <= _knob_columns(trials)
+    states = trials["state"].astype(str) if "state" in trials.columns else pd.Series(dtype=str)
+    n_done, n_failed = int((states == "completed").sum()), int((states == "failed").sum())
+    figures: list[tuple[str, go.Figure | None, str]] = [
+        ("surface", _surface_figure(trials) if knobs_ok else None, "No completed trials."),
+        (
+            "speedup",
+            _speedup_figure(trials, best) if knobs_ok else None,
+            "No completed trials with a speedup.",
+        ),
+        ("peak", _peak_figure(best, peak_fit), "No completed trials."),
+        ("k_opt", _k_figure(best, k_fit, roofline), "No measured best k and no roofline."),
+        (
+            "roofline",
+            _roofline_figure(roofline) if roofline is not None else None,
+            (
+                "Skipped: no roofline data was given."
+                if roofline is None
+                else "The roofline table has no rows with positive, finite k and intensity."
+            ),
+        ),
+    ]
+    parts = [
+        f"<h1>Decode sweep {html.escape(sweep_name)}</h1>",
+        f"<p class='note'>{len(trials)} trials, {n_done} completed, {n_failed} failed. Only "
+        "completed trials are plotted. Throughput is generated tokens/s over the whole batch; "
+        "k (num_draft_tokens) is the number of tokens verified per sequence per cycle, the "
+        "tree root included. Surface cells are means over seeds and any depth/topk at that "
+        "(b, k); the best k at b is the k of the best (b, k, depth, topk) cell.</p>",
+    ]
+    if roofline is None:
+        parts.append(
+            "<p class='note'>No roofline data was given: the roofline k_opt(b) and the "
+            "arithmetic-intensity figure are skipped.</p>"
+        )
+    else:
+        parts.append(
+            f"<p class='note'>Roofline for {html.escape(roofline.hardware)}: I_crit = "
+            f"{roofline.i_crit:.4g} FLOP/byte. {html.escape(roofline.note)}</p>"
+        )
+    plotly_js_included = False
+    for key, fig, empty_note in figures:
+        parts.append(f"<h2>{html.escape(TITLES[key])}</h2>")
+        if fig is None:
+            parts.append(f"<p class='note'>{html.escape(empty_note)}</p>")
+            continue
+        parts.append(
+            fig.to_html(
+                full_html=False, include_plotlyjs=not plotly_js_included, div_id=f"fig-{key}"
+            )
+        )
+        plotly_js_included = True
+    parts += [
+        "<h2>Best configuration per batch size</h2>",
+        _best_table(best),
+        "<h2>Fits</h2>",
+        _fits_html(peak_fit, k_fit),
+    ]
+    if roofline is not None and len(best):
+        parts += [
+            "<h2>Measured best k vs roofline k_opt</h2>",
+            _frame_table(compare_k_opt(best, roofline.k_opt)),
+        ]
+    parts += ["<h2>Trials</h2>", _trial_table(trials)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page(f"Decode sweep {sweep_name}", parts), encoding="utf-8")
+    return path
+
+
+def _knob_columns(trials: pd.DataFrame) -> set[str]:
+    """Knobs ``trials`` has, under their plain or dotted (``decode.batch_size``) names."""
+    names = {str(c) for c in trials.columns}
+    return {k for k in KNOBS if k in names or f"decode.{k}" in names}
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def _surface_figure(trials: pd.DataFrame) -> go.Figure | None:
+    if "tokens_per_s" not in trials.columns:
+        return None
+    surface = throughput_surface(trials, "tokens_per_s")
+    if surface.empty:
+        return None
+    ks = [str(k) for k in surface.columns]
+    bs = [str(b) for b in surface.index]
+    fig = go.Figure(
+        go.Heatmap(
+            z=_nan_to_none(surface.to_numpy()),
+            x=ks,
+            y=bs,
+            colorscale="Viridis",
+            colorbar={"title": {"text": "tokens/s"}},
+            texttemplate="%{z:.4g}",
+            hovertemplate="b=%{y}<br>k=%{x}<br>%{z:.4g} tokens/s<extra></extra>",
+        )
+    )
+    argmax = surface.idxmax(axis=1, skipna=True).dropna()
+    fig.add_trace(
+        go.Scatter(
+            x=[str(int(k)) for k in argmax.to_numpy()],
+            y=[str(int(b)) for b in argmax.index],
+            mode="markers",
+            marker={"symbol": "star", "size": 12, "color": "white", "line": {"width": 1}},
+            name="best k per b (mean over all trials at b, k)",
+        )
+    )
+    fig.update_layout(
+        title={"text": "mean tokens/s over completed trials per (b, k)", "font": {"size": 13}},
+        xaxis={"type": "category", "title": {"text": "num_draft_tokens k (verified tokens)"}},
+        yaxis={"type": "category", "title": {"text": "batch_size b (sequences)"}},
+        template="plotly_white",
+        height=480,
+        legend={"orientation": "h", "y": -0.2},
+    )
+    return fig
+
+
+def _speedup_figure(trials: pd.DataFrame, best: pd.DataFrame) -> go.Figure | None:
+    if "speedup" not in trials.columns:
+        return None
+    surface = throughput_surface(trials, "speedup")
+    if surface.empty:
+        return None
+    fig = go.Figure()
+    for k in surface.columns:
+        col = surface[k].dropna()
+        fig.add_trace(
+            go.Scatter(
+                x=col.index.tolist(),
+                y=col.tolist(),
+                mode="lines+markers",
+                name=f"k = {int(k)}",
+                opacity=0.6,
+            )
+        )
+    if len(best) and "speedup" in best.columns:
+        fig.add_trace(
+            go.Scatter(
+                x=best["batch_size"].tolist(),
+                y=_nan_to_none(best["speedup"].to_numpy(dtype=float)),
+                mode="lines+markers",
+                line={"color": "black", "width": 3},
+                marker={"symbol": "diamond", "size": 9},
+                customdata=best["best_num_draft_tokens"].tolist(),
+                hovertemplate="b=%{x}<br>best k=%{customdata}<br>speedup %{y:.3g}<extra></extra>",
+                name="at the best k",
+            )
+        )
+    fig.add_hline(y=1.0, line_dash="dash", line_color="gray", annotation_text="break-even (1x)")
+    fig.update_layout(
+        title={
+            "text": "mean speedup = tokens_per_s / ar_tokens_per_s (same b, same run)",
+            "font": {"size": 13},
+        },
+        xaxis=_batch_axis(surface.index.tolist()),
+        yaxis={"title": {"text": "speedup over autoregressive (x)"}},
+        template="plotly_white",
+        height=460,
+    )
+    return fig
+
+
+def _peak_figure(best: pd.DataFrame, fit: LogLinearFit | None) -> go.Figure | None:
+    if not len(best):
+        return None
+    bs = best["batch_size"].tolist()
+    std = best["peak_tokens_per_s_std"].to_numpy(dtype=float)
+    fig = go.Figure()
+    if fit is not None and fit.ok:
+        line = fit_line(fit)
+        level = round(100 * (1 - fit.alpha))
+        band_x = line["x"].tolist()
+        fig.add_trace(
+            go.Scatter(
+                x=band_x + band_x[::-1],
+                y=line["mean_hi"].tolist() + line["mean_lo"].tolist()[::-1],
+                fill="toself",
+                fillcolor="rgba(214, 39, 40, 0.15)",
+                line={"width": 0},
+                hoverinfo="skip",
+                name=f"{level}% CI of the mean",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=band_x,
+                y=line["mean"].tolist(),
+                mode="lines",
+                line={"color": "rgb(214, 39, 40)"},
+                name="fit: a*log2(b) + b0",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=bs,
+            y=_nan_to_none(best["peak_tokens_per_s"].to_numpy(dtype=float)),
+            error_y={"type": "data", "array": _nan_to_none(np.nan_to_num(std)), "visible": True},
+            mode="markers",
+            marker={"size": 9, "color": "rgb(31, 119, 180)"},
+            customdata=best["best_num_draft_tokens"].tolist(),
+            hovertemplate="b=%{x}<br>best k=%{customdata}<br>%{y:.4g} tokens/s<extra></extra>",
+            name="peak tokens/s (best k), ± std over seeds",
+        )
+    )
+    ar = best["ar_tokens_per_s"].to_numpy(dtype=float)
+    if np.isfinite(ar).any():
+        fig.add_trace(
+            go.Scatter(
+                x=bs,
+                y=_nan_to_none(ar),
+                mode="lines+markers",
+                line={"dash": "dot", "color": "gray"},
+                name="autoregressive tokens/s",
+            )
+        )
+    hf = best["hf_tokens_per_s"].to_numpy(dtype=float) if "hf_tokens_per_s" in best else None
+    if hf is not None and np.isfinite(hf).any():
+        keep = np.isfinite(hf)
+        fig.add_trace(
+            go.Scatter(
+                x=[b for b, k in zip(bs, keep, strict=True) if k],
+                y=hf[keep].tolist(),
+                mode="markers",
+                marker={"symbol": "x", "size": 10, "color": "black"},
+                name="HF generate greedy tokens/s",
+            )
+        )
+    fig.update_layout(
+        title={"text": fit_title(fit, "batch_size", "peak_tokens_per_s"), "font": {"size": 13}},
+        xaxis=_batch_axis(bs),
+        yaxis={"title": {"text": "tokens/s (whole batch)"}},
+        template="plotly_white",
+        height=500,
+    )
+    return fig
+
+
+def _k_figure(
+    best: pd.DataFrame, k_fit: KOptFit | None, roofline: RooflineData | None
+) -> go.Figure | None:
+    predicted = _finite_k_opt(roofline.k_opt) if roofline is not None else {}
+    if not len(best) and not predicted:
+        return None
+    fig = go.Figure()
+    bs = best["batch_size"].tolist()
+    all_b = sorted(set(bs) | set(predicted))
+    grid = np.geomspace(min(all_b), max(all_b), _CURVE_POINTS) if all_b else np.array([])
+    if len(best):
+        fig.add_trace(
+            go.Scatter(
+                x=bs,
+                y=best["best_num_draft_tokens"].tolist(),
+                mode="markers",
+                marker={"size": 10, "color": "rgb(31, 119, 180)"},
+                name="measured best k",
+            )
+        )
+    if k_fit is not None and k_fit.eq4.ok and len(grid):
+        fig.add_trace(
+            go.Scatter(
+                x=grid.tolist(),
+                y=_nan_to_none(k_fit.eq4.predict(grid)),
+                mode="lines",
+                line={"color": "rgb(214, 39, 40)"},
+                name="Eq. 4 fit: A*sqrt(1 + B/b) - C",
+            )
+        )
+    if k_fit is not None and k_fit.log2.ok and len(grid):
+        fig.add_trace(
+            go.Scatter(
+                x=grid.tolist(),
+                y=_nan_to_none(k_fit.log2.predict(grid)["mean"].to_numpy()),
+                mode="lines",
+                line={"color": "rgb(255, 127, 14)", "dash": "dash"},
+                name="log2 fit: a*log2(b) + b0",
+            )
+        )
+    if predicted and roofline is not None:
+        pb = sorted(predicted)
+        fig.add_trace(
+            go.Scatter(
+                x=pb,
+                y=[predicted[b] for b in pb],
+                mode="lines+markers",
+                line={"color": "rgb(44, 160, 44)"},
+                name=f"roofline k_opt(b), {html.escape(roofline.hardware)}",
+            )
+        )
+    if len(grid):
+        paper = PAPER_K_OPT
+        fig.add_trace(
+            go.Scatter(
+                x=grid.tolist(),
+                y=(paper["A"] * np.sqrt(1 + paper["B"] / grid) - paper["C"]).tolist(),
+                mode="lines",
+                line={"color": "gray", "dash": "dot"},
+                visible="legendonly",
+                name="paper Eq. 4 (Qwen2.5-72B, H800)",
+            )
+        )
+    fig.update_layout(
+        title={"text": _k_title(k_fit), "font": {"size": 13}},
+        xaxis=_batch_axis(all_b),
+        yaxis={"type": "log", "title": {"text": "num_draft_tokens k (log scale)"}},
+        template="plotly_white",
+        height=500,
+    )
+    return fig
+
+
+def _roofline_figure(roofline: RooflineData) -> go.Figure | None:
+    data = roofline.intensity[["batch_size", "num_draft_tokens", "intensity"]].apply(
+        pd.to_numeric, errors="coerce"
+    )
+    data = data[np.isfinite(data.to_numpy(dtype=float)).all(axis=1)]
+    data = data[(data["num_draft_tokens"] > 0) & (data["intensity"] > 0)]
+    if data.empty:
+        return None
+    fig = go.Figure()
+    for b, rows in data.groupby("batch_size", sort=True):
+        rows = rows.sort_values("num_draft_tokens")
+        fig.add_trace(
+            go.Scatter(
+                x=rows["num_draft_tokens"].tolist(),
+                y=rows["intensity"].tolist(),
+                mode="lines",
+                name=f"b = {int(b)}",
+            )
+        )
+    predicted = _finite_k_opt(roofline.k_opt)
+    if predicted and math.isfinite(roofline.i_crit):
+        pb = sorted(predicted)
+        fig.add_trace(
+            go.Scatter(
+                x=[predicted[b] for b in pb],
+                y=[roofline.i_crit] * len(pb),
+                mode="markers",
+                marker={"symbol": "circle-open", "size": 10, "color": "black"},
+                customdata=pb,
+                hovertemplate="b=%{customdata}<br>k_opt=%{x:.3g}<extra></extra>",
+                name="k_opt(b): I(b, k) = I_crit",
+            )
+        )
+    if math.isfinite(roofline.i_crit) and roofline.i_crit > 0:
+        fig.add_hline(
+            y=roofline.i_crit,
+            line_dash="dash",
+            line_color="rgb(214, 39, 40)",
+            annotation_text=f"I_crit = {roofline.i_crit:.4g} FLOP/byte "
+            f"({html.escape(roofline.hardware)})",
+            annotation_position="top left",
+        )
+    fig.update_layout(
+        title={
+            "text": "FLOPs / bytes of one decoding step (Scylla Sec. 3.2, Appendix C); "
+            "memory-bound below I_crit, compute-bound above",
+            "font": {"size": 13},
+        },
+        xaxis={"type": "log", "title": {"text": "num_draft_tokens k (log scale)"}},
+        yaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte, log scale)"}},
+        template="plotly_white",
+        height=500,
+    )
+    return fig
+
+
+def _batch_axis(batch_sizes: Sequence[Any]) -> dict[str, Any]:
+    """A log x axis labelled at the batch sizes (log2-spaced grids sit evenly on it)."""
+    ticks = sorted({int(b) for b in batch_sizes})
+    return {
+        "type": "log",
+        "title": {"text": "batch_size b (sequences, log scale)"},
+        "tickvals": ticks,
+        "ticktext": [str(b) for b in ticks],
+    }
+
+
+def _k_title(k_fit: KOptFit | None) -> str:
+    if k_fit is None:
+        return "best k vs b: no fit"
+    log2 = k_fit.log2
+    if log2.ok:
+        alt = f"log2: k = {log2.a:.4g}*log2(b) + {log2.b:.4g}, R² = {log2.r2:.3f}, n = {log2.n}"
+    else:
+        alt = f"log2: no fit ({html.escape(log2.status)})"
+    return f"{_eq4_summary(k_fit.eq4)}<br>{alt}"
+
+
+def _eq4_summary(fit: Eq4Fit) -> str:
+    if not fit.ok:
+        return f"Eq. 4: no fit ({html.escape(fit.status)})"
+    return (
+        f"Eq. 4: k = {fit.A:.4g}*sqrt(1 + {fit.B:.4g}/b) - {fit.C:.4g}, "
+        f"R² = {fit.r2:.3f}, n = {fit.n}"
+    )
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+def _best_table(best: pd.DataFrame) -> str:
+    if not len(best):
+        return "<p class='note'>No completed trials: no best configuration.</p>"
+    columns = [c for c in BEST_COLUMNS if c in best.columns]
+    return _frame_table(best[columns])
+
+
+def _fits_html(peak_fit: LogLinearFit | None, k_fit: KOptFit | None) -> str:
+    parts = ["<h3>Peak throughput vs batch size (Thm 1.3)</h3>"]
+    if peak_fit is None:
+        parts.append("<p class='note'>No fit was made.</p>")
+    else:
+        parts.append(table(["field", "value"], _log_fit_rows(peak_fit)))
+    parts.append("<h3>Best k vs batch size (Eq. 4 and log2)</h3>")
+    if k_fit is None:
+        parts.append("<p class='note'>No fit was made.</p>")
+    else:
+        eq4 = k_fit.eq4.to_dict()
+        names = ["form", "status", "A", "A_ci", "B", "B_ci", "C", "C_ci", "r2", "n", "alpha"]
+        rows: list[list[object]] = [[k, eq4[k]] for k in names]
+        paper = k_fit.paper
+        rows.append(
+            [
+                "paper",
+                f"{paper.get('source', '')}: A = {paper.get('A')}, B = {paper.get('B')}, "
+                f"C = {paper.get('C')} ({paper.get('conditions', '')})",
+            ]
+        )
+        parts.append(table(["field", "value"], rows))
+        parts.append(table(["field", "value"], _log_fit_rows(k_fit.log2)))
+    return "\n".join(parts)
+
+
+def _log_fit_rows(fit: LogLinearFit) -> list[list[object]]:
+    d = fit.to_dict()
+    names = ["law", "form", "status", "a", "a_ci", "b", "b_ci", "r2", "n", "excluded", "alpha"]
+    rows: list[list[object]] = [[k, d[k]] for k in names]
+    paper = PAPER_CONSTANTS.get(fit.law)
+    if paper is not None:
+        rows.append(
+            [
+                "paper",
+                f"{paper['source']}: a = {paper['a']}, b = {paper['b']} "
+                f"(x in {paper['x_unit']}; Qwen2.5-72B on H800 GPUs)",
+            ]
+        )
+    return rows
+
+
+def _trial_table(trials: pd.DataFrame) -> str:
+    if not len(trials.columns):
+        return "<p class='note'>No trials.</p>"
+    first = [c for c in ("trial_key", "state") if c in trials.columns]
+    knobs = [c for c in trials.columns if c in KNOBS or (isinstance(c, str) and "." in c)]
+    metrics = [c for c in _METRICS if c in trials.columns]
+    taken = set(first) | set(knobs) | set(metrics) | {"error"}
+    rest = [c for c in trials.columns if c not in taken]
+    columns = first + knobs + metrics + rest + (["error"] if "error" in trials.columns else [])
+    rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
+    css = ["error" if c == "error" else "" for c in columns]
+    return table([str(c) for c in columns], rows, css=css)
+
+
+def _frame_table(frame: pd.DataFrame) -> str:
+    rows = [[_cell(v) for v in row] for row in frame.itertuples(index=False)]
+    return table([str(c) for c in frame.columns], rows)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _finite_k_opt(k_opt: Mapping[int, float]) -> dict[int, float]:
+    out = {}
+    for b, k in k_opt.items():
+        value = float(k) if k is not None else math.nan
+        if math.isfinite(value) and value > 0 and int(b) > 0:
+            out[int(b)] = value
+    return out
+
+
+def _nan_to_none(values: np.ndarray) -> list[Any]:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim == 2:
+        return [_nan_to_none(row) for row in arr]
+    return [float(v) if math.isfinite(v) else None for v in arr]
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
