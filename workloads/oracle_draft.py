@@ -1,10 +1,10 @@
 """Oracle draft: proposes a known continuation (e.g. the target's own greedy output).
 
 With an oracle the acceptance is known in advance, so tests can drive the accept path on the
-real target, and benchmarks can measure the decoding engine's own cost. It follows the
-:class:`~workloads.draft_model.DraftModel` interface used by :mod:`workloads.tree_decode`.
+real target, and benchmarks can measure the decoding engine's own cost (its forward is a table
+lookup). It follows the draft interface of :mod:`workloads.tree_decode`.
 
-Shape legend: B batch, T positions, S sequence slots, V vocabulary.
+Shape legend: B rows, T positions, V target vocabulary.
 """
 
 from __future__ import annotations
@@ -13,29 +13,43 @@ import torch
 from torch import nn
 from transformers import DynamicCache, LlamaConfig
 
+PROPOSAL_LOGIT = 20.0
+"""logit of the proposed token; every other token has logit 0"""
+
 
 class OracleDraft(nn.Module):
-    """Draft whose top-1 proposal at position p is ``sequence[p + 1]`` (other tokens ~0 prob).
+    """Draft whose top-1 proposal at position p of row r is ``sequences[r][p + 2]``.
+
+    The draft at position p sees (h_p, x_{p+1}) and proposes x_{p+2}. Past the end of a sequence
+    it proposes its last token.
 
     Args:
-        sequence: prompt + continuation the oracle knows, target token ids.
+        sequences: per batch row, prompt + continuation the oracle knows (target token ids); a
+            single list is one row.
         vocab_size: V of the target.
-        wrong_at: indices i of ``sequence`` whose token is proposed wrongly (forces rejections).
+        wrong_at: indices i of the sequences whose token is proposed wrongly (forces rejections).
     """
 
-    table_sv: torch.Tensor
+    next_bs: torch.Tensor
     draft_to_target: torch.Tensor
 
     def __init__(
-        self, sequence: list[int], vocab_size: int, wrong_at: frozenset[int] = frozenset()
+        self,
+        sequences: list[list[int]] | list[int],
+        vocab_size: int,
+        wrong_at: frozenset[int] = frozenset(),
     ) -> None:
         super().__init__()
-        slots = len(sequence) + 2
-        table = torch.zeros(slots, vocab_size)
-        for p in range(slots - 1):
-            tok = sequence[min(p, len(sequence) - 1)]
-            table[p, (tok + 1) % vocab_size if p in wrong_at else tok] = 20.0
-        self.register_buffer("table_sv", table)
+        rows: list[list[int]] = (
+            [list(sequences)] if sequences and isinstance(sequences[0], int) else sequences  # type: ignore[list-item]
+        )
+        width = max(len(r) for r in rows) + 2
+        table = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, seq in enumerate(rows):
+            for p in range(width):
+                tok = seq[min(p, len(seq) - 1)]
+                table[i, p] = (tok + 1) % vocab_size if p in wrong_at else tok
+        self.register_buffer("next_bs", table)
         self.register_buffer("draft_to_target", torch.arange(vocab_size))
         self._config = LlamaConfig(
             num_hidden_layers=1,
@@ -57,6 +71,10 @@ class OracleDraft(nn.Module):
         """A 1-layer cache that only tracks lengths."""
         return DynamicCache(config=self._config)
 
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Rows ``rows`` [B'] of the batch remain (the engine dropped finished rows)."""
+        self.next_bs = self.next_bs.index_select(0, rows)
+
     def forward(
         self,
         hidden: torch.Tensor,
@@ -66,13 +84,14 @@ class OracleDraft(nn.Module):
         attention_mask: torch.Tensor | None = None,
         cache: DynamicCache | None = None,
     ) -> torch.Tensor:
-        """[B, T, *] -> [B, T, S]: one-hot of the slot whose token the oracle proposes next."""
+        """[B, T, *] -> [B, T, 1]: the id of the token proposed next (as a float)."""
         b, t = next_ids.shape
         if cache is not None:
             cache.update(torch.zeros(b, 1, t, 1), torch.zeros(b, 1, t, 1), 0)
-        slot = (position_ids + 2).clamp_max(self.table_sv.shape[0] - 1)
-        return nn.functional.one_hot(slot, self.table_sv.shape[0]).float()
+        slot = (position_ids + 2).clamp(0, self.next_bs.shape[1] - 1)
+        return self.next_bs.gather(1, slot).float()[..., None]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., S] -> [..., V]."""
-        return hidden @ self.table_sv
+        """[..., 1] -> [..., V]: PROPOSAL_LOGIT on the proposed token, 0 elsewhere."""
+        out = torch.zeros(*hidden.shape[:-1], self.vocab_size, device=hidden.device)
+        return out.scatter_(-1, hidden.long(), PROPOSAL_LOGIT)

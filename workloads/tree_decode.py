@@ -1,40 +1,76 @@
-"""EAGLE-2 dynamic-tree speculative decoding at temperature 0, batch size 1.
+"""EAGLE-2 dynamic-tree speculative decoding for a batch of b prompts of different lengths.
 
-Per cycle (Li et al., EAGLE-2, arXiv 2406.16858, Sec. 4; Scylla arXiv 2505.07858 Sec. 3):
-1. draft prefill of the pairs (target hidden h_t, token x_{t+1}) the draft has not seen;
+Per cycle, for every row at once (Li et al., EAGLE-2, arXiv 2406.16858, Sec. 4; Scylla arXiv
+2505.07858 Sec. 3):
+1. draft prefill of the pairs (target hidden h_t, token x_{t+1}) the draft has not seen (rows
+   accepted different numbers of tokens: padded, masked);
 2. expansion: ``depth`` draft steps, each frontier node taking its ``topk`` children, the
    frontier being the ``topk`` best new nodes by cumulative log-probability;
-3. rerank: keep the ``num_draft_tokens - 1`` best nodes (ancestor-closed) plus the root;
-4. verify them in one target forward with a tree attention mask;
-5. accept the longest path whose tokens equal the target's greedy choices, add the bonus token;
-6. commit: keep the accepted path in the target KV cache, drop the tree from the draft cache.
+3. rerank: keep the ``num_draft_tokens - 1`` best nodes (closed under ancestors) plus the root;
+4. verify them in one target forward with a per-row tree attention mask;
+5. accept: at temperature 0 the longest path equal to the target's greedy choices; above it,
+   recursive rejection sampling over the tree (:func:`workloads._tree.accept_sampling`); then
+   the bonus token;
+6. commit: each row keeps its own accepted path in the target KV cache; rows that emitted EOS or
+   reached ``max_new_tokens`` leave the batch.
 
-Losslessness: every emitted token is the target's argmax given the accepted prefix, so the output
-equals the target's greedy output (up to float rounding between batched and single-token forwards).
+Losslessness: at temperature 0 every emitted token is the target's argmax given the accepted
+prefix, so each row equals the target's greedy output (up to float rounding between batched and
+one-token forwards); above 0 each emitted token is distributed as the target's.
 
-Shape legend: n tree nodes verified (root included), h hidden, N draft vocabulary, m committed
-tokens before the root.
+Shape legend: B rows still decoding, P pending pairs, K frontier nodes, n verified nodes,
+h hidden, V target vocabulary.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from workloads._kv import cache_len, causal_mask, crop_to, keep_positions, prefix_and_tree_mask
-from workloads.draft_model import DraftModel
+from workloads._kv import RaggedCache, additive_mask
+from workloads._tree import DraftTree, accept_greedy, accept_sampling
+
+
+class Draft(Protocol):
+    """What the engine needs from a draft (:class:`~workloads.draft_model.DraftModel`)."""
+
+    draft_to_target: torch.Tensor
+
+    def new_cache(self) -> DynamicCache: ...
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        next_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        cache: DynamicCache | None = None,
+    ) -> torch.Tensor: ...
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeShape:
+    """Tree of one decoding cycle: ``num_draft_tokens`` counts the root."""
+
+    depth: int
+    topk: int
+    num_draft_tokens: int
 
 
 @dataclass
 class DecodeResult:
-    """Output of one speculative generation.
+    """One prompt's output (batch size 1).
 
     Attributes:
         tokens: generated token ids (EOS included when generated).
-        accept_lengths: per cycle, accepted draft tokens + 1 (the acceptance length tau).
+        accept_lengths: per cycle, tokens emitted (accepted draft tokens + 1).
         draft_s, verify_s, total_s: wall seconds in draft forwards, target forwards, overall.
     """
 
@@ -46,54 +82,277 @@ class DecodeResult:
 
     @property
     def acceptance_length(self) -> float:
-        """Mean accepted tokens per cycle (accepted draft tokens + 1)."""
+        """Mean tokens per cycle (accepted draft tokens + 1)."""
         return sum(self.accept_lengths) / max(len(self.accept_lengths), 1)
 
 
 @dataclass
-class _Tree:
-    """Draft tree of one cycle; node 0 is the root (the last committed token)."""
+class BatchResult:
+    """Output of one batch (rows in prompt order) and where the time went (wall seconds).
 
-    tokens: list[int]
-    parents: list[int]
-    depths: list[int]
-    scores: list[float]
-    slots: dict[int, int] = field(default_factory=dict)  # node -> draft-cache slot past the prefix
+    Attributes:
+        tokens: per row, the generated ids (EOS included when generated).
+        accept_lengths: per row, tokens emitted per cycle (accepted draft tokens + 1; a cycle cut
+            short by EOS or ``max_new_tokens`` counts the tokens it emitted).
+        cycles: decoding cycles of the batch (one target verification each).
+        prefill_s, draft_s, verify_s, total_s: prompt prefill (target + draft), draft forwards,
+            target verification forwards, the whole call. The rest of a cycle is bookkeeping.
+    """
 
-    def add(self, token: int, parent: int, score: float) -> int:
-        self.tokens.append(token)
-        self.parents.append(parent)
-        self.depths.append(self.depths[parent] + 1)
-        self.scores.append(score)
-        return len(self.tokens) - 1
+    tokens: list[list[int]]
+    accept_lengths: list[list[int]]
+    cycles: int = 0
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
 
-    def ancestors(self, node: int) -> list[int]:
-        """The node and its ancestors, root excluded."""
-        out = []
-        while node > 0:
-            out.append(node)
-            node = self.parents[node]
-        return out
+    @property
+    def generated(self) -> int:
+        """Tokens generated over all rows."""
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens per cycle and row (accepted draft tokens + 1), over all row-cycles."""
+        n = sum(len(a) for a in self.accept_lengths)
+        return sum(sum(a) for a in self.accept_lengths) / n if n else float("nan")
+
+    @property
+    def bookkeeping_s(self) -> float:
+        """Cycle time outside the draft and target forward passes."""
+        return self.total_s - self.prefill_s - self.draft_s - self.verify_s
 
 
-def _draft_children(
-    draft: DraftModel, tree: _Tree, nodes: list[int], hidden_kh: torch.Tensor, topk: int
-) -> list[int]:
-    """Add the ``topk`` children of each of ``nodes`` (draft outputs ``hidden_kh``); return them."""
-    logp_kn = torch.log_softmax(draft.logits(hidden_kh).float(), -1)
-    top_lp, top_ix = logp_kn.topk(topk, -1)
-    top_ids = draft.draft_to_target[top_ix]
-    children = []
-    for i, node in enumerate(nodes):
-        for lp, tok in zip(top_lp[i].tolist(), top_ids[i].tolist(), strict=True):
-            children.append(tree.add(tok, node, tree.scores[node] + lp))
-    return children
+class _Timer:
+    """Accumulates wall seconds of forward passes (synchronising CUDA first)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+def _right_pad(rows: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged rows -> ids [B, L] (0-padded) and lengths [B]."""
+    lengths = torch.tensor([len(r) for r in rows], device=device)
+    ids = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long, device=device)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, device=device)
+    return ids, lengths
+
+
+def _pick(logits_bv: torch.Tensor, temperature: float, gen: torch.Generator | None) -> torch.Tensor:
+    """Greedy (temperature 0) or sampled next token per row: [B, V] -> [B]."""
+    if temperature == 0:
+        return logits_bv.argmax(-1)
+    probs = torch.softmax(logits_bv.float() / temperature, -1)
+    return torch.multinomial(probs, 1, generator=gen)[:, 0]
+
+
+def prefill(
+    target: PreTrainedModel, prompts: list[list[int]], cache: RaggedCache
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the prompts through the target: hidden [B, L, h], last logits [B, V], lengths [B]."""
+    dev = target.device
+    ids, lengths = _right_pad(prompts, dev)
+    b, length = ids.shape
+    key_ok = torch.arange(length, device=dev)[None] < lengths[:, None]
+    causal = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
+    allowed = cache.allowed(causal[None] & key_ok[:, None, :])
+    h = target.model(
+        input_ids=ids,
+        position_ids=torch.arange(length, device=dev).expand(b, -1),
+        attention_mask=additive_mask(allowed, target.dtype),
+        cache=cache.cache,
+        use_cache=True,
+    ).last_hidden_state
+    cache.append(key_ok)
+    last = h.gather(1, (lengths - 1)[:, None, None].expand(b, 1, h.shape[2]))[:, 0]
+    return h, target.lm_head(last).float(), lengths
 
 
 @torch.inference_mode()
+def generate(
+    target: PreTrainedModel,
+    draft: Draft,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    shape: TreeShape,
+    eos_ids: frozenset[int],
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> BatchResult:
+    """Generate up to ``max_new_tokens`` per prompt with tree speculative decoding.
+
+    Args:
+        target: the frozen target causal LM (``.model`` the decoder, ``.lm_head`` the head).
+        draft: a draft for this target; a draft with per-row state (the oracle) may define
+            ``keep_rows(rows)``, called when rows leave the batch.
+        prompts: b token-id lists (chat template applied), any lengths >= 1.
+        shape: tree depth, topk and num_draft_tokens.
+        eos_ids: a row stops after any of these tokens.
+        temperature: 0 = greedy; > 0 = sampling from softmax(logits / temperature).
+        generator: RNG for sampling (reproducible runs).
+
+    Raises:
+        ValueError: an empty prompt list or an empty prompt.
+    """
+    if not prompts or min(len(p) for p in prompts) < 1:
+        raise ValueError("generate needs at least one prompt, each of at least one token")
+    timer, dt, dev = _Timer(target.device), target.dtype, target.device
+    res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
+    t0 = timer.now()
+    tcache = RaggedCache(DynamicCache(config=target.config), len(prompts), dev)
+    dcache = RaggedCache(draft.new_cache(), len(prompts), dev)
+    h_blh, logits, m = prefill(target, prompts, tcache)
+    root = _pick(logits, temperature, generator)
+    ids, _ = _right_pad(prompts, dev)
+    pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
+        1, (m - 1)[:, None], root[:, None]
+    )
+    pend_h, pend_n, rows = h_blh, m.clone(), torch.arange(len(prompts), device=dev)
+    for r, tok in enumerate(root.tolist()):
+        res.tokens[r].append(tok)
+    res.prefill_s = timer.now() - t0
+    alive = _still_going(res, rows, eos_ids, max_new_tokens)
+    while alive is not None:
+        if len(alive) < len(rows):  # rows that finished leave the batch
+            rows, m, pend_h, pend_x, pend_n, root = (
+                x[alive] for x in (rows, m, pend_h, pend_x, pend_n, root)
+            )
+            tcache.select_rows(alive)
+            dcache.select_rows(alive)
+            if hasattr(draft, "keep_rows"):
+                draft.keep_rows(alive)
+        tree, draft_fwd_s = _draft_tree(
+            draft, dcache, root, m, pend_h, pend_x, pend_n, shape, timer
+        )
+        sel = tree.best(shape.num_draft_tokens)
+        toks, depths, anc = tree.selected(sel)
+        tb = timer.now()
+        v_h = target.model(
+            input_ids=toks,
+            position_ids=m[:, None] + depths,
+            attention_mask=additive_mask(tcache.allowed(anc), dt),
+            cache=tcache.cache,
+            use_cache=True,
+        ).last_hidden_state
+        v_logits = target.lm_head(v_h).float()
+        tc = timer.now()
+        res.draft_s += draft_fwd_s
+        res.verify_s += tc - tb
+        lpar = tree.local_parents(sel)
+        if temperature == 0:
+            last, bonus = accept_greedy(toks, depths, lpar, v_logits)
+        else:
+            probs = torch.softmax(v_logits / temperature, -1)
+            last, bonus = accept_sampling(toks, lpar, probs, generator)
+        path = anc.gather(1, last[:, None, None].expand(-1, 1, anc.shape[2]))[:, 0]  # [B, n]
+        tcache.append(path)
+        tcache.compact()
+        n_acc = path.sum(1)  # root + accepted drafts = tokens emitted this cycle
+        order = torch.argsort((~path).to(torch.int8), dim=1, stable=True)[:, : int(n_acc.max())]
+        emitted = torch.cat([toks.gather(1, order)[:, 1:], bonus[:, None]], 1)
+        emitted[torch.arange(len(rows)), n_acc - 1] = bonus
+        pend_h = v_h.gather(1, order[:, :, None].expand(-1, -1, v_h.shape[2]))
+        pend_x, pend_n, m, root = emitted, n_acc, m + n_acc, bonus
+        res.cycles += 1
+        for row, k, em in zip(rows.tolist(), n_acc.tolist(), emitted.tolist(), strict=True):
+            out, before = res.tokens[row], len(res.tokens[row])
+            for tok in em[:k]:
+                out.append(tok)
+                if tok in eos_ids or len(out) >= max_new_tokens:
+                    break
+            res.accept_lengths[row].append(len(out) - before)
+        alive = _still_going(res, rows, eos_ids, max_new_tokens)
+    res.total_s = timer.now() - t0
+    return res
+
+
+def _still_going(
+    res: BatchResult, rows: torch.Tensor, eos_ids: frozenset[int], max_new_tokens: int
+) -> torch.Tensor | None:
+    """Indices into ``rows`` of the rows that have not finished; None when all have."""
+    keep = [
+        i
+        for i, r in enumerate(rows.tolist())
+        if len(res.tokens[r]) < max_new_tokens and res.tokens[r][-1] not in eos_ids
+    ]
+    return torch.tensor(keep, device=rows.device) if keep else None
+
+
+def _draft_tree(
+    draft: Draft,
+    dcache: RaggedCache,
+    root: torch.Tensor,
+    m: torch.Tensor,
+    pend_h: torch.Tensor,
+    pend_x: torch.Tensor,
+    pend_n: torch.Tensor,
+    shape: TreeShape,
+    timer: _Timer,
+) -> tuple[DraftTree, float]:
+    """Steps 1-2 of a cycle: draft prefill of the pending pairs, then the tree expansion.
+
+    Args:
+        root: [B] the last committed token of each row, at position ``m`` [B].
+        pend_h, pend_x, pend_n: [B, P, h] target hidden states at positions m - pend_n .. m - 1,
+            [B, P] the token after each, [B] how many of the P are real.
+
+    Returns:
+        The trees, and the seconds spent in draft forward passes (the rest is bookkeeping).
+    """
+    b, p = pend_x.shape
+    dev, topk, dt = root.device, shape.topk, pend_h.dtype
+    j = torch.arange(p, device=dev)
+    key_ok = j[None] < pend_n[:, None]
+    causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
+    mask = additive_mask(dcache.allowed(causal[None] & key_ok[:, None]), dt)
+    t = timer.now()
+    out = draft(pend_h, pend_x, (m - pend_n)[:, None] + j, attention_mask=mask, cache=dcache.cache)
+    h_in = out.gather(1, (pend_n - 1)[:, None, None].expand(b, 1, out.shape[2]))  # [B, 1, h]
+    logp = torch.log_softmax(draft.logits(h_in).float(), -1)
+    fwd_s = timer.now() - t
+    dcache.append(key_ok)
+    dcache.compact()
+    base = dcache.length
+    tree = DraftTree(root, shape.depth, topk)
+    lp, ix = logp.topk(topk, -1)
+    frontier = tree.add_children(torch.zeros_like(m)[:, None], lp, draft.draft_to_target[ix])
+    h_in = h_in.expand(b, topk, -1)
+    slot_nodes = frontier[:, :0]
+    for _ in range(shape.depth - 1):
+        slot_nodes = torch.cat([slot_nodes, frontier], 1)
+        n_all = tree.anc.shape[2]
+        seen = tree.anc.gather(1, frontier[:, :, None].expand(b, topk, n_all))
+        seen = seen.gather(2, slot_nodes[:, None, :].expand(b, topk, slot_nodes.shape[1]))
+        mask = additive_mask(dcache.allowed(seen), dt)
+        pos = m[:, None] + tree.depths[frontier] - 1
+        t = timer.now()
+        f_h = draft(
+            h_in, tree.tokens.gather(1, frontier), pos, attention_mask=mask, cache=dcache.cache
+        )
+        logp = torch.log_softmax(draft.logits(f_h).float(), -1)
+        fwd_s += timer.now() - t
+        lp, ix = logp.topk(topk, -1)
+        lo = tree.size
+        tree.add_children(frontier, lp, draft.draft_to_target[ix])
+        best = tree.scores[:, lo : tree.size].topk(topk, dim=1).indices
+        frontier = lo + best
+        h_in = f_h.gather(1, (best // topk)[:, :, None].expand(b, topk, f_h.shape[2]))
+    dcache.crop(base)
+    return tree, fwd_s
+
+
 def speculative_generate(
     target: PreTrainedModel,
-    draft: DraftModel,
+    draft: Draft,
     prompt_ids: list[int],
     *,
     max_new_tokens: int,
@@ -102,100 +361,19 @@ def speculative_generate(
     num_draft_tokens: int,
     eos_ids: frozenset[int],
 ) -> DecodeResult:
-    """Generate up to ``max_new_tokens`` with tree speculative decoding at temperature 0.
-
-    Args:
-        target: the frozen target causal LM (``.model`` the decoder, ``.lm_head`` the head).
-        draft: a trained (or fresh) draft for this target.
-        prompt_ids: the prompt, already rendered with the chat template.
-        depth, topk, num_draft_tokens: tree shape (``num_draft_tokens`` counts the root).
-        eos_ids: generation stops after any of these tokens.
-    """
-    res, t0, dt = DecodeResult(), time.perf_counter(), target.dtype
-    tgt_cache, dft_cache = DynamicCache(config=target.config), draft.new_cache()
-    ids = torch.tensor([prompt_ids])
-    h_th = target.model(input_ids=ids, cache=tgt_cache, use_cache=True).last_hidden_state[0]
-    root = int(target.lm_head(h_th[-1]).argmax())
-    res.tokens.append(root)
-    pend_h, pend_x = h_th, prompt_ids[1:] + [root]  # (h_t, x_{t+1}) pairs the draft has not seen
-    while root not in eos_ids and len(res.tokens) < max_new_tokens:
-        m = cache_len(tgt_cache)  # committed tokens before the root; the root sits at position m
-        td = time.perf_counter()
-        # 1. draft prefill of the pending pairs -> the root's children
-        d, n_new = cache_len(dft_cache), len(pend_x)
-        out_h = draft(
-            pend_h[None].to(dt),
-            torch.tensor([pend_x]),
-            torch.arange(d, d + n_new)[None],
-            attention_mask=causal_mask(d, n_new, dt),
-            cache=dft_cache,
-        )[0]
-        tree = _Tree(tokens=[root], parents=[-1], depths=[0], scores=[0.0])
-        node_h = {0: out_h[-1]}  # node -> draft output after feeding it (predicts its child)
-        frontier = _draft_children(draft, tree, [0], out_h[-1:], topk)
-        # 2. expansion: feed the frontier, keep the topk best children as the next frontier
-        for _ in range(depth - 1):
-            slot0 = cache_len(dft_cache) - m
-            tree.slots.update({node: slot0 + i for i, node in enumerate(frontier)})
-            seen = torch.zeros(len(frontier), slot0 + len(frontier), dtype=torch.bool)
-            for i, node in enumerate(frontier):
-                seen[i, [tree.slots[a] for a in tree.ancestors(node)]] = True
-            parent_kh = torch.stack([node_h[tree.parents[n]] for n in frontier])
-            pos = torch.tensor([[m + tree.depths[n] - 1 for n in frontier]])
-            f_kh = draft(
-                parent_kh[None],
-                torch.tensor([[tree.tokens[n] for n in frontier]]),
-                pos,
-                attention_mask=prefix_and_tree_mask(m, seen, dt),
-                cache=dft_cache,
-            )[0]
-            node_h.update({n: f_kh[i] for i, n in enumerate(frontier)})
-            children = _draft_children(draft, tree, frontier, f_kh, topk)
-            frontier = sorted(children, key=lambda c: -tree.scores[c])[:topk]
-        crop_to(dft_cache, m)
-        # 3. rerank: best num_draft_tokens - 1 nodes; parents sort before children
-        order = sorted(range(1, len(tree.tokens)), key=lambda c: (-tree.scores[c], tree.depths[c]))
-        chosen = sorted(order[: num_draft_tokens - 1], key=lambda c: (tree.depths[c], c))
-        nodes = [0] + chosen
-        index = {node: i for i, node in enumerate(nodes)}
-        tv = time.perf_counter()
-        res.draft_s += tv - td
-        # 4. verify root + chosen nodes in one target forward with the tree mask
-        seen = torch.zeros(len(nodes), len(nodes), dtype=torch.bool)
-        for i, node in enumerate(nodes):
-            seen[i, [index[a] for a in tree.ancestors(node)] + [0]] = True
-        pos = torch.tensor([[m + tree.depths[n] for n in nodes]])
-        v_nh = target.model(
-            input_ids=torch.tensor([[tree.tokens[n] for n in nodes]]),
-            position_ids=pos,
-            attention_mask=prefix_and_tree_mask(m, seen, dt),
-            cache=tgt_cache,
-            use_cache=True,
-        ).last_hidden_state[0]
-        greedy = target.lm_head(v_nh).argmax(-1).tolist()
-        res.verify_s += time.perf_counter() - tv
-        # 5. accept the longest path matching the target's greedy tokens, then the bonus token
-        path, cur = [0], 0
-        while True:
-            nxt = [
-                c
-                for c in nodes[1:]
-                if tree.parents[c] == nodes[cur] and tree.tokens[c] == greedy[cur]
-            ]
-            if not nxt:
-                break
-            cur = index[nxt[0]]
-            path.append(cur)
-        new = [tree.tokens[nodes[i]] for i in path[1:]] + [greedy[cur]]
-        res.accept_lengths.append(len(new))
-        # 6. commit: target cache keeps the path; truncate at EOS and max_new_tokens
-        keep = torch.cat([torch.arange(m), m + torch.tensor(path)])
-        keep_positions(tgt_cache, keep)
-        for tok in new:
-            res.tokens.append(tok)
-            if tok in eos_ids or len(res.tokens) >= max_new_tokens:
-                break
-        root = res.tokens[-1]
-        pend_h, pend_x = v_nh[path], new
-    res.total_s = time.perf_counter() - t0
-    return res
+    """One prompt at temperature 0 (batch size 1): :func:`generate` for a single row."""
+    out = generate(
+        target,
+        draft,
+        [prompt_ids],
+        max_new_tokens=max_new_tokens,
+        shape=TreeShape(depth=depth, topk=topk, num_draft_tokens=num_draft_tokens),
+        eos_ids=eos_ids,
+    )
+    return DecodeResult(
+        tokens=out.tokens[0],
+        accept_lengths=out.accept_lengths[0],
+        draft_s=out.draft_s,
+        verify_s=out.verify_s,
+        total_s=out.total_s,
+    )

@@ -43,6 +43,7 @@ class StubTarget(nn.Module):
         super().__init__()
         self.config = _lengths_config()
         self.dtype = torch.float32
+        self.device = torch.device("cpu")
         self.lm_head = nn.Linear(V, V, bias=False)
         self.lm_head.weight.data = _table(f).T.contiguous()
         self.model = self._decoder

@@ -1,0 +1,68 @@
+"""Roofline model of speculative decoding (Scylla arXiv 2505.07858, Sec. 3.2 and Appendix C).
+
+Model shapes, hardware profiles, FLOPs/bytes of one decoding step (target verification + draft
+decoding + draft prefill), arithmetic intensity I(b, k), I_crit, the optimal k(b), theoretical
+throughput, and fits of the paper's Eq. 4 and Thm 1.3 forms. Pure functions; torch is imported
+only by the local-CPU micro-benchmark, scipy/statsmodels only by the fits.
+"""
+
+from workloads.roofline.costs import (
+    DRAFT_STEPS,
+    Cost,
+    KOpt,
+    PeakThroughput,
+    decoding_step,
+    default_t_acc,
+    draft_decode,
+    draft_prefill,
+    eq4_paper,
+    intensity,
+    k_opt,
+    peak_throughput,
+    step_time,
+    target_step,
+    tau_eq8,
+    theoretical_throughput,
+)
+from workloads.roofline.fit import Eq4Fit, fit_eq4_form, fit_thm13
+from workloads.roofline.hardware import (
+    BUILTIN_PROFILES,
+    LOCAL_CPU,
+    HardwareProfile,
+    get_profile,
+    measure_local_cpu,
+    profile_names,
+)
+from workloads.roofline.models import BUILTIN_SHAPES, ModelShape, builtin_names, load_model_shape
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "BUILTIN_SHAPES",
+    "DRAFT_STEPS",
+    "LOCAL_CPU",
+    "Cost",
+    "Eq4Fit",
+    "HardwareProfile",
+    "KOpt",
+    "ModelShape",
+    "PeakThroughput",
+    "builtin_names",
+    "decoding_step",
+    "default_t_acc",
+    "draft_decode",
+    "draft_prefill",
+    "eq4_paper",
+    "fit_eq4_form",
+    "fit_thm13",
+    "get_profile",
+    "intensity",
+    "k_opt",
+    "load_model_shape",
+    "measure_local_cpu",
+    "peak_throughput",
+    "profile_names",
+    "step_time",
+    "target_step",
+    "tau_eq8",
+    "theoretical_throughput",
+]
