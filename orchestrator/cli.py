@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.roofline_cmd import roofline
 
 app = typer.Typer(
     add_completion=False,
@@ -323,6 +324,9 @@ def fit(
     )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
+
+
+app.command("roofline")(_one_line_errors(roofline))
 
 
 def main() -> None:

@@ -17,6 +17,12 @@ Legend (the paper's symbols; a :class:`~workloads.roofline.models.ModelShape` ca
     t     accepted tokens the draft re-reads (prefill) at the start of the next cycle
 
 Counts are in elements, multiplied by ``bytes_per_element`` (2 for bf16) to give bytes.
+
+Check against the paper: for Qwen2.5-72B on the H800 datasheet (I_crit 295.2 FLOP/byte) with
+s = 10K these formulas give k_opt = 290, 149, 78, 42, 24, 15, 11 at b = 1, 2, 4, ..., 64, where
+Eq. 4 gives 477, 243, 125, 66, 37, 22, 14 (0.61x at b=1 rising to 0.76x at b=64). At Eq. 4's k
+the intensity is 460 (b=1) down to 388 (b=64) FLOP/byte, so no single I_crit reproduces Eq. 4
+from these counts; the formulas are kept as published.
 """
 
 from __future__ import annotations

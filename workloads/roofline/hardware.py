@@ -162,8 +162,9 @@ def measure_local_cpu(
     to 2048 while the next size still fits twice in what is left of half the budget (small
     products understate the peak), then the best of as many repeats as that half allows (2*n^3
     FLOPs each). Bandwidth: the best of repeated copies of a 128 MiB tensor into another,
-    counting the bytes read plus the bytes written (bytes/s). ``threads`` sets torch's intra-op thread count
-    for the measurement and is restored afterwards. Returns a profile named ``local-cpu``.
+    counting the bytes read plus the bytes written (bytes/s). ``threads`` sets torch's intra-op
+    thread count for the measurement and is restored afterwards. Returns a profile named
+    ``local-cpu``.
 
     Raises ``ValueError`` for an unsupported dtype or ``threads < 1``.
     """
