@@ -60,7 +60,7 @@ class RaggedCache:
         for layer in self.cache.layers:
             # transformers types cache.layers as a union incl. linear-attention layers (no keys)
             keys, values = layer.keys, layer.values  # type: ignore[union-attr]
-            idx = order[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+            idx = order[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])  # type: ignore[union-attr]
             layer.keys = keys.gather(2, idx)  # type: ignore[union-attr]
             layer.values = values.gather(2, idx)  # type: ignore[union-attr]
         self.valid = torch.arange(width, device=counts.device)[None] < counts[:, None]

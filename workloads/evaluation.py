@@ -22,19 +22,10 @@ from transformers import PreTrainedModel
 
 from workloads.data import PromptSet, chat_prompt_ids
 from workloads.draft_model import DraftModel
-from workloads.tree_decode import speculative_generate
+from workloads.tree_decode import TreeShape, speculative_generate
 
 NEAR_TIE = 1e-4
 """top-2 logit gap (nats) under which a greedy divergence is float rounding, not a bug"""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TreeShape:
-    """Tree of one decoding cycle."""
-
-    depth: int
-    topk: int
-    num_draft_tokens: int
 
 
 @dataclass
@@ -78,8 +69,10 @@ def greedy_reference(
         with torch.inference_mode():
             # PreTrainedModel does not declare generate (GenerationMixin adds it per model)
             out = target.generate(  # type: ignore[operator]
-                torch.tensor([prompt_ids]),
-                attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+                torch.tensor([prompt_ids], device=target.device),
+                attention_mask=torch.ones(
+                    1, len(prompt_ids), dtype=torch.long, device=target.device
+                ),
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 eos_token_id=sorted(eos_ids),
@@ -92,8 +85,9 @@ def greedy_reference(
 
 
 @torch.inference_mode()
-def _top2_gap(target: PreTrainedModel, ids: list[int]) -> float:
-    logits = target(input_ids=torch.tensor([ids])).logits[0, -1].float()
+def top2_gap(target: PreTrainedModel, ids: list[int]) -> float:
+    """The target's top-1 minus top-2 logit after ``ids`` (a near-tie when < NEAR_TIE)."""
+    logits = target(input_ids=torch.tensor([ids], device=target.device)).logits[0, -1].float()
     top = logits.topk(2).values
     return float(top[0] - top[1])
 
@@ -146,7 +140,7 @@ def evaluate(
                     (j for j, (a, b) in enumerate(zip(out.tokens, ref, strict=False)) if a != b),
                     min(len(out.tokens), len(ref)),
                 )
-                near_tie = _top2_gap(target, prompt + ref[:first]) < NEAR_TIE
+                near_tie = top2_gap(target, prompt + ref[:first]) < NEAR_TIE
                 res.near_ties += int(near_tie)
                 res.mismatches += int(not near_tie)
             res.spec_s += out.total_s

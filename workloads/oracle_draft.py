@@ -9,6 +9,8 @@ Shape legend: B rows, T positions, V target vocabulary.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from transformers import DynamicCache, LlamaConfig
@@ -40,12 +42,10 @@ class OracleDraft(nn.Module):
         wrong_at: frozenset[int] = frozenset(),
     ) -> None:
         super().__init__()
-        rows: list[list[int]] = (
-            [list(sequences)] if sequences and isinstance(sequences[0], int) else sequences  # type: ignore[list-item]
-        )
-        width = max(len(r) for r in rows) + 2
+        rows = [sequences] if sequences and isinstance(sequences[0], int) else sequences
+        width = max(len(cast(list[int], r)) for r in rows) + 2
         table = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, seq in enumerate(rows):
+        for i, seq in enumerate(cast(list[list[int]], rows)):
             for p in range(width):
                 tok = seq[min(p, len(seq) - 1)]
                 table[i, p] = (tok + 1) % vocab_size if p in wrong_at else tok

@@ -101,22 +101,43 @@ def _materialize_default(cache_dir: Path) -> Path:
     return out
 
 
-def load_target(name: str, *, cache_dir: Path, dtype: str = "float32") -> Target:
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when present, else CPU; ``cpu``/``cuda`` as given.
+
+    Raises:
+        ValueError: ``cuda`` asked for but not available.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asked for but torch sees no CUDA GPU. Fix: device: auto")
+    return torch.device(device)
+
+
+def load_target(
+    name: str, *, cache_dir: Path, dtype: str = "float32", device: str = "cpu"
+) -> Target:
     """Load a frozen target model and tokenizer.
 
     Args:
         name: ``"smollm2-135m-instruct"`` (the embedded GGUF), a local folder, or a hub id.
         cache_dir: where the converted default target is kept.
-        dtype: ``float32`` (use on CPU), ``bfloat16`` or ``float16``.
+        dtype: ``float32`` (use on CPU), ``bfloat16``, ``float16``, or ``auto`` (bfloat16 on
+            CUDA, float32 on CPU).
+        device: ``cpu``, ``cuda`` or ``auto`` (see :func:`resolve_device`).
 
     Raises:
         ValueError: unknown dtype.
         OSError: the model cannot be found locally and, for a hub id, not downloaded.
     """
+    dev = resolve_device(device)
+    if dtype == "auto":
+        dtype = "bfloat16" if dev.type == "cuda" else "float32"
     if dtype not in _DTYPES:
         raise ValueError(f"target.dtype {dtype!r} is not one of {sorted(_DTYPES)}")
     source: str | Path = _materialize_default(cache_dir) if name == DEFAULT_TARGET else name
     model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype])
+    model.to(dev)  # type: ignore[arg-type]
     tokenizer = AutoTokenizer.from_pretrained(source)
     model.eval()
     model.requires_grad_(False)

@@ -1,0 +1,304 @@
+"""Workload ``decode_bench``: throughput and acceptance of tree speculative decoding at batch b.
+
+For one tree shape and batch size it decodes the same prompts three ways, batch by batch and
+interleaved (so drift in machine speed hits all three alike): the engine's tree speculative
+decoding, the engine's own autoregressive loop at the same batch size, and (at b = 1) HF
+``generate`` greedy with the same dtype and threads. Config in
+(:class:`~workloads.config.DecodeBenchConfig`), metrics and artifacts out.
+Source: Scylla (arXiv 2505.07858) Sec. 3.2 and Thm 1.3 (throughput vs batch size).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import time
+from pathlib import Path
+from typing import cast
+
+import torch
+
+from workloads.ar_decode import ar_generate
+from workloads.config import DecodeBenchConfig, DraftSourceConfig
+from workloads.data import chat_prompt_ids, load_prompt_sets
+from workloads.draft_model import DraftArch, DraftModel
+from workloads.evaluation import NEAR_TIE, greedy_reference, top2_gap
+from workloads.oracle_draft import OracleDraft
+from workloads.result import Progress, TrialResult
+from workloads.target import Target, load_target
+from workloads.tree_decode import BatchResult, Draft, TreeShape, generate
+
+log = logging.getLogger(__name__)
+
+
+def find_trial_draft(run_root: Path, sweep: str, trial_key: str) -> Path:
+    """The draft folder saved by a draft_train trial: ``<run root>/<sweep>/trials/<key>/draft``.
+
+    ``trial_key`` may be a unique prefix (>= 6 characters) or ``best``: the trial with the
+    highest acceptance length in its ``per_prompt.json``.
+
+    Raises:
+        ValueError: no such sweep folder or trial, or an ambiguous prefix.
+    """
+    trials = run_root / sweep / "trials"
+    found = sorted(p.parent for p in trials.glob("*/draft/arch.json"))
+    if not found:
+        raise ValueError(
+            f"no finished draft_train trial under {trials}. Fix: run `orchestrator submit "
+            f"sweeps/tokens.yaml` (with the same --run-root) first, or use draft.source: path"
+        )
+    if trial_key == "best":
+        return max(found, key=_acceptance_of)
+    if len(trial_key) < 6:
+        raise ValueError(f"draft.trial_key {trial_key!r} is too short; give >= 6 characters")
+    hits = [p for p in found if p.parent.name.startswith(trial_key)]
+    if len(hits) != 1:
+        keys = ", ".join(p.parent.name for p in found[:8])
+        what = "matches several trials" if hits else "matches no finished trial"
+        raise ValueError(f"draft.trial_key {trial_key!r} {what} in {trials}. Known: {keys}")
+    return hits[0]
+
+
+def _acceptance_of(draft_dir: Path) -> float:
+    path = draft_dir.parent / "per_prompt.json"
+    rows = json.loads(path.read_text()) if path.exists() else []
+    cycles = sum(int(r["cycles"]) for r in rows)
+    return sum(int(r["accepted"]) for r in rows) / cycles if cycles else 0.0
+
+
+def _draft(
+    cfg: DraftSourceConfig, target: Target, run_root: Path | None, seed: int
+) -> tuple[DraftModel | None, str]:
+    """The draft to decode with (None for the oracle, built per batch) and where it came from."""
+    model = target.model
+    embed = cast(torch.Tensor, model.get_input_embeddings().weight)
+    head = cast(torch.Tensor, model.get_output_embeddings().weight)
+    if cfg.source == "oracle":
+        return None, "oracle"
+    if cfg.source == "fresh":
+        arch = DraftArch.from_target(model.config, layers=cfg.layers, output_norm=cfg.output_norm)
+        torch.manual_seed(seed)
+        draft, where = DraftModel(arch, embed_weight=embed, lm_head_weight=head), "fresh"
+    else:
+        if cfg.source == "path":
+            folder = Path(cast(str, cfg.path)).expanduser()
+        else:
+            if run_root is None:
+                raise ValueError("draft.source 'trial' needs the run root (run it via submit)")
+            folder = find_trial_draft(run_root, cast(str, cfg.sweep), cast(str, cfg.trial_key))
+        if not (folder / "arch.json").exists():
+            raise ValueError(f"{folder}: not a draft folder (no arch.json). Fix: draft.path")
+        draft = DraftModel.load(folder, embed_weight=embed, lm_head_weight=head)
+        where = str(folder)
+    return draft.to(device=model.device, dtype=model.dtype).eval(), where
+
+
+def _prompts(cfg: DecodeBenchConfig, tokenizer: object) -> list[list[int]]:
+    """``num_prompts`` prompts round-robin over the sets, cycled to fill whole batches."""
+    sets = load_prompt_sets(cfg.prompts.prompt_sets, n=cfg.prompts.num_prompts)
+    texts = [t for group in zip(*(s.prompts for s in sets), strict=False) for t in group]
+    texts += [t for s in sets for t in s.prompts if t not in texts]
+    texts = texts[: cfg.prompts.num_prompts]
+    b = cfg.decode.batch_size
+    n = -(-len(texts) // b) * b
+    return [chat_prompt_ids(tokenizer, texts[i % len(texts)]) for i in range(n)]
+
+
+def _hf_generate(target: Target, prompt: list[int], n: int) -> tuple[list[int], float]:
+    """HF ``generate`` greedy, timed (not cached)."""
+    eos = sorted(target.eos_token_ids)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = target.model.generate(  # type: ignore[operator]
+            torch.tensor([prompt], device=target.model.device),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=target.model.device),
+            max_new_tokens=n,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos[0],
+        )
+    if target.model.device.type == "cuda":
+        torch.cuda.synchronize()
+    return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
+
+
+def _mismatch(target: Target, prompt: list[int], ref: list[int], out: list[int]) -> str:
+    """'' if ``out`` equals the greedy ``ref``, else 'near_tie' or 'mismatch' (DESIGN.md)."""
+    if out == ref:
+        return ""
+    i = next((j for j, (a, b) in enumerate(zip(out, ref, strict=False)) if a != b), None)
+    if i is None:  # one is a prefix of the other: a length difference is a real mismatch
+        return "mismatch"
+    with torch.inference_mode():
+        gap = top2_gap(target.model, prompt + ref[:i])
+    return "near_tie" if gap < NEAR_TIE else "mismatch"
+
+
+def run(
+    cfg: DecodeBenchConfig,
+    *,
+    cache_dir: Path,
+    out_dir: Path,
+    run_root: Path | None = None,
+    progress: Progress | None = None,
+) -> TrialResult:
+    """Run one trial.
+
+    Args:
+        cfg: the trial config.
+        cache_dir: shared cache (converted target, greedy references).
+        out_dir: this trial's artifact folder (``per_batch.json``).
+        run_root: where ``draft.source: trial`` looks for draft_train trials.
+        progress: called with one-line progress messages.
+
+    Returns:
+        metrics (tokens/s are generated tokens per wall second over the whole batch, prefill
+        included; seconds per cycle are batch cycles): ``tokens_per_s``, ``ar_tokens_per_s``,
+        ``speedup`` (over the AR loop), ``hf_tokens_per_s`` and ``speedup_vs_hf`` (b = 1, else
+        NaN), ``acceptance_length``, ``cycles``, ``draft_s_per_cycle``, ``verify_s_per_cycle``,
+        ``bookkeeping_s_per_cycle``, ``bookkeeping_share`` (of cycle time),
+        ``ar_s_per_step``, ``break_even_acceptance_length`` (cycle time / AR step time: the
+        acceptance length at which speculation matches AR), ``mismatches``, ``near_ties`` (T = 0,
+        against the target's greedy output), ``generated_tokens``, ``peak_rss_mb`` (this
+        process's peak RSS).
+
+    Raises:
+        ValueError: a bad draft source, prompt set or device.
+    """
+    say = progress or (lambda msg: log.info("%s", msg))
+    d = cfg.decode
+    target = load_target(
+        cfg.target.model, cache_dir=cache_dir, dtype=cfg.target.dtype, device=cfg.device
+    )
+    draft, where = _draft(cfg.draft, target, run_root, cfg.seed)
+    prompts = _prompts(cfg, target.tokenizer)
+    b, eos = d.batch_size, target.eos_token_ids
+    shape = TreeShape(depth=d.depth, topk=d.topk, num_draft_tokens=d.num_draft_tokens)
+    greedy = d.temperature == 0
+    refs: list[list[int]] = []
+    if greedy or cfg.draft.source == "oracle":
+        for p in prompts:
+            refs.append(
+                greedy_reference(
+                    target.model,
+                    p,
+                    max_new_tokens=d.max_new_tokens,
+                    eos_ids=eos,
+                    cache_dir=cache_dir,
+                    target_name=f"{target.name}@{target.model.device.type}",
+                )[0]
+            )
+    say(f"target on {target.model.device}, draft {where}, {len(prompts)} prompts, b={b}")
+    gen = torch.Generator(device=target.model.device).manual_seed(cfg.seed)
+
+    def spec(batch: list[list[int]], idx: list[int], n: int) -> BatchResult:
+        dr: Draft = cast(Draft, draft)
+        if draft is None:
+            seqs = [batch[i] + refs[j] for i, j in enumerate(idx)]
+            dr = OracleDraft(seqs, target.model.config.vocab_size).to(target.model.device)
+        return generate(
+            target.model,
+            dr,
+            batch,
+            max_new_tokens=n,
+            shape=shape,
+            eos_ids=eos,
+            temperature=d.temperature,
+            generator=gen,
+        )
+
+    batches = [list(range(i, i + b)) for i in range(0, len(prompts), b)]
+    for idx in batches[: cfg.warmup]:  # untimed: first-call allocations and kernel selection
+        batch = [prompts[i] for i in idx]
+        spec(batch, idx, min(4, d.max_new_tokens))
+        ar_generate(target.model, batch, max_new_tokens=min(4, d.max_new_tokens), eos_ids=eos)
+    spec_runs, ar_runs, hf_s, hf_tokens, per_batch = [], [], 0.0, 0, []
+    counts = {"mismatch": 0, "near_tie": 0, "ar_mismatch": 0}
+    for k, idx in enumerate(batches):
+        batch = [prompts[i] for i in idx]
+        ar = ar_generate(
+            target.model,
+            batch,
+            max_new_tokens=d.max_new_tokens,
+            eos_ids=eos,
+            temperature=d.temperature,
+            generator=gen,
+        )
+        sp = spec(batch, idx, d.max_new_tokens)
+        if b == 1 and cfg.baselines.hf_generate:
+            _, seconds = _hf_generate(target, batch[0], d.max_new_tokens)
+            hf_s += seconds
+            hf_tokens += len(_)
+        if greedy:
+            for row, j in enumerate(idx):
+                verdict = _mismatch(target, prompts[j], refs[j], sp.tokens[row])
+                counts[verdict] = counts.get(verdict, 0) + 1
+                if _mismatch(target, prompts[j], refs[j], ar.tokens[row]) == "mismatch":
+                    counts["ar_mismatch"] += 1
+        spec_runs.append(sp)
+        ar_runs.append(ar)
+        per_batch.append(
+            {
+                "batch": k,
+                "prompts": idx,
+                "tokens_per_s": sp.generated / sp.total_s,
+                "ar_tokens_per_s": ar.generated / ar.total_s,
+                "acceptance_length": sp.acceptance_length,
+                "accept_lengths": sp.accept_lengths,
+                "cycles": sp.cycles,
+            }
+        )
+        say(
+            f"batch {k + 1}/{len(batches)}: {sp.generated / sp.total_s:.1f} tok/s vs AR "
+            f"{ar.generated / ar.total_s:.1f}, acceptance length {sp.acceptance_length:.2f}"
+        )
+    result = TrialResult(artifact_paths=[out_dir / "per_batch.json"])
+    result.metrics.update(_metrics(spec_runs, ar_runs, hf_s, hf_tokens, counts))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "per_batch.json").write_text(json.dumps(per_batch, indent=1))
+    return result
+
+
+def _metrics(
+    spec: list[BatchResult],
+    ar: list[BatchResult],
+    hf_s: float,
+    hf_tokens: int,
+    counts: dict[str, int],
+) -> dict[str, float]:
+    """Sum the batches' counts and seconds into the trial's metrics (see :func:`run`)."""
+    nan = float("nan")
+    gen = sum(r.generated for r in spec)
+    total = sum(r.total_s for r in spec)
+    cycles = sum(r.cycles for r in spec)
+    cycle_s = total - sum(r.prefill_s for r in spec)
+    ar_gen, ar_total = sum(r.generated for r in ar), sum(r.total_s for r in ar)
+    ar_steps = sum(r.cycles for r in ar)
+    ar_step_s = (ar_total - sum(r.prefill_s for r in ar)) / ar_steps if ar_steps else nan
+    rows = [a for r in spec for a in r.accept_lengths]
+    tau_n = sum(len(a) for a in rows)
+    tps, ar_tps = gen / total, (ar_gen / ar_total if ar_total else nan)
+    hf_tps = hf_tokens / hf_s if hf_s else nan
+    per_cycle = (lambda x: x / cycles) if cycles else (lambda x: nan)
+    m = {
+        "tokens_per_s": tps,
+        "ar_tokens_per_s": ar_tps,
+        "speedup": tps / ar_tps,
+        "hf_tokens_per_s": hf_tps,
+        "speedup_vs_hf": tps / hf_tps if hf_s else nan,
+        "acceptance_length": sum(sum(a) for a in rows) / tau_n if tau_n else nan,
+        "cycles": float(cycles),
+        "draft_s_per_cycle": per_cycle(sum(r.draft_s for r in spec)),
+        "verify_s_per_cycle": per_cycle(sum(r.verify_s for r in spec)),
+        "bookkeeping_s_per_cycle": per_cycle(sum(r.bookkeeping_s for r in spec)),
+        "bookkeeping_share": sum(r.bookkeeping_s for r in spec) / cycle_s if cycle_s else nan,
+        "ar_s_per_step": ar_step_s,
+        "break_even_acceptance_length": per_cycle(cycle_s) / ar_step_s if cycles else nan,
+        "mismatches": float(counts.get("mismatch", 0)),
+        "near_ties": float(counts.get("near_tie", 0)),
+        "ar_mismatches": float(counts.get("ar_mismatch", 0)),
+        "generated_tokens": float(gen),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    return m
