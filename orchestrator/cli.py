@@ -135,18 +135,23 @@ def submit(
 ) -> None:
     """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
 
-    Resubmitting the same spec skips completed trials and reruns the rest.
+    Resubmitting the same spec skips completed trials and reruns the rest. A spec with a
+    ``search:`` block runs an Optuna study instead of a grid and resumes it when resubmitted.
     """
     _env()
     from orchestrator.grid import expand
     from orchestrator.spec import load_spec
 
     sweep = load_spec(spec)
-    trials = expand(sweep)
+    trials = [] if sweep.search else expand(sweep)
     if dry_run:
-        _print_trials(sweep.name, [(t.key, "planned", t.overrides, None) for t in trials])
+        if sweep.search:
+            _print_space(sweep)
+        else:
+            _print_trials(sweep.name, [(t.key, "planned", t.overrides, None) for t in trials])
+        n = sweep.search.n_trials if sweep.search else len(trials)
         out.print(
-            f"{len(trials)} trials; resources per trial: "
+            f"{n} trials; resources per trial: "
             f"{sweep.resources.model_dump()}. Nothing was run or written."
         )
         return
@@ -164,6 +169,14 @@ def submit(
     else:
         store = _store(run_root, db_url)
         tracker = _tracker(run_root, tracking_uri)
+    study = None
+    if sweep.search:  # the study lives in the results DB; a resubmit resumes it
+        import optuna
+
+        from orchestrator import search
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = search.open_study(sweep, search.storage_url(db_url, run_root))
     runner.init_ray(address)
     sweep_id, _ = runner.register(store, sweep, spec, spec.read_text(encoding="utf-8"))
     info = store.get_sweep(sweep.name)
@@ -173,11 +186,20 @@ def submit(
         info.mlflow_run_id if info else None,
     )
     store.set_sweep_mlflow_run(sweep_id, parent)
+    what = f"{len(trials)} trials"
+    if sweep.search:
+        s = sweep.search
+        what = (
+            f"Optuna search of {s.n_trials} trials ({s.direction} {s.metric}, sampler {s.sampler})"
+        )
     out.print(
-        f"sweep [bold]{sweep.name}[/]: {len(trials)} trials; results DB {store.url}; "
+        f"sweep [bold]{sweep.name}[/]: {what}; results DB {store.url}; "
         f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})"
     )
-    summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths)
+    summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths, study)
+    if sweep.search:
+        _finish_search(store, tracker, sweep, sweep_id, parent, paths, summary)
+        return
     rep = report.fit_sweep(
         store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent
     )
@@ -195,14 +217,76 @@ def submit(
     out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
 
 
+def _finish_search(
+    store: Any, tracker: Any, sweep: Any, sweep_id: int, parent: str, paths: Any, summary: Any
+) -> None:
+    """Dashboard, parent run state and the best trial of a search; its stop error, if any."""
+    from orchestrator import report
+
+    rep = report.fit_sweep(
+        store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent
+    )
+    ok = summary.failed == 0 and summary.error is None
+    tracker.set_state(
+        parent,
+        "completed" if ok else "failed",
+        summary.error or (None if ok else f"{summary.failed} trials failed"),
+    )
+    out.print(
+        f"{summary.completed} completed, {summary.failed} failed, {summary.reused} reused from "
+        f"the store (not rerun); {summary.counted}/{summary.n_trials} trials finished in the study."
+    )
+    _print_best(sweep.search.metric, summary.best)
+    out.print(f"dashboard: {rep.dashboard}")
+    out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+    if summary.error:
+        raise OrchestratorError(summary.error)
+
+
+def _print_best(metric: str, best: Any) -> None:
+    if best is None:
+        out.print("best: none yet (no completed trial)")
+        return
+    params = " ".join(f"{k}={v}" for k, v in best.params.items())
+    out.print(
+        f"best: {metric} = {best.value:.4f} at {params} "
+        f"(Optuna trial {best.number}, trial {best.trial_key})"
+    )
+
+
+def _print_space(sweep: Any) -> None:
+    s = sweep.search
+    table = Table(title=f"sweep {sweep.name}: search space")
+    table.add_column("field")
+    table.add_column("distribution")
+    for name, param in s.space.items():
+        table.add_row(name, param.describe())
+    out.print(table)
+    out.print(
+        f"search: {s.n_trials} trials, {s.direction} {s.metric}, sampler {s.sampler} "
+        f"(seed {sweep.seeds[0]})"
+    )
+
+
 def _run_with_progress(
-    store: Any, tracker: Any, sweep: Any, sweep_id: int, parent: str, paths: Any
+    store: Any,
+    tracker: Any,
+    sweep: Any,
+    sweep_id: int,
+    parent: str,
+    paths: Any,
+    study: Any = None,
 ) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from orchestrator import runner
 
-    todo = len([t for t in store.trials(sweep_id) if t.state != "completed"])
+    if sweep.search:
+        from orchestrator import search
+
+        todo = max(0, sweep.search.n_trials - search.counted(study))
+    else:
+        todo = len([t for t in store.trials(sweep_id) if t.state != "completed"])
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -219,7 +303,11 @@ def _run_with_progress(
                 bar.console.print(f"  started   {trial.key} {point}")
                 return
             bar.advance(task)
-            if event == "completed" and metrics:
+            if sweep.search and event in ("completed", "reused"):
+                m = sweep.search.metric
+                value = (metrics or {}).get(m, float("nan"))
+                bar.console.print(f"  {event:<9} {trial.key} {point} {m}={value:.4g}")
+            elif event == "completed" and metrics:
                 bar.console.print(
                     f"  completed {trial.key} {point} acceptance_length="
                     f"{metrics.get('acceptance_length', float('nan')):.3f} "
@@ -228,6 +316,12 @@ def _run_with_progress(
             else:
                 bar.console.print(f"  [red]failed[/]    {trial.key} {point}")
 
+        if sweep.search:
+            from orchestrator import search
+
+            return search.run_search(
+                store, tracker, sweep, sweep_id, parent, paths, study, on_event
+            )
         return runner.run_trials(store, tracker, sweep, sweep_id, parent, paths, on_event)
 
 
@@ -245,13 +339,15 @@ def _print_fit(rep: Any) -> None:
         out.print(f"SFT-only baseline: acceptance_length = {b['mean']:.4f} (n = {b['n']})")
 
 
-def _print_trials(name: str, rows: list[tuple[str, str, dict, dict | None]]) -> None:
+def _print_trials(
+    name: str, rows: list[tuple[str, str, dict, dict | None]], metric: str = "acceptance_length"
+) -> None:
     table = Table(title=f"sweep {name}")
     axes = sorted({k for _, _, o, _ in rows for k in o})
-    for col in ["trial_key", *axes, "state", "acceptance_length"]:
+    for col in ["trial_key", *axes, "state", metric]:
         table.add_column(col)
     for key, state, overrides, metrics in rows:
-        acc = (metrics or {}).get("acceptance_length")
+        acc = (metrics or {}).get(metric)
         table.add_row(
             key,
             *[str(overrides.get(a, "")) for a in axes],
@@ -269,17 +365,23 @@ def status(
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
 ) -> None:
-    """Print the trial table of SWEEP (state, grid point, acceptance length, error)."""
+    """Print the trial table of SWEEP (state, grid point, acceptance length, error).
+
+    For a search: the searched metric instead of acceptance length, and the study's best trial.
+    """
     _env()
+    import yaml
+
     store = _store(run_root.resolve(), db_url, must_exist=True)
     info = _find_sweep(store, sweep)
+    stored = yaml.safe_load(info.spec_yaml)
+    searched = stored.get("search") if isinstance(stored, dict) else None
+    metric = str(searched.get("metric")) if isinstance(searched, dict) else "acceptance_length"
     df = store.metrics_frame(info.id).set_index("trial_key")
     rows = []
     for t in store.trials(info.id):
         metrics = (
-            {"acceptance_length": df.loc[t.key, "acceptance_length"]}
-            if ("acceptance_length" in df and t.state == "completed")
-            else None
+            {metric: df.loc[t.key, metric]} if (metric in df and t.state == "completed") else None
         )
         rows.append(
             (
@@ -289,11 +391,26 @@ def status(
                 metrics,
             )
         )
-    _print_trials(sweep, rows)
+    _print_trials(sweep, rows, metric)
     counts: dict[str, int] = {}
     for t in store.trials(info.id):
         counts[t.state] = counts.get(t.state, 0) + 1
     out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    if isinstance(searched, dict):
+        import optuna
+
+        from orchestrator import search
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+        found = search.load_best(search.storage_url(db_url, run_root.resolve()), sweep)
+        if found is None:
+            out.print(f"study {sweep!r}: not in the results DB yet")
+        else:
+            best, finished = found
+            n = searched.get("n_trials", "?")
+            out.print(f"study {sweep!r}: {finished}/{n} trials finished")
+            _print_best(metric, best)
 
 
 @app.command()

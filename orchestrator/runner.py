@@ -2,7 +2,9 @@
 
 The results store is the source of truth: a resubmitted sweep skips completed trial keys and
 reruns pending, failed and stale running ones. At most as many trials are in flight as the
-Ray cluster has room for, so ``running`` in the store means running.
+Ray cluster has room for, so ``running`` in the store means running. A spec with a ``search:``
+block registers no grid trials: :mod:`orchestrator.search` asks Optuna for them and runs each
+with :func:`start_trial` / :func:`finish_trial`, like :func:`run_trials` does.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ray
 
@@ -53,22 +56,27 @@ class SubmitSummary:
 
 
 Events = Callable[[str, TrialInfo, dict[str, float] | None], None]
-"""``(event, trial, metrics)`` with event in started/completed/failed: progress for the CLI"""
+"""``(event, trial, metrics)`` with event in started/completed/failed (and reused for a search
+proposal already completed): progress for the CLI"""
 
 
 def register(
     store: ResultsStore, spec: SweepSpec, spec_path: Path, spec_text: str
 ) -> tuple[int, list[TrialSpec]]:
-    """Create or update the sweep row and insert its missing trials as pending."""
+    """Create or update the sweep row and insert its missing trials as pending.
+
+    A search spec inserts none: its trials are added as the study proposes them.
+    """
     sweep_id = store.upsert_sweep(spec.name, spec.workload, spec_text, str(spec_path))
-    trials = expand(spec)
+    trials = [] if spec.search is not None else expand(spec)
     store.add_trials(
         sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
     )
     return sweep_id, trials
 
 
-def _in_flight_limit(spec: SweepSpec) -> int:
+def in_flight_limit(spec: SweepSpec) -> int:
+    """Trials of ``spec`` the Ray cluster has room for at once (at least 1)."""
     res = ray.cluster_resources()
     limits = [int(res.get("CPU", 1) // spec.resources.num_cpus)]
     if spec.resources.num_gpus:
@@ -97,67 +105,105 @@ def run_trials(
     summary = SubmitSummary(
         total=len(all_trials), skipped=len(all_trials) - len(todo), completed=0, failed=0
     )
+    remote = trial_task(spec)
+    limit = in_flight_limit(spec)
+    pending = list(todo)
+    running: dict[ray.ObjectRef, tuple[TrialInfo, str, float]] = {}
+    while pending or running:
+        while pending and len(running) < limit:
+            trial = pending.pop(0)
+            ref, run_id = start_trial(store, tracker, remote, spec, trial, parent_run, paths)
+            running[ref] = (trial, run_id, time.perf_counter())
+            emit("started", trial, None)
+        done, _ = ray.wait(list(running), num_returns=1)
+        trial, run_id, t0 = running.pop(done[0])
+        outcome = finish_trial(store, tracker, trial, run_id, done[0], time.perf_counter() - t0)
+        if outcome.ok:
+            summary.completed += 1
+            emit("completed", trial, outcome.metrics)
+        else:
+            summary.failed += 1
+            emit("failed", trial, {"error": 0.0})
+    return summary
+
+
+def trial_task(spec: SweepSpec) -> Any:
+    """The Ray remote function of one trial with the spec's resources and retries."""
     r = spec.resources
     # ray's stubs only model positional-argument functions (run_trial is keyword-only)
-    remote = ray.remote(_task.run_trial).options(  # type: ignore[arg-type]
+    return ray.remote(_task.run_trial).options(  # type: ignore[arg-type]
         num_cpus=r.num_cpus,
         num_gpus=r.num_gpus,
         max_retries=r.max_retries,
         retry_exceptions=False,
         memory=int(r.memory_gb * 2**30) if r.memory_gb else None,
     )
-    limit = _in_flight_limit(spec)
-    pending = list(todo)
-    running: dict[ray.ObjectRef, tuple[TrialInfo, str, float]] = {}
-    while pending or running:
-        while pending and len(running) < limit:
-            trial = pending.pop(0)
-            run_id = tracker.start_trial_run(
-                parent_run,
-                spec.name,
-                trial.key,
-                trial.config,
-                trial.mlflow_run_id,
-                overrides=trial.overrides,
-            )
-            store.mark_running(trial.id, run_id)
-            ref = remote.remote(  # type: ignore[call-arg]
-                workload=spec.workload,
-                config_json=trial.config,
-                tracker=tracker,
-                run_id=run_id,
-                trial_key=trial.key,
-                cache_dir=str(paths.cache_dir),
-                out_dir=str(paths.trial_dir(spec.name, trial.key)),
-                run_root=str(paths.run_root),
-                threads=max(1, int(r.num_cpus)),
-            )
-            running[ref] = (trial, run_id, time.perf_counter())
-            emit("started", trial, None)
-        done, _ = ray.wait(list(running), num_returns=1)
-        trial, run_id, t0 = running.pop(done[0])
-        wall = time.perf_counter() - t0
-        try:
-            outcome: _task.TaskOutcome = ray.get(done[0])
-        except (ray.exceptions.RayError, OSError) as exc:  # worker/node died after retries
-            outcome = _task.TaskOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:4000])
-        if outcome.ok:
-            store.log_metrics(trial.id, outcome.metrics)
-            for name, values in outcome.series.items():
-                store.log_metric_series(trial.id, name, values)
-            store.mark_completed(trial.id, wall)
-            tracker.set_state(run_id, TrialState.COMPLETED)
-            summary.completed += 1
-            emit("completed", trial, outcome.metrics)
-        else:
-            error = outcome.error or "unknown error"
-            if outcome.traceback:
-                error += "\n" + outcome.traceback
-            store.mark_failed(trial.id, error, wall)
-            tracker.set_state(run_id, TrialState.FAILED, error)
-            summary.failed += 1
-            emit("failed", trial, {"error": 0.0})
-    return summary
+
+
+def start_trial(
+    store: ResultsStore,
+    tracker: Tracker,
+    remote: Any,
+    spec: SweepSpec,
+    trial: TrialInfo,
+    parent_run: str,
+    paths: RunPaths,
+) -> tuple[ray.ObjectRef, str]:
+    """Open the trial's MLflow child run, mark it running, submit its Ray task.
+
+    Returns:
+        The task's object ref and the MLflow run id.
+    """
+    run_id = tracker.start_trial_run(
+        parent_run,
+        spec.name,
+        trial.key,
+        trial.config,
+        trial.mlflow_run_id,
+        overrides=trial.overrides,
+    )
+    store.mark_running(trial.id, run_id)
+    ref = remote.remote(
+        workload=spec.workload,
+        config_json=trial.config,
+        tracker=tracker,
+        run_id=run_id,
+        trial_key=trial.key,
+        cache_dir=str(paths.cache_dir),
+        out_dir=str(paths.trial_dir(spec.name, trial.key)),
+        run_root=str(paths.run_root),
+        threads=max(1, int(spec.resources.num_cpus)),
+    )
+    return ref, run_id
+
+
+def finish_trial(
+    store: ResultsStore,
+    tracker: Tracker,
+    trial: TrialInfo,
+    run_id: str,
+    ref: ray.ObjectRef,
+    wall_s: float,
+) -> _task.TaskOutcome:
+    """Fetch a finished task's outcome and record it (SQL and MLflow state); never raises for
+    a trial error (a worker or node that died after its retries is a failed outcome)."""
+    try:
+        outcome: _task.TaskOutcome = ray.get(ref)
+    except (ray.exceptions.RayError, OSError) as exc:  # worker/node died after retries
+        outcome = _task.TaskOutcome(ok=False, error=f"{type(exc).__name__}: {exc}"[:4000])
+    if outcome.ok:
+        store.log_metrics(trial.id, outcome.metrics)
+        for name, values in outcome.series.items():
+            store.log_metric_series(trial.id, name, values)
+        store.mark_completed(trial.id, wall_s)
+        tracker.set_state(run_id, TrialState.COMPLETED)
+    else:
+        error = outcome.error or "unknown error"
+        if outcome.traceback:
+            error += "\n" + outcome.traceback
+        store.mark_failed(trial.id, error, wall_s)
+        tracker.set_state(run_id, TrialState.FAILED, error)
+    return outcome
 
 
 def check_ray_address(address: str, timeout_s: float = 5.0) -> None:

@@ -12,17 +12,29 @@ the Ray ``resources`` of one trial::
     base:
       sft: {tokens: 16384}
     resources: {num_cpus: 1}
+
+Instead of a ``grid``, a spec may have a ``search`` block: an Optuna study over a ``space`` of
+config fields (see :class:`SearchSpec` and ``sweeps/search-batch.yaml``).
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import math
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.errors import SpecError
 from workloads.config import DecodeBenchConfig, DraftTrainConfig, Resources
@@ -36,9 +48,109 @@ WORKLOADS: dict[str, type[BaseModel]] = {
 MAX_TRIALS = 10_000
 """a larger grid needs an explicit confirmation"""
 
+_GRID_AND_SEARCH = (
+    "a spec has either grid: (every point) or search: (an Optuna study), not both. "
+    "Fix: remove one of the two blocks"
+)
+_SEARCH_SEEDS = (
+    "a search runs with one seed (the sampler's and every trial's). Fix: seeds: [0] (one value)"
+)
+
+
+class SearchParam(BaseModel):
+    """One dimension of a search space: exactly one of ``int``, ``float`` or ``choice``.
+
+    YAML: ``{int: [1, 6]}``, ``{int: [2, 64], log: true}``, ``{float: [1e-4, 1e-2], log: true}``,
+    ``{choice: [a, b, c]}``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    int_range: list[int] | None = Field(default=None, alias="int", min_length=2, max_length=2)
+    """[low, high] of an integer field, both included"""
+    float_range: list[float] | None = Field(default=None, alias="float", min_length=2, max_length=2)
+    """[low, high] of a float field, both included"""
+    choice: list[str | bool | int | float | None] | None = Field(default=None, min_length=1)
+    """the values to choose from (scalars)"""
+    log: bool = False
+    """sample uniformly in log space (int and float only; low must be > 0)"""
+    step: float | None = Field(default=None, gt=0)
+    """grid step of an int or float range (not with log)"""
+
+    @model_validator(mode="after")
+    def _check(self) -> SearchParam:
+        example = "e.g. {int: [1, 6]}, {float: [0.0001, 0.01], log: true} or {choice: [a, b]}"
+        given = [r for r in (self.int_range, self.float_range, self.choice) if r is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of int, float or choice ({example})")
+        if self.choice is not None:
+            if self.log or self.step is not None:
+                raise ValueError("log and step apply to int and float ranges, not to choice")
+            if len({repr(v) for v in self.choice}) != len(self.choice):
+                raise ValueError("choice repeats a value; list each value once")
+            return self
+        low, high = self.bounds
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError(f"bounds [{low}, {high}] must be finite numbers")
+        if low > high:
+            raise ValueError(f"low {low} > high {high}; write [low, high], e.g. [{high}, {low}]")
+        if self.log and low <= 0:
+            raise ValueError(
+                f"log needs low > 0 (got low {low}); raise low, e.g. [1, {high}], or drop log"
+            )
+        if self.log and self.step is not None:
+            raise ValueError("log and step cannot be combined; drop one of them")
+        if self.int_range is not None and self.step is not None and self.step != int(self.step):
+            raise ValueError(f"step of an int range must be a whole number (got {self.step})")
+        return self
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(low, high) of an int or float range."""
+        r = self.int_range if self.int_range is not None else self.float_range
+        assert r is not None, "choice has no bounds"
+        return r[0], r[1]
+
+    def probes(self) -> list[Any]:
+        """Values checked against the config model when the spec is loaded: both bounds (and
+        a non-integer midpoint of a float range, so an int field is caught), or every choice."""
+        if self.choice is not None:
+            return list(self.choice)
+        low, high = self.bounds
+        if self.int_range is not None:
+            return [int(low), int(high)]
+        return [low, high] + ([(low + high) / 2] if high - low > 1e-9 else [])
+
+    def describe(self) -> str:
+        """Short text, e.g. ``int [2, 64] log``."""
+        if self.choice is not None:
+            return f"choice {self.choice}"
+        kind = "int" if self.int_range is not None else "float"
+        low, high = self.bounds
+        lo, hi = (int(low), int(high)) if kind == "int" else (low, high)
+        extra = (" log" if self.log else "") + (f" step {self.step:g}" if self.step else "")
+        return f"{kind} [{lo}, {hi}]{extra}"
+
+
+class SearchSpec(BaseModel):
+    """An Optuna search instead of a grid: ``n_trials`` trials over ``space``, one metric."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: str = Field(min_length=1, max_length=250)
+    """metric the workload reports, e.g. acceptance_length or tokens_per_s"""
+    direction: Literal["maximize", "minimize"] = "maximize"
+    """whether a larger or a smaller metric is better"""
+    n_trials: int = Field(ge=1, le=MAX_TRIALS)
+    """finished trials the study ends with (a resubmit runs only the missing ones)"""
+    sampler: Literal["tpe", "random"] = "tpe"
+    """Optuna sampler, seeded by the sweep's seed"""
+    space: dict[str, SearchParam] = Field(min_length=1)
+    """dotted field path of the trial config -> its distribution"""
+
 
 class SweepSpec(BaseModel):
-    """A validated sweep: what to run, over which grid, with which resources."""
+    """A validated sweep: what to run, over which grid (or search), with which resources."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -54,6 +166,8 @@ class SweepSpec(BaseModel):
     """axis (dotted field path of the trial config) -> values"""
     base: dict[str, Any] = Field(default_factory=dict)
     """trial config shared by every grid point"""
+    search: SearchSpec | None = None
+    """an Optuna search over config fields instead of a grid (see SearchSpec)"""
     resources: Resources = Resources()
     """Ray resources of one trial"""
 
@@ -71,6 +185,14 @@ class SweepSpec(BaseModel):
             if not values:
                 raise ValueError(f"grid axis {axis!r} has no values; give at least one")
         return v
+
+    @model_validator(mode="after")
+    def _grid_or_search(self) -> SweepSpec:
+        if self.search is not None and self.grid:
+            raise ValueError(_GRID_AND_SEARCH)
+        if self.search is not None and len(self.seeds) != 1:
+            raise ValueError(_SEARCH_SEEDS)
+        return self
 
     @property
     def config_model(self) -> type[BaseModel]:
@@ -147,14 +269,25 @@ def _key_node(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
 
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the nested model reached by ``loc`` (for did-you-mean)."""
-    for part in loc:
-        field = model.model_fields.get(str(part))
+    """Field names (YAML spelling) of the nested model reached by ``loc`` (for did-you-mean).
+
+    Follows ``Model | None`` fields and the values of ``dict[str, Model]`` fields.
+    """
+    parts = [str(p) for p in loc]
+    while parts:
+        part = parts.pop(0)
+        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
         ann = field.annotation if field else None
+        if get_origin(ann) in (Union, types.UnionType):
+            args = [a for a in get_args(ann) if a is not type(None)]
+            ann = args[0] if len(args) == 1 else None
+        if get_origin(ann) is dict and parts:
+            parts.pop(0)  # the dict key, e.g. a search-space field
+            ann = get_args(ann)[1]
         if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
             return []
         model = ann
-    return list(model.model_fields)
+    return [f.alias or n for n, f in model.model_fields.items()]
 
 
 def _explain(
@@ -167,7 +300,9 @@ def _explain(
     line_node: yaml.Node | None = None,
 ) -> SpecError:
     """Turn the first pydantic error into a one-line SpecError with file:line and a fix."""
-    e = err.errors()[0]
+    errors = err.errors()
+    # an unknown key first: a typo also shows up as the missing key it was meant to be
+    e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = tuple(e["loc"])
     where = ".".join(str(p) for p in prefix + loc) or "<top>"
     if e["type"] == "extra_forbidden":
@@ -178,12 +313,19 @@ def _explain(
         msg = f"unknown key {where!r} ({hint})"
     else:
         node = line_node or _node_at(root, prefix + loc)[0]
-        msg = f"{where}: {e['msg']}"
+        msg = f"{where}: {e['msg'].removeprefix('Value error, ')}"
         if "input" in e and not isinstance(e["input"], dict | list):
             msg += f" (got {e['input']!r})"
+    example = (
+        "sweeps/search-batch.yaml" if (prefix + loc)[:1] == ("search",) else "sweeps/tokens.yaml"
+    )
+    fix = {
+        "missing": f"add {loc[-1]!r} there" if loc else "",
+        "extra_forbidden": "rename or remove the key",
+    }.get(e["type"]) or "correct the value there"
     return SpecError(
-        f"{path}:{node.start_mark.line + 1}: {msg}. Fix the value there "
-        "(see sweeps/tokens.yaml for a commented example)."
+        f"{path}:{node.start_mark.line + 1}: {msg}. Fix: {fix} "
+        f"(see {example} for a commented example)."
     )
 
 
@@ -235,6 +377,13 @@ def load_spec(path: Path) -> SweepSpec:
             f"{path}:{line}: not valid YAML for a spec ({e.problem}); tags such as "
             "!!python/object are refused (safe loading only). Fix: plain values."
         ) from None
+    if isinstance(data, dict) and data.get("grid") and "search" in data:
+        line = _key_node(root, ("search",)).start_mark.line + 1
+        raise SpecError(f"{path}:{line}: {_GRID_AND_SEARCH}.")
+    seeds = data.get("seeds", [0]) if isinstance(data, dict) else [0]
+    if isinstance(data, dict) and "search" in data and isinstance(seeds, list) and len(seeds) > 1:
+        line = _key_node(root, ("seeds",)).start_mark.line + 1
+        raise SpecError(f"{path}:{line}: {_SEARCH_SEEDS}.")
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
@@ -245,16 +394,7 @@ def load_spec(path: Path) -> SweepSpec:
     except ValidationError as err:
         raise _explain(path, root, err, prefix=("base",), model=model) from None
     for axis, values in spec.grid.items():
-        axis_node = _key_node(root, ("grid", axis))
-        if axis == "seed" or not _axis_exists(model, axis):
-            hint = "list seeds under 'seeds:'" if axis == "seed" else "use a dotted field path"
-            options = [k for k in _dotted_fields(model) if k != "seed"]
-            close = difflib.get_close_matches(axis, options, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else hint
-            raise SpecError(
-                f"{path}:{axis_node.start_mark.line + 1}: grid axis {axis!r} is not a "
-                f"field of {spec.workload}; {hint}"
-            )
+        _check_field(path, root, spec, ("grid", axis), "grid axis")
         for i, value in enumerate(values):
             cfg = merge_overrides(spec.base, {axis: value})
             try:
@@ -268,7 +408,60 @@ def load_spec(path: Path) -> SweepSpec:
                     model=model,
                     line_node=_node_at(root, ("grid", axis, i))[0],
                 ) from None
+    if spec.search is not None:
+        _check_space(path, root, spec, spec.search)
     return spec
+
+
+def _check_field(
+    path: Path, root: yaml.Node, spec: SweepSpec, loc: tuple[str, ...], what: str
+) -> None:
+    """Refuse a grid axis or search field that is not a dotted field of the trial config."""
+    field = loc[-1]
+    if field != "seed" and _axis_exists(spec.config_model, field):
+        return
+    options = [k for k in _dotted_fields(spec.config_model) if k != "seed"]
+    close = difflib.get_close_matches(field, options, n=1)
+    if field == "seed":
+        hint = (
+            "Fix: list seeds under 'seeds:'"
+            if loc[0] == "grid"
+            else "Fix: remove it; a search runs with the seed under 'seeds:'"
+        )
+    elif close:
+        hint = f"did you mean {close[0]!r}?"
+    else:
+        hint = f"Fix: use a dotted field path of workloads/config.py, e.g. {options[-1]!r}"
+    line = _key_node(root, loc).start_mark.line + 1
+    problem = "is not allowed" if field == "seed" else f"is not a field of {spec.workload}"
+    raise SpecError(f"{path}:{line}: {what} {field!r} {problem}; {hint}")
+
+
+def _check_space(path: Path, root: yaml.Node, spec: SweepSpec, search: SearchSpec) -> None:
+    """Each search field exists, and its bounds (or choices) are values the field accepts.
+
+    Only errors of the field itself are refused here; a sampled config that breaks a rule
+    across fields fails as a trial at run time (recorded, the study told FAIL).
+    """
+    model = spec.config_model
+    for field, param in search.space.items():
+        loc = ("search", "space", field)
+        _check_field(path, root, spec, loc, "search field")
+        field_loc = tuple(field.split("."))
+        for value in param.probes():
+            try:
+                model.model_validate(merge_overrides(spec.base, {field: value}))
+            except ValidationError as err:
+                bad = [e for e in err.errors() if tuple(map(str, e["loc"])) == field_loc]
+                if not bad:
+                    continue
+                line = _node_at(root, loc)[0].start_mark.line + 1
+                raise SpecError(
+                    f"{path}:{line}: search field {field!r} ({param.describe()}) reaches "
+                    f"{value!r}, which the field refuses: {bad[0]['msg']}. Fix: keep the range "
+                    f"inside the field's limits (workloads/config.py) or use the right kind "
+                    "(int for whole numbers)."
+                ) from None
 
 
 def _dotted_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
