@@ -86,3 +86,16 @@ class StubDraft(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return hidden @ self.table
+
+
+class TableTarget(StubTarget):
+    """Stub target whose next-token logits after token t are ``table[t]`` (any [V, V] table)."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__({})
+        self.lm_head.weight.data = table.T.contiguous()
+
+
+def markov_probs(table: torch.Tensor, temperature: float) -> torch.Tensor:
+    """[V, V] next-token probabilities of a :class:`TableTarget` at ``temperature``."""
+    return torch.softmax(table / temperature, -1)

@@ -7,11 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.workloads.stats import chi2_pvalue
+from workloads._tree import accept_sampling
+from workloads.ar_decode import ar_generate
 from workloads.data import chat_prompt_ids, load_prompt_sets
 from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import NEAR_TIE, greedy_reference
 from workloads.oracle_draft import OracleDraft
-from workloads.tree_decode import speculative_generate
+from workloads.tree_decode import TreeShape, generate, speculative_generate
 
 N_NEW = 24
 
@@ -126,3 +129,68 @@ def test_untrained_draft_is_lossless(target, prompts, cache_dir) -> None:  # noq
             eos_ids=target.eos_token_ids,
         )
         _assert_lossless(target, prompt, ref, out.tokens)
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_batched_rows_of_different_lengths_are_lossless(target, prompts, cache_dir, b) -> None:  # noqa: ANN001
+    batch = prompts[-b:]  # the chat prompts and a HumanEval prompt: different lengths
+    assert b == 1 or len({len(p) for p in batch}) == b
+    refs = [_reference(target, p, cache_dir) for p in batch]
+    seqs = [p + r for p, r in zip(batch, refs, strict=True)]
+    # wrong proposals at the same absolute positions fall at different offsets per row: ragged
+    wrong = frozenset(range(min(map(len, batch)) + 3, max(map(len, seqs)), 4))
+    oracle = OracleDraft(seqs, target.model.config.vocab_size, wrong_at=wrong)
+    shape = TreeShape(depth=5, topk=2, num_draft_tokens=8)
+    out = generate(
+        target.model, oracle, batch, max_new_tokens=N_NEW, shape=shape, eos_ids=target.eos_token_ids
+    )
+    for prompt, ref, toks in zip(batch, refs, out.tokens, strict=True):
+        _assert_lossless(target, prompt, ref, toks)
+    firsts = {a[0] for a in out.accept_lengths}
+    assert b == 1 or len(firsts) > 1, out.accept_lengths  # rows did accept different counts
+    ar = ar_generate(target.model, batch, max_new_tokens=N_NEW, eos_ids=target.eos_token_ids)
+    for prompt, ref, toks in zip(batch, refs, ar.tokens, strict=True):
+        _assert_lossless(target, prompt, ref, toks)
+
+
+def test_batched_untrained_draft_is_lossless(target, prompts, cache_dir) -> None:  # noqa: ANN001
+    torch.manual_seed(1)
+    model = target.model
+    arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
+    draft = DraftModel(
+        arch,
+        embed_weight=model.get_input_embeddings().weight,
+        lm_head_weight=model.get_output_embeddings().weight,
+        draft_to_target=torch.arange(4096),
+    ).eval()
+    batch = prompts[-3:]
+    shape = TreeShape(depth=3, topk=4, num_draft_tokens=8)
+    out = generate(
+        model, draft, batch, max_new_tokens=N_NEW, shape=shape, eos_ids=target.eos_token_ids
+    )
+    for prompt, toks in zip(batch, out.tokens, strict=True):
+        _assert_lossless(target, prompt, _reference(target, prompt, cache_dir), toks)
+
+
+def test_tree_sampling_keeps_the_real_next_token_distribution(target, prompts) -> None:  # noqa: ANN001
+    """First token emitted by tree rejection sampling ~ the real target's softmax(logits / T)."""
+    n_samples, temp = 20000, 0.8
+    gen = torch.Generator().manual_seed(0)
+    for prompt in prompts[-2:]:
+        with torch.inference_mode():
+            logits = target.model(input_ids=torch.tensor([prompt])).logits[0, -1].float()
+        p = torch.softmax(logits / temp, -1)
+        ranked = p.argsort(descending=True).tolist()
+        # root, three children (2nd, 1st and 5th most likely tokens), a grandchild under child 1
+        toks = torch.tensor([[0, ranked[1], ranked[0], ranked[4], ranked[0]]])
+        lpar = torch.tensor([[0, 0, 0, 0, 1]])
+        probs = torch.stack([p, p.roll(7), p, p, p])[None]
+        last, bonus = accept_sampling(
+            toks.expand(n_samples, -1),
+            lpar.expand(n_samples, -1),
+            probs.expand(n_samples, -1, -1),
+            gen,
+        )
+        first = torch.where(last == 0, bonus, toks[0, torch.where(last == 4, 1, last)])
+        counts = torch.bincount(first, minlength=p.numel())
+        assert chi2_pvalue(counts, p) > 1e-3
