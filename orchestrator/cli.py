@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.roofline_cmd import roofline
 
 app = typer.Typer(
@@ -158,6 +158,8 @@ def submit(
     from orchestrator import report, runner
 
     run_root = run_root.resolve()
+    if sweep.workload == "decode_bench":  # a missing draft fails here, before anything is written
+        _preflight_decode(spec, sweep, [t.config for t in trials], run_root)
     paths = runner.RunPaths(
         run_root=run_root, cache_dir=(cache_dir or run_root / "cache").resolve()
     )
@@ -215,6 +217,19 @@ def submit(
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
     out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+
+
+def _preflight_decode(spec: Path, sweep: Any, configs: list[Any], run_root: Path) -> None:
+    from workloads.config import DecodeBenchConfig
+    from workloads.decode_bench import preflight
+
+    if not configs:  # a search: its sampled axes are tree knobs, the draft is in base
+        configs = [DecodeBenchConfig.model_validate(sweep.base)]
+    try:
+        for cfg in {c.draft.model_dump_json(): c for c in configs}.values():
+            preflight(cfg, run_root)
+    except ValueError as exc:
+        raise SpecError(f"{spec}: {exc}") from exc
 
 
 def _finish_search(
@@ -308,9 +323,16 @@ def _run_with_progress(
                 value = (metrics or {}).get(m, float("nan"))
                 bar.console.print(f"  {event:<9} {trial.key} {point} {m}={value:.4g}")
             elif event == "completed" and metrics:
+                nan = float("nan")
+                speed = (
+                    f"tokens_per_s={metrics.get('tokens_per_s', nan):.2f} "
+                    f"speedup={metrics.get('speedup', nan):.2f}x "
+                    if sweep.workload == "decode_bench"
+                    else ""
+                )
                 bar.console.print(
-                    f"  completed {trial.key} {point} acceptance_length="
-                    f"{metrics.get('acceptance_length', float('nan')):.3f} "
+                    f"  completed {trial.key} {point} {speed}acceptance_length="
+                    f"{metrics.get('acceptance_length', nan):.3f} "
                     f"mismatches={int(metrics.get('mismatches', 0))}"
                 )
             else:
@@ -334,6 +356,8 @@ def _print_fit(rep: Any) -> None:
             f"fit: {f.form}: a = {f.a:.4f} [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], "
             f"b = {f.b:.4f} [{f.b_ci[0]:.4f}, {f.b_ci[1]:.4f}], R² = {f.r2:.3f}, n = {f.n}"
         )
+    for line in rep.lines:
+        out.print(line)
     b = rep.baseline
     if b.get("n"):
         out.print(f"SFT-only baseline: acceptance_length = {b['mean']:.4f} (n = {b['n']})")

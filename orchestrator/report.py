@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from analysis.laws import LogLinearFit, baseline_summary, fit_log_linear
 from dashboards.sweep_page import write_sweep_dashboard
+from orchestrator.report_decode import fit_decode_sweep, fit_record
 from orchestrator.store import ResultsStore
 from orchestrator.tracking import Tracker
 
@@ -25,6 +25,8 @@ class Report:
     fit: LogLinearFit
     baseline: dict[str, float | int]
     dashboard: Path
+    lines: list[str] = field(default_factory=list)
+    """further summary lines for the console"""
 
 
 def trials_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
@@ -43,40 +45,33 @@ def fit_sweep(
     tracker: Tracker | None = None,
     parent_run: str | None = None,
 ) -> Report:
-    """Fit Thm 1.1 over completed trials with tokens > 0 (all seeds), store and plot it.
+    """Fit the sweep's law, store and plot it: Thm 1.1 over completed ``draft_train`` trials
+    with tokens > 0 (all seeds); for ``decode_bench`` sweeps Thm 1.3 and Eq. 4
+    (:func:`orchestrator.report_decode.fit_decode_sweep`).
 
     Raises:
         StoreError, TrackingError: the DB or MLflow failed.
     """
+    info = store.get_sweep(sweep_name)
+    if info is not None and info.workload == "decode_bench":
+        peak, lines = fit_decode_sweep(store, sweep_id, sweep_name, dashboard, tracker, parent_run)
+        return Report(fit=peak, baseline={}, dashboard=dashboard, lines=lines)
     df = trials_frame(store, sweep_id)
     done = df[df["state"] == "completed"] if "state" in df else df
     if X not in done or Y not in done:
         done = pd.DataFrame({X: [], Y: []})
     fit = fit_log_linear(done, X, Y, law="tokens")
     base = baseline_summary(done, X, Y)
-    record: dict[str, Any] = {
-        "law": "tokens",
-        "x_name": X,
-        "y_name": Y,
-        "form": fit.form,
-        "a": fit.a,
-        "b": fit.b,
-        "a_lo": fit.a_ci[0],
-        "a_hi": fit.a_ci[1],
-        "b_lo": fit.b_ci[0],
-        "b_hi": fit.b_ci[1],
-        "r2": fit.r2,
-        "n": fit.n,
-        "details": {
-            "status": fit.status,
+    record = fit_record(
+        "tokens",
+        fit,
+        {
             "excluded": fit.excluded,
             "residuals": fit.residuals,
-            "x": fit.x,
-            "y": fit.y,
             "baseline": base,
             "failed_trials": int((df.get("state") == "failed").sum()) if len(df) else 0,
         },
-    }
+    )
     store.save_fit(sweep_id, record)
     if tracker is not None and parent_run is not None:
         numbers = ("a", "b", "a_lo", "a_hi", "b_lo", "b_hi", "r2", "n")

@@ -26,6 +26,7 @@ from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import NEAR_TIE, greedy_reference, top2_gap
 from workloads.oracle_draft import OracleDraft
 from workloads.result import Progress, TrialResult
+from workloads.roofline.hardware import measure_local_cpu
 from workloads.target import Target, load_target
 from workloads.tree_decode import BatchResult, Draft, TreeShape, generate
 
@@ -58,6 +59,23 @@ def find_trial_draft(run_root: Path, sweep: str, trial_key: str) -> Path:
         what = "matches several trials" if hits else "matches no finished trial"
         raise ValueError(f"draft.trial_key {trial_key!r} {what} in {trials}. Known: {keys}")
     return hits[0]
+
+
+def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
+    """Check before a sweep starts that the draft it names exists (no model is loaded).
+
+    Raises:
+        ValueError: as :func:`find_trial_draft`, or a ``draft.path`` that is not a draft folder.
+    """
+    src = cfg.draft
+    if src.source == "trial":
+        find_trial_draft(run_root, cast(str, src.sweep), cast(str, src.trial_key))
+    elif (
+        src.source == "path" and not (Path(cast(str, src.path)).expanduser() / "arch.json").exists()
+    ):
+        raise ValueError(
+            f"draft.path {src.path}: not a draft folder saved by draft_train (no arch.json)"
+        )
 
 
 def _acceptance_of(draft_dir: Path) -> float:
@@ -161,7 +179,8 @@ def run(
         ``ar_s_per_step``, ``break_even_acceptance_length`` (cycle time / AR step time: the
         acceptance length at which speculation matches AR), ``mismatches``, ``near_ties`` (T = 0,
         against the target's greedy output), ``generated_tokens``, ``peak_rss_mb`` (this
-        process's peak RSS).
+        process's peak RSS), ``prompt_tokens_mean``, and on CPU ``hw.peak_flops`` (FLOP/s) and
+        ``hw.bandwidth`` (bytes/s) measured by the roofline micro-benchmark.
 
     Raises:
         ValueError: a bad draft source, prompt set or device.
@@ -255,6 +274,10 @@ def run(
         )
     result = TrialResult(artifact_paths=[out_dir / "per_batch.json"])
     result.metrics.update(_metrics(spec_runs, ar_runs, hf_s, hf_tokens, counts))
+    result.metrics["prompt_tokens_mean"] = sum(map(len, prompts)) / len(prompts)
+    if target.model.device.type == "cpu":  # the roofline of this machine, at this dtype/threads
+        hw = measure_local_cpu(str(target.model.dtype).removeprefix("torch."))
+        result.metrics.update({"hw.peak_flops": hw.peak_flops, "hw.bandwidth": hw.bandwidth})
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "per_batch.json").write_text(json.dumps(per_batch, indent=1))
     return result

@@ -205,6 +205,12 @@ def generate(
     """
     if not prompts or min(len(p) for p in prompts) < 1:
         raise ValueError("generate needs at least one prompt, each of at least one token")
+    # a node at depth d is verified only with its d ancestors: deeper expansion could never be used
+    shape = TreeShape(
+        depth=min(shape.depth, shape.num_draft_tokens - 1),
+        topk=shape.topk,
+        num_draft_tokens=shape.num_draft_tokens,
+    )
     timer, dt, dev = _Timer(target.device), target.dtype, target.device
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
