@@ -117,7 +117,7 @@ class RooflineData:
 class Eq4Fit:
     """A nonlinear least-squares fit of ``k = A*sqrt(1 + B/b) - C`` (Scylla Eq. 4).
 
-    Fitted with :func:`scipy.optimize.curve_fit` to the measured best k per batch size. When
+    Made by :func:`fit_eq4` (measured best k per batch size, or the roofline's k_opt). When
     ``status != "ok"`` the parameters, intervals and ``r2`` are NaN. A, B, C are strongly
     correlated (for B << b the curve is ~ (A - C) + (A*B/2)/b), so wide intervals are normal.
     """
@@ -330,14 +330,10 @@ def fit_peak_throughput(best: pd.DataFrame, *, alpha: float = 0.05) -> LogLinear
 def fit_k_opt(best: pd.DataFrame, *, alpha: float = 0.05) -> KOptFit:
     """Fit the measured best k vs batch size: Scylla Eq. 4 and a log-linear alternative.
 
-    Eq. 4, ``k = A*sqrt(1 + B/b) - C``, by :func:`scipy.optimize.curve_fit` on one point per
-    batch size (``best_num_draft_tokens`` of :func:`best_per_batch`, verified tokens; b in
-    sequences). The start point comes from a profile over B (for fixed B the model is linear in
-    A and C). Statuses instead of exceptions: "too few points" with fewer than
-    :data:`MIN_DISTINCT_B_EQ4` distinct b, "did not converge" when the optimiser fails, "not
-    identifiable" when the parameter covariance is not finite (e.g. the same k at every b).
-    Intervals: t with n - 3 dof on the curve_fit covariance. The measured k come from a discrete
-    grid, so the fit describes the grid's argmax, not a continuous optimum.
+    Eq. 4, ``k = A*sqrt(1 + B/b) - C``, by :func:`fit_eq4` (statuses, not exceptions, when
+    there is no fit) on one point per batch size (``best_num_draft_tokens`` of
+    :func:`best_per_batch`, verified tokens; b in sequences). The measured k come from a
+    discrete grid, so the fit describes the grid's argmax, not a continuous optimum.
 
     The alternative ``k = a*log2(b) + b0`` (OLS, :func:`analysis.laws.fit_log_linear`, law
     "k_opt") needs only 3 distinct b.
@@ -376,13 +372,25 @@ def compare_k_opt(best: pd.DataFrame, predicted: Mapping[int, float]) -> pd.Data
     )
 
 
-def _eq4(b: np.ndarray, a: float, bb: float, c: float) -> np.ndarray:
-    return a * np.sqrt(1.0 + bb / b) - c
+def fit_eq4(batch_sizes: Iterable[float], ks: Iterable[float], *, alpha: float = 0.05) -> Eq4Fit:
+    """Nonlinear least squares of Scylla Eq. 4, ``k = A*sqrt(1 + B/b) - C``, on (b, k) points.
 
+    ``batch_sizes`` in sequences, ``ks`` in verified tokens (measured best k, or the roofline's
+    k_opt); points with a non-finite value or b <= 0 are dropped. The form is badly conditioned
+    (the paper's own A and C differ by 7 in 27904), so B is first scanned on a log grid
+    (1e-4 .. 1e6 sequences) with A and C solved linearly for each B, and the best grid point
+    starts :func:`scipy.optimize.curve_fit` over (A, log B, C), which keeps B > 0. Intervals: t
+    with n - 3 dof on the curve_fit covariance (B's by the delta method from log B).
 
-def _fit_eq4(best: pd.DataFrame, alpha: float) -> Eq4Fit:
-    xs = pd.to_numeric(best["batch_size"], errors="coerce").to_numpy(dtype=float)
-    ys = pd.to_numeric(best["best_num_draft_tokens"], errors="coerce").to_numpy(dtype=float)
+    Statuses instead of exceptions: "too few points" with fewer than
+    :data:`MIN_DISTINCT_B_EQ4` distinct b, "did not converge" when the optimiser fails, "not
+    identifiable" when the parameter covariance is not finite (e.g. the same k at every b).
+    Raises ``ValueError`` when the two sequences differ in length.
+    """
+    xs = np.asarray(list(batch_sizes), dtype=float)
+    ys = np.asarray(list(ks), dtype=float)
+    if len(xs) != len(ys):
+        raise ValueError(f"batch_sizes has {len(xs)} values but ks has {len(ys)}")
     keep = np.isfinite(xs) & np.isfinite(ys) & (xs > 0)
     xs, ys = xs[keep], ys[keep]
     distinct = len(np.unique(xs))
@@ -394,24 +402,19 @@ def _fit_eq4(best: pd.DataFrame, alpha: float) -> Eq4Fit:
             ys,
             alpha,
         )
-    p0 = _eq4_start(xs, ys)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
             warnings.simplefilter("ignore", optimize.OptimizeWarning)
             params, pcov = optimize.curve_fit(
-                _eq4,
-                xs,
-                ys,
-                p0=p0,
-                bounds=([-np.inf, 0.0, -np.inf], [np.inf, np.inf, np.inf]),
-                max_nfev=20000,
+                _eq4_log_b, xs, ys, p0=_eq4_start(xs, ys), maxfev=20000
             )
     except (RuntimeError, ValueError) as exc:
         return _no_eq4(f"did not converge: {exc}", xs, ys, alpha)
     pcov = np.asarray(pcov, dtype=float)
-    if not np.all(np.isfinite(params)):
+    with np.errstate(over="ignore"):
+        a, bb, c = float(params[0]), float(np.exp(params[1])), float(params[2])
+    if not all(math.isfinite(v) for v in (a, bb, c)):
         return _no_eq4("did not converge: non-finite parameters", xs, ys, alpha)
-    a, bb, c = (float(v) for v in params)
     if not np.all(np.isfinite(pcov)) or not _eq4_identifiable(xs, a, bb):
         return _no_eq4(
             "not identifiable: the data do not pin down A, B and C (the Jacobian at the "
@@ -422,7 +425,8 @@ def _fit_eq4(best: pd.DataFrame, alpha: float) -> Eq4Fit:
         )
     resid = ys - _eq4(xs, a, bb, c)
     dof = len(xs) - 3
-    half = stats.t.ppf(1 - alpha / 2, dof) * np.sqrt(np.maximum(np.diag(pcov), 0.0))
+    se = np.sqrt(np.maximum(np.diag(pcov), 0.0)) * np.array([1.0, bb, 1.0])  # d B = B d log B
+    half = stats.t.ppf(1 - alpha / 2, dof) * se
     return Eq4Fit(
         status="ok",
         A=a,
@@ -440,15 +444,31 @@ def _fit_eq4(best: pd.DataFrame, alpha: float) -> Eq4Fit:
     )
 
 
+def _eq4(b: np.ndarray, a: float, bb: float, c: float) -> np.ndarray:
+    return a * np.sqrt(1.0 + bb / b) - c
+
+
+def _eq4_log_b(b: np.ndarray, a: float, log_b: float, c: float) -> np.ndarray:
+    """Eq. 4 over (A, log B, C): the parametrisation curve_fit works in."""
+    return a * np.sqrt(1.0 + np.exp(log_b) / b) - c
+
+
+def _fit_eq4(best: pd.DataFrame, alpha: float) -> Eq4Fit:
+    xs = pd.to_numeric(best["batch_size"], errors="coerce").to_numpy(dtype=float)
+    ys = pd.to_numeric(best["best_num_draft_tokens"], errors="coerce").to_numpy(dtype=float)
+    return fit_eq4(xs, ys, alpha=alpha)
+
+
 def _eq4_start(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float]:
-    """Start point for curve_fit: the B on a log grid whose linear (A, C) solve fits best."""
-    best: tuple[float, tuple[float, float, float]] = (math.inf, (1.0, 1.0, 0.0))
-    for bb in np.geomspace(1e-4 * xs.min(), 1e4 * xs.max(), 161):
-        design = np.column_stack([np.sqrt(1.0 + bb / xs), -np.ones_like(xs)])
+    """Start point (A, log B, C) for curve_fit: the B on a log grid (1e-4 .. 1e6 sequences, 201
+    points) whose linear least-squares solve for (A, C) fits best (the first on ties)."""
+    best: tuple[float, tuple[float, float, float]] = (math.inf, (1.0, 0.0, 0.0))
+    for log_b in np.linspace(math.log(1e-4), math.log(1e6), 201):
+        design = np.column_stack([np.sqrt(1.0 + math.exp(log_b) / xs), -np.ones_like(xs)])
         coef, *_ = np.linalg.lstsq(design, ys, rcond=None)
         sse = float(np.sum((design @ coef - ys) ** 2))
         if sse < best[0]:
-            best = (sse, (float(coef[0]), float(bb), float(coef[1])))
+            best = (sse, (float(coef[0]), float(log_b), float(coef[1])))
     return best[1]
 
 

@@ -124,11 +124,12 @@ def roofline(
 
     Example: orchestrator roofline --model qwen2.5-72b --hardware h800
     """
+    import pandas as pd
+
+    from analysis.throughput import fit_eq4, fit_peak_throughput
     from workloads.roofline import (
         LOCAL_CPU,
         eq4_paper,
-        fit_eq4_form,
-        fit_thm13,
         get_profile,
         k_opt,
         load_model_shape,
@@ -191,18 +192,16 @@ def roofline(
         highlight=False,
     )
 
-    eq4_fit: dict[str, Any] | None = None
-    try:
-        f4 = fit_eq4_form([r["batch_size"] for r in rows], [r["k_opt"] for r in rows])
-        eq4_fit = asdict(f4)
+    f4 = fit_eq4([r["batch_size"] for r in rows], [r["k_opt"] for r in rows])
+    if f4.ok:
         out.print(
             f"Eq. 4 form fit: k_opt = {f4.A:.6g}*sqrt(1 + {f4.B:.4g}/b) - {f4.C:.6g}, "
             f"R² = {f4.r2:.6f} (n = {f4.n}; paper: 27904*sqrt(1 + 0.034/b) - 27897)",
             highlight=False,
         )
-    except ValueError as e:
-        out.print(f"Eq. 4 form fit: not fitted ({e})", highlight=False)
-    thm = fit_thm13([r["batch_size"] for r in rows], [r["peak_tokens_per_s"] for r in rows])
+    else:
+        out.print(f"Eq. 4 form fit: not fitted ({f4.status})", highlight=False)
+    thm = fit_peak_throughput(pd.DataFrame(rows, columns=["batch_size", "peak_tokens_per_s"]))
     if thm.ok:
         out.print(
             f"Thm 1.3 fit: peak tokens/s = {thm.a:.4g}*log2(b) + {thm.b:.4g} "
@@ -221,7 +220,7 @@ def roofline(
             "prefix": prefix,
             "k_max": k_max,
             "rows": rows,
-            "eq4_fit": eq4_fit,
+            "eq4_fit": f4.to_dict() if f4.ok else None,
             "thm13_fit": thm.to_dict(),
         }
         try:

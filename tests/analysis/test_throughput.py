@@ -18,6 +18,7 @@ from analysis.throughput import (
     best_per_batch,
     compare_k_opt,
     decode_table,
+    fit_eq4,
     fit_k_opt,
     fit_peak_throughput,
     throughput_surface,
@@ -265,6 +266,25 @@ def test_eq4_recovers_the_papers_constants() -> None:
     assert eq4.ok
     params = [eq4.A, eq4.B, eq4.C]
     assert params == pytest.approx([27904, 0.034, 27897], rel=1e-3)
+
+
+def test_fit_eq4_on_arrays_recovers_the_paper_to_a_twentieth_of_a_token() -> None:
+    bs = [1, 2, 4, 8, 16, 32, 64]
+    p = PAPER_K_OPT
+    ks = [p["A"] * math.sqrt(1.0 + p["B"] / b) - p["C"] for b in bs]
+    eq4 = fit_eq4(bs, ks)
+    assert eq4.ok and eq4.r2 > 0.999999 and eq4.n == len(bs)
+    assert eq4.predict(bs).tolist() == pytest.approx(ks, abs=0.05)
+    assert fit_eq4([1, 2, 4], [10, 5, 3]).status.startswith("too few points")
+    with pytest.raises(ValueError, match="batch_sizes has 2 values but ks has 1"):
+        fit_eq4([1, 2], [10])
+
+
+def test_fit_eq4_of_the_rooflines_k_opt_is_pinned() -> None:
+    """Regression: the roofline's k_opt (Qwen2.5-72B, H800, s = 10K) fits as it always did."""
+    eq4 = fit_eq4([1, 2, 4, 8, 16, 32, 64], [290, 149, 78, 42, 24, 15, 11])
+    printed = f"{eq4.A:.6g}*sqrt(1 + {eq4.B:.4g}/b) - {eq4.C:.6g}, R² = {eq4.r2:.6f}"
+    assert printed == "10639.3*sqrt(1 + 0.05406/b) - 10633.1, R² = 0.999997"
 
 
 def test_eq4_noisy_intervals_contain_the_truth() -> None:

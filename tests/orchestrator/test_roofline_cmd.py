@@ -50,6 +50,12 @@ def test_default_run_prints_table_and_fits(tmp_path: Path) -> None:
     assert [r["batch_size"] for r in data["rows"]] == [1, 2, 4, 8, 16, 32, 64]
     assert [r["k_opt"] for r in data["rows"]] == [290, 149, 78, 42, 24, 15, 11]
     assert data["eq4_fit"]["r2"] > 0.99 and data["thm13_fit"]["status"] == "ok"
+    eq4 = data["eq4_fit"]  # analysis.throughput.fit_eq4: the numbers the command always printed
+    assert [f"{eq4['A']:.6g}", f"{eq4['B']:.4g}", f"{eq4['C']:.6g}"] == [
+        "10639.3",
+        "0.05406",
+        "10633.1",
+    ]
     assert data["hardware"]["i_crit"] == pytest.approx(989 / 3.35)
 
 
@@ -59,6 +65,7 @@ def test_list_of_batch_sizes_and_other_hardware() -> None:
     )
     assert res.exit_code == 0, res.output
     assert "llama-3-8b on a100" in res.output and "I_crit = 153.0" in res.output
+    assert "Eq. 4 form fit: not fitted (too few points" in res.output  # 3 b for 3 parameters
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,6 @@ from workloads.roofline import (
     draft_decode,
     draft_prefill,
     eq4_paper,
-    fit_eq4_form,
-    fit_thm13,
     get_profile,
     intensity,
     k_opt,
@@ -234,24 +232,6 @@ def test_local_cpu_micro_benchmark() -> None:
         assert math.isfinite(v) and v > 0
     with pytest.raises(ValueError, match="threads"):
         measure_local_cpu(threads=0)
-
-
-def test_fit_eq4_form_recovers_the_paper() -> None:
-    f = fit_eq4_form(BS, [eq4_paper(b) for b in BS])
-    assert f.r2 > 0.999999
-    for b in BS:
-        assert f.predict(b) == pytest.approx(eq4_paper(b), abs=0.05)
-    with pytest.raises(ValueError, match="3 distinct"):
-        fit_eq4_form([1, 2], [10, 5])
-
-
-def test_fit_thm13() -> None:
-    tps = [286.79 * math.log2(b) + 7.54 for b in BS]
-    f = fit_thm13(BS, tps)
-    assert f.ok and f.a == pytest.approx(286.79) and f.b == pytest.approx(7.54, abs=1e-6)
-    assert f.r2 == pytest.approx(1.0)
-    assert f.a_ci[0] <= f.a <= f.a_ci[1]
-    assert not fit_thm13([1, 2], [1.0, 2.0]).ok
 
 
 def test_package_import_pulls_in_no_torch() -> None:

@@ -2,8 +2,9 @@
 
 Model shapes, hardware profiles, FLOPs/bytes of one decoding step (target verification + draft
 decoding + draft prefill), arithmetic intensity I(b, k), I_crit, the optimal k(b), theoretical
-throughput, and fits of the paper's Eq. 4 and Thm 1.3 forms. Pure functions; torch is imported
-only by the local-CPU micro-benchmark, scipy/statsmodels only by the fits.
+throughput. Pure functions; torch is imported only by the local-CPU micro-benchmark. The fits of
+the paper's Eq. 4 and Thm 1.3 forms live in :mod:`analysis.throughput` (``fit_eq4``,
+``fit_peak_throughput``).
 """
 
 from workloads.roofline.costs import (
@@ -24,7 +25,6 @@ from workloads.roofline.costs import (
     tau_eq8,
     theoretical_throughput,
 )
-from workloads.roofline.fit import Eq4Fit, fit_eq4_form, fit_thm13
 from workloads.roofline.hardware import (
     BUILTIN_PROFILES,
     LOCAL_CPU,
@@ -41,7 +41,6 @@ __all__ = [
     "DRAFT_STEPS",
     "LOCAL_CPU",
     "Cost",
-    "Eq4Fit",
     "HardwareProfile",
     "KOpt",
     "ModelShape",
@@ -52,8 +51,6 @@ __all__ = [
     "draft_decode",
     "draft_prefill",
     "eq4_paper",
-    "fit_eq4_form",
-    "fit_thm13",
     "get_profile",
     "intensity",
     "k_opt",
