@@ -122,6 +122,7 @@ def accept_sampling(
         last [B], bonus [B] as :func:`accept_greedy`.
     """
     b, n = tokens_bn.shape
+    dev = generator.device if generator is not None else probs_bnv.device
     toks, lpar = tokens_bn.tolist(), lpar_bn.tolist()
     lasts, bonuses = [], []
     for r in range(b):
@@ -134,7 +135,7 @@ def accept_sampling(
             nxt = None
             for c in children[cur]:
                 total = float(resid.sum())
-                u = float(torch.rand((), generator=generator))
+                u = float(torch.rand((), generator=generator, device=dev))
                 if total > 0 and u * total < float(resid[toks[r][c]]):
                     nxt = c
                     break
@@ -147,5 +148,5 @@ def accept_sampling(
             cur = nxt
         lasts.append(cur)
         bonuses.append(bonus)
-    dev = tokens_bn.device
-    return torch.tensor(lasts, device=dev), torch.tensor(bonuses, device=dev)
+    out = tokens_bn.device
+    return torch.tensor(lasts, device=out), torch.tensor(bonuses, device=out)
