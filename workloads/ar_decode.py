@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from workloads._batch import Timer, pick, prefill, still_going
 from workloads._kv import RaggedCache, additive_mask
-from workloads.tree_decode import BatchResult, _pick, _still_going, _Timer, prefill
+from workloads.tree_decode import BatchResult
 
 
 @torch.inference_mode()
@@ -35,19 +36,19 @@ def ar_generate(
     """
     if not prompts or min(len(p) for p in prompts) < 1:
         raise ValueError("ar_generate needs at least one prompt, each of at least one token")
-    timer, dev = _Timer(target.device), target.device
+    timer, dev = Timer(target.device), target.device
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
     cache = RaggedCache(DynamicCache(config=target.config), len(prompts), dev)
     _, logits, pos = prefill(target, prompts, cache)
     cache.compact()
-    tok = _pick(logits, temperature, generator)
+    tok = pick(logits, temperature, generator)
     rows = torch.arange(len(prompts), device=dev)
     for r, t in enumerate(tok.tolist()):
         res.tokens[r].append(t)
     res.prefill_s = timer.now() - t0
     self_only = torch.ones(len(prompts), 1, 1, dtype=torch.bool, device=dev)
-    alive = _still_going(res, rows, eos_ids, max_new_tokens)
+    alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     while alive is not None:
         if len(alive) < len(rows):
             rows, pos, tok, self_only = rows[alive], pos[alive], tok[alive], self_only[alive]
@@ -63,11 +64,11 @@ def ar_generate(
         logits = target.lm_head(h[:, -1]).float()
         res.verify_s += timer.now() - ta
         cache.append(self_only[:, :, 0])
-        tok, pos = _pick(logits, temperature, generator), pos + 1
+        tok, pos = pick(logits, temperature, generator), pos + 1
         res.cycles += 1
         for r, t in zip(rows.tolist(), tok.tolist(), strict=True):
             res.tokens[r].append(t)
             res.accept_lengths[r].append(1)
-        alive = _still_going(res, rows, eos_ids, max_new_tokens)
+        alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     res.total_s = timer.now() - t0
     return res

@@ -24,13 +24,13 @@ h hidden, V target vocabulary.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from workloads._batch import Timer, pick, prefill, right_pad, still_going
 from workloads._kv import RaggedCache, additive_mask
 from workloads._tree import DraftTree, accept_greedy, accept_sampling
 
@@ -125,57 +125,6 @@ class BatchResult:
         return self.total_s - self.prefill_s - self.draft_s - self.verify_s
 
 
-class _Timer:
-    """Accumulates wall seconds of forward passes (synchronising CUDA first)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-
-    def now(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter()
-
-
-def _right_pad(rows: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ragged rows -> ids [B, L] (0-padded) and lengths [B]."""
-    lengths = torch.tensor([len(r) for r in rows], device=device)
-    ids = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long, device=device)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, device=device)
-    return ids, lengths
-
-
-def _pick(logits_bv: torch.Tensor, temperature: float, gen: torch.Generator | None) -> torch.Tensor:
-    """Greedy (temperature 0) or sampled next token per row: [B, V] -> [B]."""
-    if temperature == 0:
-        return logits_bv.argmax(-1)
-    probs = torch.softmax(logits_bv.float() / temperature, -1)
-    return torch.multinomial(probs, 1, generator=gen)[:, 0]
-
-
-def prefill(
-    target: PreTrainedModel, prompts: list[list[int]], cache: RaggedCache
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Run the prompts through the target: hidden [B, L, h], last logits [B, V], lengths [B]."""
-    dev = target.device
-    ids, lengths = _right_pad(prompts, dev)
-    b, length = ids.shape
-    key_ok = torch.arange(length, device=dev)[None] < lengths[:, None]
-    causal = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
-    allowed = cache.allowed(causal[None] & key_ok[:, None, :])
-    h = target.model(
-        input_ids=ids,
-        position_ids=torch.arange(length, device=dev).expand(b, -1),
-        attention_mask=additive_mask(allowed, target.dtype),
-        cache=cache.cache,
-        use_cache=True,
-    ).last_hidden_state
-    cache.append(key_ok)
-    last = h.gather(1, (lengths - 1)[:, None, None].expand(b, 1, h.shape[2]))[:, 0]
-    return h, target.lm_head(last).float(), lengths
-
-
 @torch.inference_mode()
 def generate(
     target: PreTrainedModel,
@@ -211,14 +160,14 @@ def generate(
         topk=shape.topk,
         num_draft_tokens=shape.num_draft_tokens,
     )
-    timer, dt, dev = _Timer(target.device), target.dtype, target.device
+    timer, dt, dev = Timer(target.device), target.dtype, target.device
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
     tcache = RaggedCache(DynamicCache(config=target.config), len(prompts), dev)
     dcache = RaggedCache(draft.new_cache(), len(prompts), dev)
     h_blh, logits, m = prefill(target, prompts, tcache)
-    root = _pick(logits, temperature, generator)
-    ids, _ = _right_pad(prompts, dev)
+    root = pick(logits, temperature, generator)
+    ids, _ = right_pad(prompts, dev)
     pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
         1, (m - 1)[:, None], root[:, None]
     )
@@ -226,7 +175,7 @@ def generate(
     for r, tok in enumerate(root.tolist()):
         res.tokens[r].append(tok)
     res.prefill_s = timer.now() - t0
-    alive = _still_going(res, rows, eos_ids, max_new_tokens)
+    alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     while alive is not None:
         if len(alive) < len(rows):  # rows that finished leave the batch
             rows, m, pend_h, pend_x, pend_n, root = (
@@ -276,21 +225,9 @@ def generate(
                 if tok in eos_ids or len(out) >= max_new_tokens:
                     break
             res.accept_lengths[row].append(len(out) - before)
-        alive = _still_going(res, rows, eos_ids, max_new_tokens)
+        alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     res.total_s = timer.now() - t0
     return res
-
-
-def _still_going(
-    res: BatchResult, rows: torch.Tensor, eos_ids: frozenset[int], max_new_tokens: int
-) -> torch.Tensor | None:
-    """Indices into ``rows`` of the rows that have not finished; None when all have."""
-    keep = [
-        i
-        for i, r in enumerate(rows.tolist())
-        if len(res.tokens[r]) < max_new_tokens and res.tokens[r][-1] not in eos_ids
-    ]
-    return torch.tensor(keep, device=rows.device) if keep else None
 
 
 def _draft_tree(
@@ -302,7 +239,7 @@ def _draft_tree(
     pend_x: torch.Tensor,
     pend_n: torch.Tensor,
     shape: TreeShape,
-    timer: _Timer,
+    timer: Timer,
 ) -> tuple[DraftTree, float]:
     """Steps 1-2 of a cycle: draft prefill of the pending pairs, then the tree expansion.
 
