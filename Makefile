@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run smoke test test-slow lint bench clean
+.PHONY: run batch smoke test test-slow lint bench bench-decode clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,9 @@ $(BIN)/.installed: pyproject.toml
 
 run: $(BIN)/.installed                                   ## the main job on the embedded default
 	$(BIN)/orchestrator submit sweeps/tokens.yaml
+
+batch: $(BIN)/.installed                                 ## throughput vs batch size (after `make run`)
+	$(BIN)/orchestrator submit sweeps/batch.yaml
 
 smoke: $(BIN)/.installed                                 ## the 4-trial smoke sweep (~2 min)
 	$(BIN)/orchestrator submit sweeps/smoke-tokens.yaml --run-root runs-smoke
@@ -32,6 +35,9 @@ test-slow: $(BIN)/.installed                             ## long end-to-end runs
 
 bench: $(BIN)/.installed                                 ## wall time and peak memory of the default sweep
 	$(BIN)/python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
+
+bench-decode: $(BIN)/.installed                          ## the decoding engine vs HF generate and its AR loop
+	$(BIN)/python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
 
 clean:
 	rm -rf runs runs-smoke runs-bench
