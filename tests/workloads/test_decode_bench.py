@@ -1,0 +1,63 @@
+"""The decode_bench workload: draft lookup by trial key, and one real run with the oracle draft."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workloads import decode_bench
+from workloads.config import DecodeBenchConfig
+
+
+def _trial(root: Path, key: str, accepted: int, cycles: int) -> Path:
+    folder = root / "tokens" / "trials" / key
+    (folder / "draft").mkdir(parents=True)
+    (folder / "draft" / "arch.json").write_text("{}")
+    rows = [{"cycles": cycles, "accepted": accepted}]
+    (folder / "per_prompt.json").write_text(json.dumps(rows))
+    return folder / "draft"
+
+
+def test_find_trial_draft_by_prefix_and_best(tmp_path: Path) -> None:
+    low = _trial(tmp_path, "aaaaaa11bbbb2222", accepted=12, cycles=10)
+    high = _trial(tmp_path, "aaaaaa33cccc4444", accepted=15, cycles=10)
+    assert decode_bench.find_trial_draft(tmp_path, "tokens", "best") == high
+    assert decode_bench.find_trial_draft(tmp_path, "tokens", "aaaaaa11") == low
+    with pytest.raises(ValueError, match="too short"):
+        decode_bench.find_trial_draft(tmp_path, "tokens", "aaaa")
+    with pytest.raises(ValueError, match="matches several"):
+        decode_bench.find_trial_draft(tmp_path, "tokens", "aaaaaa")
+    with pytest.raises(ValueError, match="matches no finished trial"):
+        decode_bench.find_trial_draft(tmp_path, "tokens", "ffffff")
+    with pytest.raises(ValueError, match="sweeps/tokens.yaml"):
+        decode_bench.find_trial_draft(tmp_path, "other", "best")
+
+
+def test_oracle_run_measures_the_engine(target, cache_dir: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    cfg = DecodeBenchConfig.model_validate(
+        {
+            "device": "cpu",
+            "draft": {"source": "oracle"},
+            "decode": {
+                "batch_size": 2,
+                "depth": 3,
+                "topk": 1,
+                "num_draft_tokens": 4,
+                "max_new_tokens": 12,
+            },
+            "prompts": {"prompt_sets": ["humaneval"], "num_prompts": 3},
+            "warmup": 0,
+        }
+    )
+    res = decode_bench.run(cfg, cache_dir=cache_dir, out_dir=tmp_path)
+    m = res.metrics
+    assert m["generated_tokens"] == 4 * 12  # 3 prompts cycled to 2 full batches of 2
+    assert m["mismatches"] == 0 and m["ar_mismatches"] == 0
+    assert m["acceptance_length"] > 3.0  # the oracle's 3 drafted tokens are accepted
+    assert m["speedup"] == pytest.approx(m["tokens_per_s"] / m["ar_tokens_per_s"])
+    assert m["hf_tokens_per_s"] != m["hf_tokens_per_s"]  # NaN: HF generate runs at b = 1 only
+    assert 0 <= m["bookkeeping_share"] < 1
+    batches = json.loads((tmp_path / "per_batch.json").read_text())
+    assert [b["prompts"] for b in batches] == [[0, 1], [2, 3]]
