@@ -231,18 +231,25 @@ def run(
     for idx in batches[: cfg.warmup]:  # untimed: first-call allocations and kernel selection
         batch = [prompts[i] for i in idx]
         spec(batch, idx, min(4, d.max_new_tokens))
-        ar_generate(target.model, batch, max_new_tokens=min(4, d.max_new_tokens), eos_ids=eos)
-    spec_runs, ar_runs, hf_s, hf_tokens, per_batch = [], [], 0.0, 0, []
+        if cfg.baselines.autoregressive:
+            ar_generate(target.model, batch, max_new_tokens=min(4, d.max_new_tokens), eos_ids=eos)
+    spec_runs: list[BatchResult] = []
+    ar_runs: list[BatchResult] = []
+    hf_s, hf_tokens, per_batch = 0.0, 0, []
     counts = {"mismatch": 0, "near_tie": 0, "ar_mismatch": 0}
     for k, idx in enumerate(batches):
         batch = [prompts[i] for i in idx]
-        ar = ar_generate(
-            target.model,
-            batch,
-            max_new_tokens=d.max_new_tokens,
-            eos_ids=eos,
-            temperature=d.temperature,
-            generator=gen,
+        ar = (
+            ar_generate(
+                target.model,
+                batch,
+                max_new_tokens=d.max_new_tokens,
+                eos_ids=eos,
+                temperature=d.temperature,
+                generator=gen,
+            )
+            if cfg.baselines.autoregressive
+            else None
         )
         sp = spec(batch, idx, d.max_new_tokens)
         if b == 1 and cfg.baselines.hf_generate:
@@ -253,24 +260,25 @@ def run(
             for row, j in enumerate(idx):
                 verdict = _mismatch(target, prompts[j], refs[j], sp.tokens[row])
                 counts[verdict] = counts.get(verdict, 0) + 1
-                if _mismatch(target, prompts[j], refs[j], ar.tokens[row]) == "mismatch":
+                if ar and _mismatch(target, prompts[j], refs[j], ar.tokens[row]) == "mismatch":
                     counts["ar_mismatch"] += 1
         spec_runs.append(sp)
-        ar_runs.append(ar)
+        ar_runs += [ar] if ar else []
         per_batch.append(
             {
                 "batch": k,
                 "prompts": idx,
                 "tokens_per_s": sp.generated / sp.total_s,
-                "ar_tokens_per_s": ar.generated / ar.total_s,
+                "ar_tokens_per_s": ar.generated / ar.total_s if ar else None,
                 "acceptance_length": sp.acceptance_length,
                 "accept_lengths": sp.accept_lengths,
                 "cycles": sp.cycles,
             }
         )
+        vs_ar = f" vs AR {ar.generated / ar.total_s:.1f}" if ar else ""
         say(
-            f"batch {k + 1}/{len(batches)}: {sp.generated / sp.total_s:.1f} tok/s vs AR "
-            f"{ar.generated / ar.total_s:.1f}, acceptance length {sp.acceptance_length:.2f}"
+            f"batch {k + 1}/{len(batches)}: {sp.generated / sp.total_s:.1f} tok/s{vs_ar}, "
+            f"acceptance length {sp.acceptance_length:.2f}"
         )
     result = TrialResult(artifact_paths=[out_dir / "per_batch.json"])
     result.metrics.update(_metrics(spec_runs, ar_runs, hf_s, hf_tokens, counts))
@@ -297,7 +305,7 @@ def _metrics(
     cycles = sum(r.cycles for r in spec)
     cycle_s = total - sum(r.prefill_s for r in spec)
     ar_gen, ar_total = sum(r.generated for r in ar), sum(r.total_s for r in ar)
-    ar_steps = sum(r.cycles for r in ar)
+    ar_steps = sum(r.cycles for r in ar)  # no AR runs: the AR metrics are NaN
     ar_step_s = (ar_total - sum(r.prefill_s for r in ar)) / ar_steps if ar_steps else nan
     rows = [a for r in spec for a in r.accept_lengths]
     tau_n = sum(len(a) for a in rows)
@@ -307,7 +315,7 @@ def _metrics(
     m = {
         "tokens_per_s": tps,
         "ar_tokens_per_s": ar_tps,
-        "speedup": tps / ar_tps,
+        "speedup": tps / ar_tps if ar_total else nan,
         "hf_tokens_per_s": hf_tps,
         "speedup_vs_hf": tps / hf_tps if hf_s else nan,
         "acceptance_length": sum(sum(a) for a in rows) / tau_n if tau_n else nan,
