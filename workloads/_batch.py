@@ -55,7 +55,10 @@ def prefill(
     h = target.model(
         input_ids=ids,
         position_ids=torch.arange(length, device=dev).expand(b, -1),
-        attention_mask=additive_mask(allowed, target.dtype),
+        # equal lengths and an empty cache: plain causal attention, the model's own fast path
+        attention_mask=None
+        if bool(key_ok.all()) and cache.length == 0
+        else additive_mask(allowed, target.dtype),
         cache=cache.cache,
         use_cache=True,
     ).last_hidden_state

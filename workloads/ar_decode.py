@@ -53,11 +53,14 @@ def ar_generate(
         if len(alive) < len(rows):
             rows, pos, tok, self_only = rows[alive], pos[alive], tok[alive], self_only[alive]
             cache.select_rows(alive)
+        # no padding left (b = 1 always): one query sees every key, no mask needed
+        full = bool(cache.valid.all())
+        mask = None if full else additive_mask(cache.allowed(self_only), target.dtype)
         ta = timer.now()
         h = target.model(
             input_ids=tok[:, None],
             position_ids=pos[:, None],
-            attention_mask=additive_mask(cache.allowed(self_only), target.dtype),
+            attention_mask=mask,
             cache=cache.cache,
             use_cache=True,
         ).last_hidden_state
