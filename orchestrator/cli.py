@@ -149,6 +149,11 @@ def submit(
             _print_space(sweep)
         else:
             _print_trials(sweep.name, [(t.key, "planned", t.overrides, None) for t in trials])
+        if sweep.workload == "decode_bench":
+            try:
+                _preflight_decode(spec, sweep, [t.config for t in trials], run_root.resolve())
+            except SpecError as exc:
+                out.print(f"[yellow]warning[/]: a real submit would stop here: {exc}")
         n = sweep.search.n_trials if sweep.search else len(trials)
         out.print(
             f"{n} trials; resources per trial: "
@@ -364,19 +369,21 @@ def _print_fit(rep: Any) -> None:
 
 
 def _print_trials(
-    name: str, rows: list[tuple[str, str, dict, dict | None]], metric: str = "acceptance_length"
+    name: str,
+    rows: list[tuple[str, str, dict, dict | None]],
+    columns: tuple[str, ...] = ("acceptance_length",),
 ) -> None:
     table = Table(title=f"sweep {name}")
     axes = sorted({k for _, _, o, _ in rows for k in o})
-    for col in ["trial_key", *axes, "state", metric]:
+    for col in ["trial_key", *axes, "state", *columns]:
         table.add_column(col)
     for key, state, overrides, metrics in rows:
-        acc = (metrics or {}).get(metric)
+        values = [(metrics or {}).get(c) for c in columns]
         table.add_row(
             key,
             *[str(overrides.get(a, "")) for a in axes],
             state,
-            "" if acc is None else f"{acc:.4f}",
+            *["" if v is None else f"{v:.4f}" for v in values],
         )
     out.print(table)
 
@@ -401,11 +408,14 @@ def status(
     stored = yaml.safe_load(info.spec_yaml)
     searched = stored.get("search") if isinstance(stored, dict) else None
     metric = str(searched.get("metric")) if isinstance(searched, dict) else "acceptance_length"
+    columns: tuple[str, ...] = (metric,)
+    if info.workload == "decode_bench" and not searched:
+        columns = ("tokens_per_s", "ar_tokens_per_s", "speedup", "acceptance_length")
     df = store.metrics_frame(info.id).set_index("trial_key")
     rows = []
     for t in store.trials(info.id):
         metrics = (
-            {metric: df.loc[t.key, metric]} if (metric in df and t.state == "completed") else None
+            {c: df.loc[t.key, c] for c in columns if c in df} if t.state == "completed" else None
         )
         rows.append(
             (
@@ -415,7 +425,7 @@ def status(
                 metrics,
             )
         )
-    _print_trials(sweep, rows, metric)
+    _print_trials(sweep, rows, columns)
     counts: dict[str, int] = {}
     for t in store.trials(info.id):
         counts[t.state] = counts.get(t.state, 0) + 1

@@ -34,6 +34,20 @@ K_RANGE = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 """k values of the intensity curves on the dashboard"""
 
 
+METRICS = (
+    "tokens_per_s",
+    "ar_tokens_per_s",
+    "speedup",
+    "hf_tokens_per_s",
+    "acceptance_length",
+    "draft_s_per_cycle",
+    "verify_s_per_cycle",
+    "bookkeeping_s_per_cycle",
+    "break_even_acceptance_length",
+)
+"""the decode_bench metrics the analysis reads"""
+
+
 def decode_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
     """The sweep's trials with the tree knobs of each trial's full config and its error text."""
     df = store.metrics_frame(sweep_id)
@@ -42,6 +56,11 @@ def decode_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
         df[knob] = df["trial_key"].map(lambda k, n=knob: by_key[k].config["decode"][n])
     df["seed"] = df["trial_key"].map(lambda k: by_key[k].config.get("seed", 0))
     df["error"] = df["trial_key"].map(lambda k: by_key[k].error)
+    if "depth_used" in df:  # the engine caps depth at num_draft_tokens - 1
+        df["depth"] = df["depth_used"].fillna(df["depth"])
+    for metric in METRICS:  # no trial completed: the columns exist, all NaN
+        if metric not in df:
+            df[metric] = math.nan
     return df.drop(columns=[c for c in df.columns if c.startswith("decode.")])
 
 

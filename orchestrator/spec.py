@@ -317,7 +317,11 @@ def _explain(
         if "input" in e and not isinstance(e["input"], dict | list):
             msg += f" (got {e['input']!r})"
     example = (
-        "sweeps/search-batch.yaml" if (prefix + loc)[:1] == ("search",) else "sweeps/tokens.yaml"
+        "sweeps/search-batch.yaml"
+        if (prefix + loc)[:1] == ("search",)
+        else "sweeps/batch.yaml"
+        if model is DecodeBenchConfig
+        else "sweeps/tokens.yaml"
     )
     fix = {
         "missing": f"add {loc[-1]!r} there" if loc else "",

@@ -21,13 +21,13 @@ import torch
 
 from workloads.ar_decode import ar_generate
 from workloads.config import DecodeBenchConfig, DraftSourceConfig
-from workloads.data import chat_prompt_ids, load_prompt_sets
+from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
 from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import NEAR_TIE, greedy_reference, top2_gap
 from workloads.oracle_draft import OracleDraft
 from workloads.result import Progress, TrialResult
 from workloads.roofline.hardware import measure_local_cpu
-from workloads.target import Target, load_target
+from workloads.target import Target, load_target, resolve_device
 from workloads.tree_decode import BatchResult, Draft, TreeShape, generate
 
 log = logging.getLogger(__name__)
@@ -62,19 +62,43 @@ def find_trial_draft(run_root: Path, sweep: str, trial_key: str) -> Path:
 
 
 def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
-    """Check before a sweep starts that the draft it names exists (no model is loaded).
+    """Check before a sweep starts what would make every trial fail: the draft it names, the
+    device, the prompt sets (no model is loaded).
 
     Raises:
-        ValueError: as :func:`find_trial_draft`, or a ``draft.path`` that is not a draft folder.
+        ValueError: as :func:`find_trial_draft`; a ``draft.path`` that is not a draft folder;
+            ``device: cuda`` without a GPU; an unknown prompt set or a missing prompt directory.
     """
     src = cfg.draft
     if src.source == "trial":
         find_trial_draft(run_root, cast(str, src.sweep), cast(str, src.trial_key))
-    elif (
-        src.source == "path" and not (Path(cast(str, src.path)).expanduser() / "arch.json").exists()
-    ):
+    elif src.source == "path":
+        _check_draft_folder(Path(cast(str, src.path)).expanduser())
+    resolve_device(cfg.device)
+    sets = cfg.prompts.prompt_sets
+    if isinstance(sets, Path) and not sets.is_dir():
         raise ValueError(
-            f"draft.path {src.path}: not a draft folder saved by draft_train (no arch.json)"
+            f"prompts.prompt_sets {sets} is not a directory. Fix: a directory of "
+            f"*.jsonl files or builtin names {list(BUILTIN_PROMPT_SETS)}"
+        )
+    unknown = [] if isinstance(sets, Path) else [n for n in sets if n not in BUILTIN_PROMPT_SETS]
+    if unknown:
+        raise ValueError(
+            f"prompts.prompt_sets: unknown {unknown}. Fix: use "
+            f"{list(BUILTIN_PROMPT_SETS)} or a directory of *.jsonl files"
+        )
+
+
+def _check_draft_folder(folder: Path) -> None:
+    if not folder.is_dir():
+        raise ValueError(
+            f"draft.path {folder} does not exist. Fix: give a draft folder saved by draft_train "
+            "(<run root>/<sweep>/trials/<key>/draft) or use draft.source: trial"
+        )
+    if not (folder / "arch.json").exists():
+        raise ValueError(
+            f"draft.path {folder} is not a draft folder (no arch.json). Fix: give the 'draft' "
+            "folder of a draft_train trial (<run root>/<sweep>/trials/<key>/draft)"
         )
 
 
@@ -105,8 +129,7 @@ def _draft(
             if run_root is None:
                 raise ValueError("draft.source 'trial' needs the run root (run it via submit)")
             folder = find_trial_draft(run_root, cast(str, cfg.sweep), cast(str, cfg.trial_key))
-        if not (folder / "arch.json").exists():
-            raise ValueError(f"{folder}: not a draft folder (no arch.json). Fix: draft.path")
+        _check_draft_folder(folder)
         draft = DraftModel.load(folder, embed_weight=embed, lm_head_weight=head)
         where = str(folder)
     return draft.to(device=model.device, dtype=model.dtype).eval(), where
@@ -178,9 +201,10 @@ def run(
         ``bookkeeping_s_per_cycle``, ``bookkeeping_share`` (of cycle time),
         ``ar_s_per_step``, ``break_even_acceptance_length`` (cycle time / AR step time: the
         acceptance length at which speculation matches AR), ``mismatches``, ``near_ties`` (T = 0,
-        against the target's greedy output), ``generated_tokens``, ``peak_rss_mb`` (this
-        process's peak RSS), ``prompt_tokens_mean``, and on CPU ``hw.peak_flops`` (FLOP/s) and
-        ``hw.bandwidth`` (bytes/s) measured by the roofline micro-benchmark.
+        against the target's greedy output; NaN when sampling), ``generated_tokens``,
+        ``peak_rss_mb`` (this process's peak RSS), ``prompt_tokens_mean``, ``depth_used`` (the
+        tree depth after the cap at num_draft_tokens - 1), and on CPU ``hw.peak_flops``
+        (FLOP/s) and ``hw.bandwidth`` (bytes/s) measured by the roofline micro-benchmark.
 
     Raises:
         ValueError: a bad draft source, prompt set or device.
@@ -283,6 +307,10 @@ def run(
     result = TrialResult(artifact_paths=[out_dir / "per_batch.json"])
     result.metrics.update(_metrics(spec_runs, ar_runs, hf_s, hf_tokens, counts))
     result.metrics["prompt_tokens_mean"] = sum(map(len, prompts)) / len(prompts)
+    result.metrics["depth_used"] = float(min(d.depth, d.num_draft_tokens - 1))
+    if not greedy:  # sampled outputs are not compared with greedy ones
+        for name in ("mismatches", "near_ties", "ar_mismatches"):
+            result.metrics[name] = float("nan")
     if target.model.device.type == "cpu":  # the roofline of this machine, at this dtype/threads
         hw = measure_local_cpu(str(target.model.dtype).removeprefix("torch."))
         result.metrics.update({"hw.peak_flops": hw.peak_flops, "hw.bandwidth": hw.bandwidth})

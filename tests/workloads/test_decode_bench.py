@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from workloads import decode_bench
 from workloads.config import DecodeBenchConfig
@@ -61,3 +63,26 @@ def test_oracle_run_measures_the_engine(target, cache_dir: Path, tmp_path: Path)
     assert 0 <= m["bookkeeping_share"] < 1
     batches = json.loads((tmp_path / "per_batch.json").read_text())
     assert [b["prompts"] for b in batches] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"draft": {"source": "path", "path": "/nonexistent/draft"}}, "does not exist"),
+        ({"draft": {"source": "trial", "sweep": "nope", "trial_key": "best"}}, "no finished"),
+        ({"prompts": {"prompt_sets": ["humanevall"]}}, "unknown ['humanevall']"),
+        ({"prompts": {"prompt_sets": "/nonexistent/dir"}}, "is not a directory"),
+    ],
+)
+def test_preflight_refuses_what_would_fail_every_trial(
+    tmp_path: Path, overrides: dict, message: str
+) -> None:
+    cfg = DecodeBenchConfig.model_validate(overrides)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        decode_bench.preflight(cfg, tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_preflight_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        decode_bench.preflight(DecodeBenchConfig(device="cuda"), tmp_path)

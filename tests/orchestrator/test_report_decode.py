@@ -1,0 +1,78 @@
+"""The decode_bench report on stored trials: fits, roofline, dashboard; all-failed sweeps too."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from orchestrator.report import fit_sweep
+from orchestrator.store import ResultsStore
+from workloads.config import DecodeBenchConfig
+
+
+def _store(
+    tmp_path: Path, results: dict[tuple[int, int], float | None]
+) -> tuple[ResultsStore, int]:
+    """A decode_bench sweep whose trial (b, k) completed at ``tokens/s`` or failed (None)."""
+    store = ResultsStore.sqlite_under(tmp_path)
+    sweep_id = store.upsert_sweep("b", "decode_bench", "name: b\n", "b.yaml")
+    rows = []
+    for b, k in results:
+        cfg = DecodeBenchConfig.model_validate(
+            {"decode": {"batch_size": b, "num_draft_tokens": k}}
+        ).model_dump(mode="json")
+        rows.append(
+            (f"{b:04d}{k:04d}00000000", cfg, {"decode.batch_size": b, "decode.num_draft_tokens": k})
+        )
+    store.add_trials(sweep_id, rows)
+    for t in store.trials(sweep_id):
+        b, k = t.overrides["decode.batch_size"], t.overrides["decode.num_draft_tokens"]
+        tps = results[(b, k)]
+        if tps is None:
+            store.mark_failed(t.id, "ValueError: device 'cuda' asked for but no GPU", 1.0)
+            continue
+        store.log_metrics(
+            t.id,
+            {
+                "tokens_per_s": tps,
+                "ar_tokens_per_s": 10.0 * b**0.5,
+                "speedup": tps / (10.0 * b**0.5),
+                "hf_tokens_per_s": 10.0 if b == 1 else math.nan,
+                "acceptance_length": 1.3,
+                "draft_s_per_cycle": 0.01,
+                "verify_s_per_cycle": 0.05,
+                "bookkeeping_s_per_cycle": 0.005,
+                "break_even_acceptance_length": 1.9,
+                "hw.peak_flops": 1e11,
+                "hw.bandwidth": 4e10,
+                "prompt_tokens_mean": 100.0,
+                "depth_used": float(min(4, k - 1)),
+            },
+        )
+        store.mark_completed(t.id, 1.0)
+    return store, sweep_id
+
+
+def test_thm13_fit_roofline_and_dashboard(tmp_path: Path) -> None:
+    # peak tokens/s at the best k = 20*log2(b) + 8 exactly; k = 4 is best at every b
+    results: dict[tuple[int, int], float | None] = {}
+    for b in (1, 2, 4, 8):
+        for k in (2, 4, 8):
+            results[(b, k)] = 20 * math.log2(b) + 8 - (0 if k == 4 else 1)
+    store, sweep_id = _store(tmp_path, results)
+    rep = fit_sweep(store, sweep_id, "b", tmp_path / "dash.html")
+    assert rep.fit.ok and math.isclose(rep.fit.a, 20, rel_tol=1e-9)
+    assert math.isclose(rep.fit.b, 8, rel_tol=1e-9)
+    assert [line.split(":")[0] for line in rep.lines] == ["b=1", "b=2", "b=4", "b=8"]
+    assert all("best k 4" in line and "roofline k_opt" in line for line in rep.lines)
+    assert {f["law"] for f in store.fits(sweep_id)} == {"batch", "k_opt"}
+    page = (tmp_path / "dash.html").read_text()
+    assert "I_crit" in page and "local CPU" in page
+
+
+def test_a_sweep_where_every_trial_failed_still_gets_a_report(tmp_path: Path) -> None:
+    store, sweep_id = _store(tmp_path, {(1, 2): None, (2, 2): None})
+    rep = fit_sweep(store, sweep_id, "b", tmp_path / "dash.html")
+    assert not rep.fit.ok and rep.lines == []
+    page = (tmp_path / "dash.html").read_text()
+    assert "no GPU" in page  # the trials' errors are listed
