@@ -180,9 +180,6 @@ def fit_log_linear(
     if distinct < MIN_DISTINCT_X:
         status = f"not enough points: need >= {MIN_DISTINCT_X} distinct x values, got {distinct}"
         return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
-    if float(np.ptp(ys)) == 0.0:
-        status = f"not fitted: {y} is the same ({ys[0]:.6g}) at every x, R² is undefined"
-        return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
     model = sm.OLS(ys, sm.add_constant(np.log(xs) / math.log(log_base))).fit()
     # statsmodels orders parameters (const, slope); the dataclass orders them (a=slope, b=const).
     b, a = (float(v) for v in model.params)

@@ -162,13 +162,3 @@ def test_baseline_summary_uses_x_zero_rows_only() -> None:
     one = baseline_summary(_frame([0.0], [1.0]), "pretrain.tokens", "acceptance_length")
     assert one["n"] == 1 and math.isnan(one["std"])
 
-
-def test_constant_y_is_a_status_not_a_degenerate_fit() -> None:
-    fit = fit_log_linear(
-        _frame([1, 2, 4, 8], [16.66] * 4, x="batch_size"),
-        "batch_size",
-        "acceptance_length",
-        law="b",
-    )
-    assert not fit.ok and fit.status.startswith("not fitted: acceptance_length is the same")
-    assert math.isnan(fit.a) and math.isnan(fit.r2)
