@@ -161,4 +161,3 @@ def test_baseline_summary_uses_x_zero_rows_only() -> None:
     assert none["n"] == 0 and math.isnan(none["mean"])
     one = baseline_summary(_frame([0.0], [1.0]), "pretrain.tokens", "acceptance_length")
     assert one["n"] == 1 and math.isnan(one["std"])
-
