@@ -121,6 +121,11 @@ def load_model_shape(name_or_path: str | Path) -> ModelShape:
     """
     path = Path(name_or_path)
     if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"{path} is a folder without a config.json. Fix: pass the folder of a Hugging Face "
+                "model (it holds config.json) or the config.json itself"
+            )
         path = path / "config.json"
     if path.is_file():
         return _from_config(path)
@@ -148,7 +153,10 @@ def _from_config(path: Path) -> ModelShape:
     try:
         cfg: Any = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: cannot read the model config ({e})") from None
+        raise ValueError(
+            f"{path}: cannot read the model config ({e}). Fix: pass a Hugging Face config.json "
+            "(a JSON object with hidden_size, num_hidden_layers, ...)"
+        ) from None
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: a model config must be a JSON object")
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
