@@ -44,6 +44,19 @@ _KNOB_ALIASES = {
 }
 """dotted override names (as the results store's wide table names them) for each knob"""
 
+METRICS = (
+    "tokens_per_s",
+    "ar_tokens_per_s",
+    "speedup",
+    "hf_tokens_per_s",
+    "acceptance_length",
+    "draft_s_per_cycle",
+    "verify_s_per_cycle",
+    "bookkeeping_s_per_cycle",
+    "break_even_acceptance_length",
+)
+"""the ``decode_bench`` metrics this module and the dashboard read"""
+
 SHAPE_KNOBS = ("depth", "topk")
 """tree-shape knobs that, with (batch_size, num_draft_tokens), make one cell of the grid"""
 

@@ -25,6 +25,7 @@ from analysis.laws import PAPER_CONSTANTS, LogLinearFit
 from analysis.throughput import (
     BEST_COLUMNS,
     KNOBS,
+    METRICS,
     PAPER_K_OPT,
     Eq4Fit,
     KOptFit,
@@ -33,7 +34,7 @@ from analysis.throughput import (
     throughput_surface,
 )
 from dashboards._html import page, table
-from dashboards.sweep_page import fit_line, fit_title
+from dashboards.sweep_page import add_fit_line, fit_title
 
 __all__ = ["RooflineData", "write_decode_dashboard"]
 
@@ -48,19 +49,6 @@ TITLES = {
 
 _CURVE_POINTS = 60
 """points on a fitted curve between the smallest and largest batch size (log-spaced)"""
-
-_METRICS = (
-    "tokens_per_s",
-    "ar_tokens_per_s",
-    "speedup",
-    "hf_tokens_per_s",
-    "acceptance_length",
-    "draft_s_per_cycle",
-    "verify_s_per_cycle",
-    "bookkeeping_s_per_cycle",
-    "break_even_acceptance_length",
-)
-"""metric columns listed first in the trial table, in this order"""
 
 
 def write_decode_dashboard(
@@ -255,29 +243,7 @@ def _peak_figure(best: pd.DataFrame, fit: LogLinearFit | None) -> go.Figure | No
     std = best["peak_tokens_per_s_std"].to_numpy(dtype=float)
     fig = go.Figure()
     if fit is not None and fit.ok:
-        line = fit_line(fit)
-        level = round(100 * (1 - fit.alpha))
-        band_x = line["x"].tolist()
-        fig.add_trace(
-            go.Scatter(
-                x=band_x + band_x[::-1],
-                y=line["mean_hi"].tolist() + line["mean_lo"].tolist()[::-1],
-                fill="toself",
-                fillcolor="rgba(214, 39, 40, 0.15)",
-                line={"width": 0},
-                hoverinfo="skip",
-                name=f"{level}% CI of the mean",
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=band_x,
-                y=line["mean"].tolist(),
-                mode="lines",
-                line={"color": "rgb(214, 39, 40)"},
-                name="fit: a*log2(b) + b0",
-            )
-        )
+        add_fit_line(fig, fit, "fit: a*log2(b) + b0")
     fig.add_trace(
         go.Scatter(
             x=bs,
@@ -540,7 +506,7 @@ def _trial_table(trials: pd.DataFrame) -> str:
         return "<p class='note'>No trials.</p>"
     first = [c for c in ("trial_key", "state") if c in trials.columns]
     knobs = [c for c in trials.columns if c in KNOBS or (isinstance(c, str) and "." in c)]
-    metrics = [c for c in _METRICS if c in trials.columns]
+    metrics = [c for c in METRICS if c in trials.columns]
     taken = set(first) | set(knobs) | set(metrics) | {"error"}
     rest = [c for c in trials.columns if c not in taken]
     columns = first + knobs + metrics + rest + (["error"] if "error" in trials.columns else [])

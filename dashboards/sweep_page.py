@@ -122,7 +122,7 @@ def _fit_figure(done: pd.DataFrame, fit: LogLinearFit | None, x: str, y: str) ->
         )
     )
     if fit is not None and fit.ok:
-        _add_fit_line(fig, fit)
+        add_fit_line(fig, fit)
     _add_baseline(fig, done, x, y)
     fig.update_layout(
         title={"text": fit_title(fit, x, y), "font": {"size": 13}},
@@ -134,7 +134,8 @@ def _fit_figure(done: pd.DataFrame, fit: LogLinearFit | None, x: str, y: str) ->
     return fig
 
 
-def _add_fit_line(fig: go.Figure, fit: LogLinearFit) -> None:
+def add_fit_line(fig: go.Figure, fit: LogLinearFit, name: str | None = None) -> None:
+    """Add the fitted curve (named ``name``, default its form) and its confidence band."""
     line = fit_line(fit)
     level = round(100 * (1 - fit.alpha))
     band_x = line["x"].tolist()
@@ -155,7 +156,7 @@ def _add_fit_line(fig: go.Figure, fit: LogLinearFit) -> None:
             y=line["mean"].tolist(),
             mode="lines",
             line={"color": "rgb(214, 39, 40)"},
-            name=f"fit: a*log{fit.log_base}(x) + b",
+            name=name or f"fit: a*log{fit.log_base}(x) + b",
         )
     )
 

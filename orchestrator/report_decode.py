@@ -16,6 +16,7 @@ import pandas as pd
 
 from analysis.laws import LogLinearFit
 from analysis.throughput import (
+    METRICS,
     RooflineData,
     best_per_batch,
     compare_k_opt,
@@ -32,20 +33,6 @@ from workloads.target import DEFAULT_TARGET
 
 K_RANGE = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 """k values of the intensity curves on the dashboard"""
-
-
-METRICS = (
-    "tokens_per_s",
-    "ar_tokens_per_s",
-    "speedup",
-    "hf_tokens_per_s",
-    "acceptance_length",
-    "draft_s_per_cycle",
-    "verify_s_per_cycle",
-    "bookkeeping_s_per_cycle",
-    "break_even_acceptance_length",
-)
-"""the decode_bench metrics the analysis reads"""
 
 
 def decode_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
