@@ -106,16 +106,21 @@ def test_oracle_with_wrong_proposals_is_partially_accepted_and_lossless(
         assert 1 < out.acceptance_length < 4
 
 
-def test_untrained_draft_is_lossless(target, prompts, cache_dir) -> None:  # noqa: ANN001
-    torch.manual_seed(0)
+def _untrained_draft(target, seed: int) -> DraftModel:  # noqa: ANN001
+    """A seeded 1-layer draft that was never trained (proposals mostly rejected)."""
+    torch.manual_seed(seed)
     model = target.model
     arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
-    draft = DraftModel(
+    return DraftModel(
         arch,
         embed_weight=model.get_input_embeddings().weight,
         lm_head_weight=model.get_output_embeddings().weight,
         draft_to_target=torch.arange(4096),
     ).eval()
+
+
+def test_untrained_draft_is_lossless(target, prompts, cache_dir) -> None:  # noqa: ANN001
+    model, draft = target.model, _untrained_draft(target, seed=0)
     for prompt in prompts:
         ref = _reference(target, prompt, cache_dir)
         out = speculative_generate(
@@ -154,15 +159,7 @@ def test_batched_rows_of_different_lengths_are_lossless(target, prompts, cache_d
 
 
 def test_batched_untrained_draft_is_lossless(target, prompts, cache_dir) -> None:  # noqa: ANN001
-    torch.manual_seed(1)
-    model = target.model
-    arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
-    draft = DraftModel(
-        arch,
-        embed_weight=model.get_input_embeddings().weight,
-        lm_head_weight=model.get_output_embeddings().weight,
-        draft_to_target=torch.arange(4096),
-    ).eval()
+    model, draft = target.model, _untrained_draft(target, seed=1)
     batch = prompts[-3:]
     shape = TreeShape(depth=3, topk=4, num_draft_tokens=8)
     out = generate(
