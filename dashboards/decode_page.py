@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.laws import PAPER_CONSTANTS, LogLinearFit
+from analysis.laws import LogLinearFit
 from analysis.throughput import (
     BEST_COLUMNS,
     KNOBS,
@@ -34,7 +34,7 @@ from analysis.throughput import (
     throughput_surface,
 )
 from dashboards._html import page, table
-from dashboards.sweep_page import add_fit_line, fit_title
+from dashboards.sweep_page import add_fit_line, fit_rows, fit_title
 
 __all__ = ["RooflineData", "write_decode_dashboard"]
 
@@ -464,7 +464,7 @@ def _fits_html(peak_fit: LogLinearFit | None, k_fit: KOptFit | None) -> str:
     if peak_fit is None:
         parts.append("<p class='note'>No fit was made.</p>")
     else:
-        parts.append(table(["field", "value"], _log_fit_rows(peak_fit)))
+        parts.append(table(["field", "value"], fit_rows(peak_fit, "Qwen2.5-72B on H800 GPUs")))
     parts.append("<h3>Best k vs batch size (Eq. 4 and log2)</h3>")
     if k_fit is None:
         parts.append("<p class='note'>No fit was made.</p>")
@@ -481,24 +481,8 @@ def _fits_html(peak_fit: LogLinearFit | None, k_fit: KOptFit | None) -> str:
             ]
         )
         parts.append(table(["field", "value"], rows))
-        parts.append(table(["field", "value"], _log_fit_rows(k_fit.log2)))
+        parts.append(table(["field", "value"], fit_rows(k_fit.log2, "Qwen2.5-72B on H800 GPUs")))
     return "\n".join(parts)
-
-
-def _log_fit_rows(fit: LogLinearFit) -> list[list[object]]:
-    d = fit.to_dict()
-    names = ["law", "form", "status", "a", "a_ci", "b", "b_ci", "r2", "n", "excluded", "alpha"]
-    rows: list[list[object]] = [[k, d[k]] for k in names]
-    paper = PAPER_CONSTANTS.get(fit.law)
-    if paper is not None:
-        rows.append(
-            [
-                "paper",
-                f"{paper['source']}: a = {paper['a']}, b = {paper['b']} "
-                f"(x in {paper['x_unit']}; Qwen2.5-72B on H800 GPUs)",
-            ]
-        )
-    return rows
 
 
 def _trial_table(trials: pd.DataFrame) -> str:

@@ -210,6 +210,12 @@ def _per_set_figure(done: pd.DataFrame, x: str, prefix: str) -> go.Figure | None
 def _fit_table(fit: LogLinearFit | None) -> str:
     if fit is None:
         return "<p class='note'>No fit was made for this sweep.</p>"
+    return table(["field", "value"], fit_rows(fit, "7B-class targets on GPUs"))
+
+
+def fit_rows(fit: LogLinearFit, paper_setting: str) -> list[list[object]]:
+    """(field, value) rows of a fit, plus the paper's constants for its law measured on
+    ``paper_setting`` (e.g. "7B-class targets on GPUs") when the paper has that law."""
     d = fit.to_dict()
     names = ["law", "form", "status", "a", "a_ci", "b", "b_ci", "r2", "n", "excluded", "alpha"]
     rows: list[list[object]] = [[k, d[k]] for k in names]
@@ -219,10 +225,10 @@ def _fit_table(fit: LogLinearFit | None) -> str:
             [
                 "paper",
                 f"{paper['source']}: a = {paper['a']}, b = {paper['b']} "
-                f"(x in {paper['x_unit']}; 7B-class targets on GPUs)",
+                f"(x in {paper['x_unit']}; {paper_setting})",
             ]
         )
-    return table(["field", "value"], rows)
+    return rows
 
 
 def _trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
