@@ -22,13 +22,30 @@ class TrialSpec:
     overrides: dict[str, Any]
 
 
+def _key_dump(config: BaseModel) -> dict[str, Any]:
+    """The config as JSON, minus fields marked ``key_omits_default`` that hold their default.
+
+    Fields added after a workload first shipped carry that mark, so adding them did not change
+    the keys of trials recorded before (their results stay reachable on resubmit).
+    """
+    out = config.model_dump(mode="json")
+    for name, info in type(config).model_fields.items():
+        value = getattr(config, name)
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and extra.get("key_omits_default") and value == info.default:
+            del out[name]
+        elif isinstance(value, BaseModel):
+            out[name] = _key_dump(value)
+    return out
+
+
 def trial_key(workload: str, config: BaseModel) -> str:
     """16 hex chars of SHA-256 over the canonical JSON of (workload, full trial config).
 
     Equal configs give equal keys whatever the YAML's key order or defaults spelled out.
     """
     canonical = json.dumps(
-        {"workload": workload, "config": config.model_dump(mode="json")},
+        {"workload": workload, "config": _key_dump(config)},
         sort_keys=True,
         separators=(",", ":"),
     )

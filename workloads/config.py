@@ -16,6 +16,11 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+NEW = {"key_omits_default": True}
+"""Mark of a field added after its workload shipped: at its default it is left out of the trial
+key, so trials recorded before keep their keys (see ``orchestrator.grid.trial_key``)."""
+
+
 class TargetConfig(_Frozen):
     """The frozen target model."""
 
@@ -69,6 +74,10 @@ class DraftConfig(_Frozen):
     """D, LLaMA decoder layers"""
     output_norm: bool = True
     """RMSNorm before the LM head (Scylla) or not (EAGLE-1)"""
+    input_norm: bool = Field(default=True, json_schema_extra=NEW)
+    """RMSNorm on the first decoder layer's input (HF LLaMA); EAGLE-1/2's code has none"""
+    rope_theta: float | None = Field(default=None, gt=0, json_schema_extra=NEW)
+    """RoPE base of the draft; None = the target's (EAGLE-1's code hard-codes 10000)"""
     vocab_size: int = Field(default=8192, ge=0)
     """draft LM head over the N most frequent target tokens of the training data; 0 = full"""
 

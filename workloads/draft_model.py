@@ -47,10 +47,23 @@ class DraftArch:
     max_position_embeddings: int
     output_norm: bool
     """RMSNorm before the LM head (Scylla) or none (EAGLE-1)"""
+    first_input_norm: bool = True
+    """RMSNorm on the first decoder layer's input (HF LLaMA); EAGLE-1/2's code has none"""
 
     @classmethod
-    def from_target(cls, config: object, *, layers: int, output_norm: bool) -> DraftArch:
-        """Copy the width, attention shape and RoPE of a target HF config."""
+    def from_target(
+        cls,
+        config: object,
+        *,
+        layers: int,
+        output_norm: bool,
+        first_input_norm: bool = True,
+        rope_theta: float | None = None,
+    ) -> DraftArch:
+        """Copy the width, attention shape and RoPE of a target HF config.
+
+        ``rope_theta`` overrides the target's RoPE base (EAGLE-1's code hard-codes 10000).
+        """
         get = config.__getattribute__
         rope = getattr(config, "rope_parameters", None) or {}
         heads = int(get("num_attention_heads"))
@@ -62,9 +75,14 @@ class DraftArch:
             head_dim=int(getattr(config, "head_dim", None) or get("hidden_size") // heads),
             intermediate_size=int(get("intermediate_size")),
             rms_norm_eps=float(get("rms_norm_eps")),
-            rope_theta=float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))),
+            rope_theta=float(
+                rope_theta
+                if rope_theta is not None
+                else rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+            ),
             max_position_embeddings=int(get("max_position_embeddings")),
             output_norm=output_norm,
+            first_input_norm=first_input_norm,
         )
 
     def llama_config(self) -> LlamaConfig:
@@ -90,6 +108,8 @@ class DraftArch:
 
 class DraftModel(nn.Module):
     """EAGLE/Scylla draft: FC(2h->h) -> D decoder layers -> RMSNorm -> frozen (truncated) LM head.
+
+    With ``arch.first_input_norm`` False, layer 0 has no input RMSNorm (EAGLE-1/2's ``cnets``).
 
     Args:
         arch: the architecture.
@@ -117,6 +137,8 @@ class DraftModel(nn.Module):
         h = arch.hidden_size
         self.fc = nn.Linear(2 * h, h, bias=True)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(arch.layers))
+        if not arch.first_input_norm:  # EAGLE-1/2: the FC output enters layer 0 unnormalised
+            self.layers[0].input_layernorm = nn.Identity()
         self.norm: nn.Module = (
             LlamaRMSNorm(h, eps=arch.rms_norm_eps) if arch.output_norm else nn.Identity()
         )

@@ -157,7 +157,11 @@ def run(
 
     model = target.model
     arch = DraftArch.from_target(
-        model.config, layers=cfg.draft.layers, output_norm=cfg.draft.output_norm
+        model.config,
+        layers=cfg.draft.layers,
+        output_norm=cfg.draft.output_norm,
+        first_input_norm=cfg.draft.input_norm,
+        rope_theta=cfg.draft.rope_theta,
     )
     vocab = _draft_vocab([pre, sft], cfg.draft.vocab_size, model.config.vocab_size)
     torch.manual_seed(cfg.seed)  # right here: cache misses (target conversion) use the RNG too
