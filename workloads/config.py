@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-NEW = {"key_omits_default": True}
+NEW: JsonDict = {"key_omits_default": True}
 """Mark of a field added after its workload shipped: at its default it is left out of the trial
 key, so trials recorded before keep their keys (see ``orchestrator.grid.trial_key``)."""
 
@@ -41,6 +42,12 @@ class PretrainConfig(_Frozen):
     """share of characters per source: sharegpt (pretrain split as plain text), stdlib (Python)"""
     lr: float = Field(default=1e-3, gt=0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
+    schedule: Literal["cosine", "wsd-fork"] = Field(default="cosine", json_schema_extra=NEW)
+    """cosine: each budget trained on its own (warmup, cosine decay to 10%); wsd-fork: budgets
+    share one warmup-stable trunk (constant peak LR, corpus order) in the cache and each decays
+    in a short branch of its own (linear to 10%)"""
+    decay_frac: float = Field(default=0.2, gt=0, le=1, json_schema_extra=NEW)
+    """wsd-fork: share of a budget's pretraining steps in its decay branch"""
 
     @model_validator(mode="after")
     def _check_mix(self) -> PretrainConfig:
@@ -80,6 +87,10 @@ class DraftConfig(_Frozen):
     """RoPE base of the draft; None = the target's (EAGLE-1's code hard-codes 10000)"""
     vocab_size: int = Field(default=8192, ge=0)
     """draft LM head over the N most frequent target tokens of the training data; 0 = full"""
+    vocab_tokens: int | None = Field(default=None, ge=0, json_schema_extra=NEW)
+    """pretraining tokens the draft vocabulary is counted over (with the SFT rows); None = the
+    trial's own budget. wsd-fork needs a fixed value (e.g. the largest budget): its trunk is
+    shared by every budget, so its vocabulary must not depend on the budget"""
 
 
 class TrainConfig(_Frozen):
@@ -96,6 +107,9 @@ class TrainConfig(_Frozen):
     """weight of SmoothL1(predicted hidden, target hidden) (EAGLE: 1.0)"""
     w_cls: float = Field(default=0.1, ge=0)
     """weight of cross-entropy against the target's next-token distribution (EAGLE: 0.1)"""
+    checkpoint_every: int = Field(default=100, ge=0, json_schema_extra=NEW)
+    """optimiser steps between checkpoints in the trial folder; a retried trial resumes from
+    the newest (0 = only at the end of each stage)"""
 
 
 class EvalConfig(_Frozen):
@@ -139,6 +153,20 @@ class DraftTrainConfig(_Frozen):
     draft: DraftConfig = DraftConfig()
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
+
+    @model_validator(mode="after")
+    def _check_wsd_vocab(self) -> DraftTrainConfig:
+        if (
+            self.pretrain.schedule == "wsd-fork"
+            and self.draft.vocab_size
+            and self.draft.vocab_tokens is None
+        ):
+            raise ValueError(
+                "pretrain.schedule 'wsd-fork' shares one trunk across budgets, so the draft "
+                "vocabulary must not depend on the budget: set draft.vocab_tokens (e.g. the "
+                "largest budget) or draft.vocab_size: 0"
+            )
+        return self
 
 
 class DraftSourceConfig(_Frozen):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import cast
@@ -29,8 +30,9 @@ from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import TreeShape, evaluate
 from workloads.features import Features, ensure_features, feature_dir
 from workloads.result import Progress, TrialResult
+from workloads.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
 from workloads.target import Target, load_target
-from workloads.training import StageLog, StageSettings, train_stage
+from workloads.training import StageLog, StageSettings
 
 log = logging.getLogger(__name__)
 
@@ -97,16 +99,31 @@ def _stage_features(
     }
 
 
-def _draft_vocab(feats: list[Features], size: int, vocab: int) -> torch.Tensor | None:
-    """The ``size`` most frequent target ids in the training rows (ties by id), or None = all."""
+def _draft_vocab(ids: list[torch.Tensor], size: int, vocab: int) -> torch.Tensor | None:
+    """The ``size`` most frequent target ids in the token rows ``ids`` (ties by id), or None =
+    the full vocabulary (EAGLE-3-style truncation, arXiv 2503.01840 Sec. 3)."""
     if size == 0 or size >= vocab:
         return None
     counts = torch.zeros(vocab, dtype=torch.long)
-    for f in feats:
-        if f.tokens:
-            counts += torch.bincount(f.input_ids.flatten(), minlength=vocab)
+    for rows in ids:
+        if rows.numel():
+            counts += torch.bincount(rows.flatten(), minlength=vocab)
     order = torch.argsort(-counts * vocab + torch.arange(vocab))  # count desc, id asc
     return order[:size].sort().values
+
+
+def _vocab_rows(cfg: DraftTrainConfig, target: Target, pre: Features) -> torch.Tensor:
+    """Pretraining token rows the draft vocabulary is counted over: the trial's own rows, or the
+    first ``draft.vocab_tokens`` tokens of the same stream (tokenised only, no features)."""
+    n_tokens = cfg.draft.vocab_tokens
+    if n_tokens is None or not cfg.draft.vocab_size:
+        return pre.input_ids
+    seq_len = cfg.pretrain.seq_len
+    ids, _ = _rows.pretrain_rows(
+        target.tokenizer, _splits()["pretrain"], dict(cfg.pretrain.mix), seq_len,
+        -(-n_tokens // seq_len),
+    )  # fmt: skip
+    return ids
 
 
 def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
@@ -123,6 +140,53 @@ def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
         w_cls=t.w_cls,
         seed=cfg.seed,
     )
+
+
+def _train(
+    cfg: DraftTrainConfig,
+    draft: DraftModel,
+    feats: dict[str, Features],
+    cache_dir: Path,
+    out_dir: Path,
+    say: Progress,
+    m: dict[str, float],
+) -> dict[str, StageLog]:
+    """Both stages with checkpoints (resume on retry); pretraining by cosine or wsd-fork."""
+    ckpt_dir = out_dir / "checkpoints"
+    every = cfg.train.checkpoint_every
+    logs: dict[str, StageLog] = {}
+    for stage in ("pretrain", "sft"):
+        t0 = time.perf_counter()
+        s = _stage(cfg, stage)
+        if stage == "pretrain" and cfg.pretrain.schedule == "wsd-fork" and feats[stage].tokens:
+            out = run_wsd_fork_pretrain(
+                draft,
+                feats[stage],
+                s,
+                decay_frac=cfg.pretrain.decay_frac,
+                trunk_dir=cache_dir / "trunks" / trunk_key(cfg),
+                ckpt_dir=ckpt_dir,
+                checkpoint_every=every,
+                say=say,
+            )
+            m["pretrain.trunk_steps_reused"] = out.trunk_steps_reused
+        else:
+            out = run_stage(
+                stage, draft, feats[stage], s, ckpt_dir=ckpt_dir, checkpoint_every=every, say=say
+            )
+        logs[stage] = out.log
+        m[f"wall_s/{stage}"] = time.perf_counter() - t0
+        m[f"{stage}.tokens_seen"] = out.log.tokens_seen
+        m[f"{stage}.tokens_trained"] = out.tokens_trained
+        m[f"{stage}.steps"] = len(out.log.loss)
+        m[f"{stage}.resumed_from_step"] = out.resumed_from
+        wall = m[f"wall_s/{stage}"]
+        m[f"{stage}.tokens_per_s"] = out.tokens_trained / wall if out.tokens_trained else math.nan
+        say(
+            f"{stage}: {len(out.log.loss)} steps, {out.log.tokens_seen} tokens seen, "
+            f"{out.tokens_trained} trained here"
+        )
+    return logs
 
 
 def run(
@@ -163,7 +227,11 @@ def run(
         first_input_norm=cfg.draft.input_norm,
         rope_theta=cfg.draft.rope_theta,
     )
-    vocab = _draft_vocab([pre, sft], cfg.draft.vocab_size, model.config.vocab_size)
+    vocab = _draft_vocab(
+        [_vocab_rows(cfg, target, pre), sft.input_ids],
+        cfg.draft.vocab_size,
+        model.config.vocab_size,
+    )
     torch.manual_seed(cfg.seed)  # right here: cache misses (target conversion) use the RNG too
     draft = DraftModel(
         arch,
@@ -174,20 +242,14 @@ def run(
     m["draft.params"] = draft.num_parameters()
     m["draft.vocab"] = draft.vocab_size
 
-    logs: dict[str, StageLog] = {}
-    for stage, feats in (("pretrain", pre), ("sft", sft)):
-        t0 = time.perf_counter()
-        logs[stage] = train_stage(draft, feats, _stage(cfg, stage))
-        m[f"wall_s/{stage}"] = time.perf_counter() - t0
-        m[f"{stage}.tokens_seen"] = logs[stage].tokens_seen
-        m[f"{stage}.steps"] = len(logs[stage].loss)
+    logs = _train(cfg, draft, {"pretrain": pre, "sft": sft}, cache_dir, out_dir, say, m)
+    for stage, lg in logs.items():
         for k in ("loss", "loss_reg", "loss_cls", "top1"):
-            series = getattr(logs[stage], k)
+            series = getattr(lg, k)
             result.series[f"{stage}/{k}"] = series
             if series:
                 tail = series[-max(1, len(series) // 10) :]
                 m[f"{stage}/{k}_final"] = sum(tail) / len(tail)
-        say(f"{stage}: {len(logs[stage].loss)} steps, {logs[stage].tokens_seen} tokens seen")
 
     e = cfg.eval
     sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=_splits()["heldout"])
@@ -222,6 +284,7 @@ def run(
     m["wall_s/total"] = time.perf_counter() - t_start
     out_dir.mkdir(parents=True, exist_ok=True)
     draft.save(out_dir / "draft")
+    clear_checkpoints(out_dir / "checkpoints")
     (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
     say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")
     return result

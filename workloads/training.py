@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -38,6 +39,14 @@ class StageSettings:
     w_reg: float
     w_cls: float
     seed: int
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    """cosine: linear warmup, cosine decay to 10% of the peak over the stage; wsd:
+    warmup-stable-decay, constant peak then linear decay to 10% over the last ``decay_steps``"""
+    decay_steps: int = 0
+    """wsd: steps of the final decay"""
+    order: Literal["shuffle", "stream"] = "shuffle"
+    """shuffle: a seeded permutation per epoch; stream: rows in corpus order, so the first n
+    steps of a longer run see exactly the rows of a shorter one (a shared wsd trunk)"""
 
 
 @dataclass
@@ -49,6 +58,10 @@ class StageLog:
     loss_cls: list[float] = field(default_factory=list)
     top1: list[float] = field(default_factory=list)
     tokens_seen: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The log as a JSON-serialisable dict (kept in checkpoints)."""
+        return asdict(self)
 
 
 def draft_loss(
@@ -81,12 +94,54 @@ def draft_loss(
     return loss, parts | {"top1": top1}
 
 
-def _lr_factor(step: int, total: int, warmup: int) -> float:
-    """Linear warmup then cosine decay to 10% of the peak."""
+def lr_factor(step: int, total: int, s: StageSettings) -> float:
+    """Learning-rate multiplier of optimiser step ``step`` (0-based) of ``total``.
+
+    cosine: linear warmup then cosine decay to 0.1; wsd (Hu et al., MiniCPM, arXiv 2404.06395
+    Sec. 4): linear warmup, 1.0 until ``total - decay_steps``, then linear decay to 0.1. Before
+    its decay a wsd factor does not depend on ``total``, which is what lets budgets share a trunk.
+    """
+    warmup = s.warmup_steps
     if step < warmup:
         return (step + 1) / warmup
+    if s.schedule == "wsd":
+        decay_start = total - s.decay_steps
+        if step < decay_start:
+            return 1.0
+        return 1.0 - 0.9 * (step - decay_start + 1) / max(s.decay_steps, 1)
     progress = (step - warmup) / max(total - warmup, 1)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def total_steps(rows: int, s: StageSettings) -> int:
+    """Optimiser steps of a stage over ``rows`` rows."""
+    return -(-rows // s.batch_size) * s.epochs
+
+
+def make_optimizer(draft: DraftModel, s: StageSettings) -> torch.optim.AdamW:
+    """AdamW (0.9, 0.95) over the draft's trainable parameters (EAGLE's settings)."""
+    params = [p for p in draft.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=s.weight_decay)
+
+
+class _RowOrder:
+    """Row indices of each step: per-epoch seeded permutations (replayed on resume) or stream."""
+
+    def __init__(self, rows: int, s: StageSettings) -> None:
+        self.rows, self.s = rows, s
+        self.per_epoch = -(-rows // s.batch_size)
+        self._gen = torch.Generator().manual_seed(s.seed)
+        self._perms: list[torch.Tensor] = []
+
+    def __call__(self, step: int) -> torch.Tensor:
+        epoch, i = divmod(step, self.per_epoch)
+        if self.s.order == "stream":
+            order = torch.arange(self.rows)
+        else:
+            while len(self._perms) <= epoch:
+                self._perms.append(torch.randperm(self.rows, generator=self._gen))
+            order = self._perms[epoch]
+        return order[i * self.s.batch_size : (i + 1) * self.s.batch_size]
 
 
 def train_stage(
@@ -94,47 +149,68 @@ def train_stage(
     feats: Features,
     s: StageSettings,
     on_step: Callable[[int, int, float], None] | None = None,
+    *,
+    opt: torch.optim.Optimizer | None = None,
+    log: StageLog | None = None,
+    start: int = 0,
+    stop: int | None = None,
+    on_checkpoint: Callable[[int, StageLog], None] | None = None,
+    checkpoint_every: int = 0,
 ) -> StageLog:
-    """Train ``draft`` in place for ``s.epochs`` passes over ``feats``; AdamW (0.9, 0.95).
+    """Train ``draft`` in place over steps ``[start, stop)`` of a stage on ``feats``.
 
-    ``on_step(step, total_steps, loss)`` is called after every optimiser step (progress).
+    Args:
+        draft: the draft, trained in place.
+        feats: the stage's rows.
+        s: optimisation settings; the stage has ``total_steps(rows, s)`` steps.
+        on_step: ``(step, total_steps, loss)`` after every optimiser step (progress).
+        opt: the optimiser to continue (its state restored from a checkpoint); default a new
+            AdamW from :func:`make_optimizer`.
+        log: the stage's log so far (appended to); default empty.
+        start: first step to run (resume); data order and learning rate are those of an
+            uninterrupted run.
+        stop: step to stop before; default the end of the stage.
+        on_checkpoint: ``(steps_done, log)`` every ``checkpoint_every`` steps (the caller saves).
+        checkpoint_every: steps between checkpoint calls; 0 = never.
+
+    Returns:
+        The log: per-step losses, top-1 agreement and tokens seen.
     """
-    out = StageLog()
+    out = log if log is not None else StageLog()
     rows = feats.input_ids.shape[0]
     if rows == 0:
         return out
-    gen = torch.Generator().manual_seed(s.seed)
-    steps_per_epoch = -(-rows // s.batch_size)
-    total = steps_per_epoch * s.epochs
-    params = [p for p in draft.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=s.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: _lr_factor(i, total, s.warmup_steps))
+    total = total_steps(rows, s)
+    stop = total if stop is None else min(stop, total)
+    opt = opt if opt is not None else make_optimizer(draft, s)
+    params = [p for g in opt.param_groups for p in g["params"]]
+    order = _RowOrder(rows, s)
     draft.train()
-    step = 0
-    for _ in range(s.epochs):
-        order = torch.randperm(rows, generator=gen)
-        for i in range(0, rows, s.batch_size):
-            idx = order[i : i + s.batch_size]
-            loss, parts = draft_loss(
-                draft,
-                feats.input_ids[idx],
-                feats.loss_mask[idx],
-                feats.hidden[idx],
-                w_reg=s.w_reg,
-                w_cls=s.w_cls,
-            )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(params, s.grad_clip)
-            opt.step()
-            sched.step()
-            out.loss.append(float(loss.detach()))
-            out.loss_reg.append(parts["loss_reg"])
-            out.loss_cls.append(parts["loss_cls"])
-            out.top1.append(parts["top1"])
-            out.tokens_seen += int(feats.input_ids[idx].numel())
-            step += 1
-            if on_step is not None:
-                on_step(step, total, float(loss))
+    for step in range(start, stop):
+        for group in opt.param_groups:
+            group["lr"] = s.lr * lr_factor(step, total, s)
+        idx = order(step)
+        loss, parts = draft_loss(
+            draft,
+            feats.input_ids[idx],
+            feats.loss_mask[idx],
+            feats.hidden[idx],
+            w_reg=s.w_reg,
+            w_cls=s.w_cls,
+        )
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, s.grad_clip)
+        opt.step()
+        value = float(loss.detach())
+        out.loss.append(value)
+        out.loss_reg.append(parts["loss_reg"])
+        out.loss_cls.append(parts["loss_cls"])
+        out.top1.append(parts["top1"])
+        out.tokens_seen += int(feats.input_ids[idx].numel())
+        if on_step is not None:
+            on_step(step + 1, total, value)
+        if on_checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:
+            on_checkpoint(step + 1, out)
     draft.eval()
     return out
