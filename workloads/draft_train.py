@@ -31,6 +31,7 @@ from workloads.evaluation import TreeShape, evaluate
 from workloads.features import Features, ensure_features, feature_dir
 from workloads.result import Progress, TrialResult
 from workloads.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
+from workloads.step_cost import measure_step_cost
 from workloads.target import Target, load_target
 from workloads.training import StageLog, StageSettings
 
@@ -203,7 +204,11 @@ def run(
     Returns:
         metrics: ``acceptance_length``, ``acceptance_length/<set>``, ``mismatches``,
         ``near_ties``, losses, wall seconds per phase, token counts, ``draft.params``,
-        ``tokens_per_s/speculative`` and ``tokens_per_s/greedy``; series: per-step losses.
+        ``tokens_per_s/speculative`` and ``tokens_per_s/greedy``, per stage
+        ``tokens_trained`` (this trial's own work; a wsd-fork trunk reused from the cache or a
+        checkpoint resumed from is not counted), ``draft.ms_per_step``, ``target.ms_per_step``,
+        ``speedup`` (net, from the step costs, see :mod:`workloads.step_cost`); series: per-step
+        losses.
 
     Raises:
         ValueError: a budget larger than the data, a bad prompt-set directory.
@@ -280,6 +285,21 @@ def run(
             "tokens_per_s/greedy": generated / ev.greedy_s if ev.greedy_s else float("nan"),
             "eval.draft_s_share": ev.draft_s / ev.spec_s if ev.spec_s else float("nan"),
         }
+    )
+    cost = measure_step_cost(model, draft, topk=e.topk, num_draft_tokens=e.num_draft_tokens)
+    depth_used = min(e.depth, e.num_draft_tokens - 1)
+    m.update(
+        {
+            "draft.ms_per_step": cost.draft_ms,
+            "target.ms_per_step": cost.target_ms,
+            "target.ms_per_verify": cost.verify_ms,
+            "draft.cost_ratio": cost.draft_ms / cost.target_ms,
+            "speedup": cost.speedup(m["acceptance_length"], depth_used),
+        }
+    )
+    say(
+        f"draft {cost.draft_ms:.2f} ms/step, target {cost.target_ms:.2f} ms/step, "
+        f"net speedup {m['speedup']:.2f}x"
     )
     m["wall_s/total"] = time.perf_counter() - t_start
     out_dir.mkdir(parents=True, exist_ok=True)
