@@ -28,7 +28,7 @@ from workloads.data import (
 )
 from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import TreeShape, evaluate
-from workloads.features import Features, ensure_features, feature_dir
+from workloads.features import Features, ensure_features, feature_dir, tokenizer_fingerprint
 from workloads.result import Progress, TrialResult
 from workloads.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
 from workloads.step_cost import measure_step_cost
@@ -83,6 +83,7 @@ def _stage_features(
         "stage": stage,
         "recipe": recipe,
         "seq_len": seq_len,
+        "tokenizer": _tokenizer_id(target),
         "hidden": "last_hidden_state:float16",
     }
     feats, stats = ensure_features(
@@ -98,6 +99,15 @@ def _stage_features(
         f"features/{stage}_misses": stats.misses,
         f"wall_s/features_{stage}": stats.build_s,
     }
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer_fp(name: str, tokenizer: object) -> str:
+    return tokenizer_fingerprint(tokenizer)
+
+
+def _tokenizer_id(target: Target) -> str:
+    return _tokenizer_fp(target.name, target.tokenizer)
 
 
 def _draft_vocab(ids: list[torch.Tensor], size: int, vocab: int) -> torch.Tensor | None:

@@ -6,6 +6,11 @@ computed once and shared by every trial of every sweep. Rows are stored in chunk
 missing chunks and reads the first ``n`` rows. Packing is streaming, so the rows of a smaller
 budget are a prefix of a larger one's: nested budgets share chunks.
 
+The folder's ``manifest.json`` holds the identity of the feature set (target, dtype, stage,
+corpus recipe, tokenizer fingerprint, sequence length, rows per chunk; a mismatch is refused)
+and what has been built: per chunk its row range and token count, so ``token_range`` says which
+tokens of the stream are cached.
+
 Concurrency: each chunk is built under its own file lock and written atomically (temporary file,
 then rename). A trial first builds whatever chunks nobody else is building (non-blocking lock),
 then waits for the rest, so two trials asking at once split the work instead of duplicating it.
@@ -56,6 +61,15 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     build_s: float = 0.0
+
+
+def tokenizer_fingerprint(tokenizer: object) -> str:
+    """16 hex chars over the tokenizer's class and vocabulary (token -> id): features built with
+    another tokenizer are refused even under the same target name."""
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    vocab = sorted(get_vocab().items()) if callable(get_vocab) else []
+    text = json.dumps([type(tokenizer).__name__, vocab], ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def feature_dir(cache_dir: Path, *, target: str, stage: str, recipe: str, seq_len: int) -> Path:
@@ -142,6 +156,8 @@ def ensure_features(
             except Timeout:
                 continue
     stats.hits = n_chunks - stats.misses
+    if stats.misses:
+        _record_chunks(folder)
     if n_chunks == 0:
         empty = torch.zeros(0, 0, dtype=torch.long)
         return Features(empty, empty.bool(), torch.zeros(0, 0, 0, dtype=torch.float16)), stats
@@ -154,14 +170,59 @@ def ensure_features(
     return feats, stats
 
 
-def _check_manifest(folder: Path, manifest: dict[str, object]) -> None:
+def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
+    """Write the manifest of a new folder, or check an existing one's identity.
+
+    A manifest written before identities carried a tokenizer fingerprint (a flat dict) is
+    upgraded in place when everything else matches.
+    """
     path = folder / "manifest.json"
+    want = json.loads(json.dumps(identity))
     with FileLock(str(path) + ".lock"):
-        if path.exists():
-            found = json.loads(path.read_text())
-            if found != json.loads(json.dumps(manifest)):
-                raise ValueError(
-                    f"{path} describes other features ({found}); delete the folder to rebuild"
-                )
-        else:
-            path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        if not path.exists():
+            _write_json(path, {"identity": want, "chunks": {}, "token_range": [0, 0]})
+            return
+        found = json.loads(path.read_text())
+        if "identity" not in found:  # the first format: the identity only, no tokenizer
+            legacy = {k: v for k, v in want.items() if k != "tokenizer"}
+            if found == legacy:
+                _write_json(path, {"identity": want, "chunks": {}, "token_range": [0, 0]})
+                _record_chunks_locked(folder, path)
+                return
+            found = {"identity": found}
+        if found["identity"] != want:
+            raise ValueError(
+                f"{path} describes other features ({found['identity']}), not {want}; "
+                "delete the folder to rebuild"
+            )
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
+
+
+def _record_chunks(folder: Path) -> None:
+    with FileLock(str(folder / "manifest.json") + ".lock"):
+        _record_chunks_locked(folder, folder / "manifest.json")
+
+
+def _record_chunks_locked(folder: Path, path: Path) -> None:
+    """Refresh the built-chunk list and the cached token range (caller holds the lock)."""
+    data = json.loads(path.read_text())
+    rows_per_chunk = int(data["identity"]["rows_per_chunk"])
+    seq_len = int(data["identity"]["seq_len"])
+    chunks = {}
+    for p in sorted(folder.glob("chunk-*.safetensors")):
+        c = int(p.stem.split("-")[1])
+        chunks[p.name] = {
+            "rows": [c * rows_per_chunk, (c + 1) * rows_per_chunk],
+            "tokens": rows_per_chunk * seq_len,
+        }
+    contiguous = 0
+    while f"chunk-{contiguous:05d}.safetensors" in chunks:
+        contiguous += 1
+    data["chunks"] = chunks
+    data["token_range"] = [0, contiguous * rows_per_chunk * seq_len]
+    _write_json(path, data)
