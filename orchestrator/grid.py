@@ -54,20 +54,27 @@ def trial_key(workload: str, config: BaseModel) -> str:
 
 def count_trials(spec: SweepSpec) -> int:
     """Number of trials the grid expands to (grid points x seeds)."""
-    n = len(spec.seeds)
+    n = len(spec.seeds) * max(1, len(spec.variants))
     for values in spec.grid.values():
         n *= len(values)
     return n
 
 
 def expand(spec: SweepSpec) -> list[TrialSpec]:
-    """All trials of the spec, grid axes in file order, seeds innermost; duplicates dropped."""
+    """All trials of the spec: variants outermost (in file order), then grid axes in file order,
+    seeds innermost; duplicates dropped. A variant's trials record ``variant: <name>``."""
     axes = list(spec.grid)
     trials: dict[str, TrialSpec] = {}
-    for point in itertools.product(*(spec.grid[a] for a in axes)):
-        for seed in spec.seeds:
-            overrides = dict(zip(axes, point, strict=True)) | {"seed": seed}
-            config = spec.config_model.model_validate(merge_overrides(spec.base, overrides))
-            key = trial_key(spec.workload, config)
-            trials.setdefault(key, TrialSpec(key=key, config=config, overrides=overrides))
+    variants: list[tuple[str | None, dict[str, Any]]] = list(spec.variants.items()) or [
+        (None, {})
+    ]
+    for name, recipe in variants:
+        base = merge_overrides(spec.base, recipe)
+        for point in itertools.product(*(spec.grid[a] for a in axes)):
+            for seed in spec.seeds:
+                overrides = dict(zip(axes, point, strict=True)) | {"seed": seed}
+                config = spec.config_model.model_validate(merge_overrides(base, overrides))
+                key = trial_key(spec.workload, config)
+                shown = overrides if name is None else {"variant": name} | overrides
+                trials.setdefault(key, TrialSpec(key=key, config=config, overrides=shown))
     return list(trials.values())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import difflib
 import math
+import re
 import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -168,6 +169,9 @@ class SweepSpec(BaseModel):
     """trial config shared by every grid point"""
     search: SearchSpec | None = None
     """an Optuna search over config fields instead of a grid (see SearchSpec)"""
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """named recipes compared side by side: name -> dotted overrides applied on top of base
+    (before the grid point); one trial per variant x grid point x seed"""
     resources: Resources = Resources()
     """Ray resources of one trial"""
 
@@ -186,12 +190,29 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"grid axis {axis!r} has no values; give at least one")
         return v
 
+    @field_validator("variants")
+    @classmethod
+    def _variant_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, overrides in v.items():
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)):
+                raise ValueError(
+                    f"variant name {name!r} must be letters, digits, '.', '_' or '-'"
+                )
+            if not isinstance(overrides, dict) or not overrides:
+                raise ValueError(
+                    f"variant {name!r} needs a mapping of dotted fields to values, "
+                    "e.g. {draft.layers: 2}"
+                )
+        return v
+
     @model_validator(mode="after")
     def _grid_or_search(self) -> SweepSpec:
         if self.search is not None and self.grid:
             raise ValueError(_GRID_AND_SEARCH)
         if self.search is not None and len(self.seeds) != 1:
             raise ValueError(_SEARCH_SEEDS)
+        if self.search is not None and self.variants:
+            raise ValueError("a spec has either variants or a search, not both; split it in two")
         return self
 
     @property
@@ -412,6 +433,16 @@ def load_spec(path: Path) -> SweepSpec:
                     model=model,
                     line_node=_node_at(root, ("grid", axis, i))[0],
                 ) from None
+    for name, overrides in spec.variants.items():
+        for field in overrides:
+            _check_field(path, root, spec, ("variants", name, field), "variant field")
+        try:
+            model.model_validate(merge_overrides(spec.base, overrides))
+        except ValidationError as err:
+            raise _explain(
+                path, root, err, prefix=(), model=model,
+                line_node=_node_at(root, ("variants", name))[0],
+            ) from None  # fmt: skip
     if spec.search is not None:
         _check_space(path, root, spec, spec.search)
     return spec
