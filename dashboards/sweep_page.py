@@ -30,6 +30,7 @@ def write_sweep_dashboard(
     x: str = "pretrain.tokens",
     y: str = "acceptance_length",
     per_set_prefix: str = "acceptance_length/",
+    extra: list[tuple[str, go.Figure]] | None = None,
 ) -> Path:
     """Write the sweep's dashboard to ``path`` (one HTML file, plotly.js inlined) and return it.
 
@@ -38,7 +39,7 @@ def write_sweep_dashboard(
     Only ``state == "completed"`` rows are plotted; every row is listed. The first figure is
     ``y`` vs ``x`` on a log axis with the fitted ``a*log_base(x) + b`` and its confidence band
     (Scylla, arXiv 2505.07858, Thm 1.1/1.2) and the x == 0 SFT-only baseline as a dashed line;
-    the second is ``y`` per prompt set vs ``x``.
+    the second is ``y`` per prompt set vs ``x``; ``extra`` (heading, figure) pairs follow.
     """
     done = trials[trials["state"] == "completed"] if "state" in trials.columns else trials[:0]
     n_failed = int((trials["state"] == "failed").sum()) if "state" in trials.columns else 0
@@ -57,10 +58,15 @@ def write_sweep_dashboard(
             if fig_sets is not None
             else f"<p class='note'>No columns starting with {html.escape(per_set_prefix)}.</p>"
         ),
+        *[
+            f"<h2>{html.escape(title)}</h2>"
+            + f.to_html(full_html=False, include_plotlyjs=False, div_id=f"extra-{i}")
+            for i, (title, f) in enumerate(extra or [])
+        ],
         "<h2>Fit</h2>",
         _fit_table(fit),
         "<h2>Trials</h2>",
-        _trial_table(trials, x, y),
+        trial_table(trials, x, y),
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(f"Sweep {sweep_name}", parts), encoding="utf-8")
@@ -231,7 +237,7 @@ def fit_rows(fit: LogLinearFit, paper_setting: str) -> list[list[object]]:
     return rows
 
 
-def _trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
+def trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
     first = [c for c in ("trial_key", "state", x, "seed") if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "error"]
     overrides = [c for c in rest if isinstance(c, str) and "." in c and c != y]

@@ -354,7 +354,9 @@ def _run_with_progress(
 
 def _print_fit(rep: Any) -> None:
     f = rep.fit
-    if not f.ok:
+    if f is None:
+        pass
+    elif not f.ok:
         out.print(f"fit: {f.status}")
     else:
         out.print(

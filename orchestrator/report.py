@@ -7,9 +7,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from analysis.laws import LogLinearFit, baseline_summary, fit_log_linear
+from analysis.variants import variant_summary
 from dashboards.sweep_page import write_sweep_dashboard
+from dashboards.tradeoff import depth_tradeoff_figure
+from dashboards.variant_page import write_variant_dashboard
 from orchestrator.report_decode import fit_decode_sweep, fit_record
 from orchestrator.store import ResultsStore
 from orchestrator.tracking import Tracker
@@ -17,12 +21,38 @@ from orchestrator.tracking import Tracker
 X, Y = "pretrain.tokens", "acceptance_length"
 """the law of the token sweep: acceptance_length = a*log10(pretrain.tokens) + b (Thm 1.1)"""
 
+LAW_AXES = {"pretrain.tokens": "tokens", "draft.layers": "layers"}
+"""grid axis -> law fitted over it (Thm 1.1 tokens, Thm 1.2 layers); the first in the grid wins"""
+
+VARIANT_METRICS = [
+    "speedup",
+    "draft.ms_per_step",
+    "draft.params",
+    "pretrain.tokens_seen",
+    "sft.tokens_seen",
+    "tokens_per_s/speculative",
+    "mismatches",
+]
+"""metrics summarised per variant besides the acceptance lengths"""
+
+
+def law_axis(spec_yaml: str) -> tuple[str, str]:
+    """(x column, law name) of a draft_train sweep: its first grid axis that has a law, else the
+    token law (a sweep without that axis gets a "not enough points" fit)."""
+    data = yaml.safe_load(spec_yaml) or {}
+    grid = data.get("grid") or {} if isinstance(data, dict) else {}
+    for axis in grid:
+        if axis in LAW_AXES:
+            return axis, LAW_AXES[axis]
+    return X, "tokens"
+
 
 @dataclass(frozen=True)
 class Report:
     """The fit of one sweep, its SFT-only baseline and the dashboard written."""
 
-    fit: LogLinearFit
+    fit: LogLinearFit | None
+    """None for a sweep of variants (compared side by side, no law)"""
     baseline: dict[str, float | int]
     dashboard: Path
     lines: list[str] = field(default_factory=list)
@@ -57,13 +87,17 @@ def fit_sweep(
         peak, lines = fit_decode_sweep(store, sweep_id, sweep_name, dashboard, tracker, parent_run)
         return Report(fit=peak, baseline={}, dashboard=dashboard, lines=lines)
     df = trials_frame(store, sweep_id)
+    spec_yaml = info.spec_yaml if info is not None else ""
+    if "variant" in df.columns:
+        return _report_variants(df, sweep_name, dashboard, tracker, parent_run)
+    x, law = law_axis(spec_yaml)
     done = df[df["state"] == "completed"] if "state" in df else df
-    if X not in done or Y not in done:
-        done = pd.DataFrame({X: [], Y: []})
-    fit = fit_log_linear(done, X, Y, law="tokens")
-    base = baseline_summary(done, X, Y)
+    if x not in done or Y not in done:
+        done = pd.DataFrame({x: [], Y: []})
+    fit = fit_log_linear(done, x, Y, law=law)
+    base = baseline_summary(done, x, Y)
     record = fit_record(
-        "tokens",
+        law,
         fit,
         {
             "excluded": fit.excluded,
@@ -75,11 +109,45 @@ def fit_sweep(
     store.save_fit(sweep_id, record)
     if tracker is not None and parent_run is not None:
         numbers = ("a", "b", "a_lo", "a_hi", "b_lo", "b_hi", "r2", "n")
-        values = {f"fit.tokens.{k}": float(record[k]) for k in numbers}
+        values = {f"fit.{law}.{k}": float(record[k]) for k in numbers}
         values["baseline.acceptance_length"] = float(base.get("mean", math.nan))
         tracker.log_metrics(parent_run, values)
     dashboard.parent.mkdir(parents=True, exist_ok=True)
-    write_sweep_dashboard(dashboard, sweep_name=sweep_name, trials=df, fit=fit, x=X, y=Y)
+    tradeoff = depth_tradeoff_figure(done) if law == "layers" else None
+    extra = [("Gain and cost of depth", tradeoff)] if tradeoff is not None else None
+    write_sweep_dashboard(
+        dashboard, sweep_name=sweep_name, trials=df, fit=fit, x=x, y=Y, extra=extra
+    )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
     return Report(fit=fit, baseline=base, dashboard=dashboard)
+
+
+def _report_variants(
+    df: pd.DataFrame,
+    sweep_name: str,
+    dashboard: Path,
+    tracker: Tracker | None,
+    parent_run: str | None,
+) -> Report:
+    """Variants side by side: summary lines, parent-run metrics and the variant dashboard."""
+    summary = variant_summary(df, ["acceptance_length", *VARIANT_METRICS])
+    lines = []
+    for r in summary[summary["metric"].isin(["acceptance_length", "speedup"])].itertuples():
+        delta = "" if math.isnan(r.delta) else f", delta {r.delta:+.4f}"
+        lines.append(
+            f"{r.variant}: {r.metric} = {r.mean:.4f} ± {r.sd:.4f} (n = {r.n}{delta})"
+        )
+    if tracker is not None and parent_run is not None:
+        values = {
+            f"variant.{r.variant}.{r.metric}.mean": float(r.mean)
+            for r in summary.itertuples()
+            if not math.isnan(r.mean)
+        }
+        tracker.log_metrics(parent_run, values)
+    write_variant_dashboard(
+        dashboard, sweep_name=sweep_name, trials=df, metrics=VARIANT_METRICS
+    )
+    if tracker is not None and parent_run is not None:
+        tracker.log_artifact(parent_run, dashboard)
+    return Report(fit=None, baseline={}, dashboard=dashboard, lines=lines)

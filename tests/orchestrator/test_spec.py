@@ -135,3 +135,48 @@ def test_bad_runtime_input_is_one_line_exit_2_and_writes_nothing(
     assert len(message.splitlines()) == 1, message
     assert needle in message, message
     assert not run_root.exists() or not any(run_root.iterdir())
+
+
+def test_trial_keys_recorded_before_new_config_fields_are_kept() -> None:
+    # keys computed by the code before draft.input_norm, pretrain.schedule, ... existed
+    keys = [t.key for t in expand(load_spec(SWEEPS[0].parent / "tokens.yaml"))][:3]
+    assert keys == ["fa830070eecb3425", "68f6450e5c0f4473", "39dba5954a015628"]
+
+
+VARIANTS = GOOD.replace(
+    "grid:\n  pretrain.tokens: [0, 1024]\n",
+    "variants:\n  a:\n    draft.layers: 1\n  b:\n    draft.layers: 2\n    pretrain.tokens: 64\n",
+)
+
+
+def test_variants_expand_outermost_and_are_recorded(tmp_path: Path) -> None:
+    p = tmp_path / "v.yaml"
+    p.write_text(VARIANTS)
+    spec = load_spec(p)
+    trials = expand(spec)
+    assert count_trials(spec) == 4
+    assert [t.overrides for t in trials] == [
+        {"variant": "a", "seed": 0},
+        {"variant": "a", "seed": 1},
+        {"variant": "b", "seed": 0},
+        {"variant": "b", "seed": 1},
+    ]
+    assert trials[2].config.draft.layers == 2 and trials[2].config.pretrain.tokens == 64
+
+
+@pytest.mark.parametrize(
+    ("edit", "line", "needle"),
+    [
+        (("draft.layers: 2", "draft.layerz: 2"), 7, "did you mean 'draft.layers'"),
+        (("draft.layers: 2", "draft.layers: -1"), 7, "greater than or equal"),
+        (("  b:\n", "  b c:\n"), 4, "variant name"),
+    ],
+)
+def test_bad_variants_name_the_line(
+    tmp_path: Path, edit: tuple[str, str], line: int, needle: str
+) -> None:
+    p = tmp_path / "v.yaml"
+    p.write_text(VARIANTS.replace(*edit))
+    with pytest.raises(SpecError) as err:
+        load_spec(p)
+    assert f"v.yaml:{line}" in str(err.value) and needle in str(err.value)
