@@ -76,14 +76,14 @@ def measure_step_cost(
     pos = torch.arange(length, device=device)[None]
 
     t_cache = DynamicCache(config=target.config)
-    target(input_ids=ids[:, :context], past_key_values=t_cache, use_cache=True)
+    target(input_ids=ids[:, :context], cache=t_cache, use_cache=True)
 
     def target_step(n: int) -> Callable[[], object]:
         def run() -> object:
             out = target(
                 input_ids=ids[:, context : context + n],
                 position_ids=pos[:, context : context + n],
-                past_key_values=t_cache,
+                cache=t_cache,
                 use_cache=True,
             )
             t_cache.crop(-n)
