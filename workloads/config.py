@@ -199,9 +199,11 @@ class Resources(_Frozen):
     """Ray resources of one trial."""
 
     num_cpus: float = Field(default=1, gt=0)
-    """CPU cores per trial (also the torch thread count)"""
+    """CPU cores per trial (also the torch thread count); lent to its training workers while
+    they run (train.workers > 1: num_cpus / workers each)"""
     num_gpus: float = Field(default=0, ge=0)
-    """GPUs per trial"""
+    """GPUs per trial; with train.workers > 1 held by the training workers (num_gpus / workers
+    each, whole GPUs)"""
     memory_gb: float | None = Field(default=None, gt=0)
     """memory reserved per trial, GiB (None: not reserved)"""
     max_retries: int = Field(default=0, ge=0)

@@ -12,7 +12,7 @@ from orchestrator.errors import SpecError
 from orchestrator.grid import expand
 from orchestrator.runner import task_options, trains_on_workers
 from orchestrator.spec import load_spec
-from workloads.config import TrainConfig
+from workloads.config import DraftTrainConfig, TrainConfig
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 
@@ -115,3 +115,14 @@ def test_train_config_on_workers() -> None:
     assert TrainConfig(deepspeed={"zero_optimization": {"stage": 0}}).on_workers
     with pytest.raises(ValidationError, match="train.grad_clip"):
         TrainConfig(deepspeed={"gradient_clipping": 1.0})
+
+
+def test_wsd_fork_stays_in_the_trial_process() -> None:
+    with pytest.raises(ValidationError, match="wsd-fork"):
+        DraftTrainConfig.model_validate(
+            {
+                "pretrain": {"schedule": "wsd-fork"},
+                "draft": {"vocab_tokens": 4096},
+                "train": {"workers": 2},
+            }
+        )

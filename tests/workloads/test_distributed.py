@@ -95,13 +95,21 @@ def local_ray():  # noqa: ANN201 - the ray module
     ray.shutdown()
 
 
+@pytest.fixture
+def one_thread():  # noqa: ANN201
+    """The 1-process reference on 1 thread, like each worker; restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def max_rel(a: list[float], b: list[float]) -> float:
     assert len(a) == len(b)
     return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b, strict=True))
 
 
-def test_two_workers_reproduce_one_process(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
-    torch.set_num_threads(1)
+def test_two_workers_reproduce_one_process(local_ray, one_thread, tmp_path: Path) -> None:  # noqa: ANN001
     one = tiny_draft()
     two = copy.deepcopy(one)
     ref = {s.name: train_stage(one, s.feats, s.settings) for s in STAGES}
@@ -154,10 +162,14 @@ def test_worker_resources_split() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", [1, 2])
-def test_deepspeed_zero_on_two_cpu_workers(local_ray, tmp_path: Path, stage: int) -> None:  # noqa: ANN001
+def test_deepspeed_zero_on_two_cpu_workers(
+    local_ray,
+    one_thread,
+    tmp_path: Path,
+    stage: int,
+) -> None:
     """DeepSpeed ZeRO on CPU (gloo): the first run JIT-builds DeepSpeed's shm comm op (minutes)."""
     pytest.importorskip("deepspeed")
-    torch.set_num_threads(1)
     one = tiny_draft()
     two = copy.deepcopy(one)
     ref = {s.name: train_stage(one, s.feats, s.settings) for s in STAGES}
@@ -174,3 +186,18 @@ def test_deepspeed_zero_on_two_cpu_workers(local_ray, tmp_path: Path, stage: int
         assert diff < TOLERANCE
     for k, v in one.trainable_state().items():
         torch.testing.assert_close(two.trainable_state()[k], v, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs"
+)
+def test_two_gpu_workers_reproduce_one_process(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+    """DDP over NCCL, one GPU per worker, against 1 process on the CPU (not run yet: no GPU)."""
+    one = tiny_draft()
+    two = copy.deepcopy(one)
+    ref = {s.name: train_stage(one, s.feats, s.settings) for s in STAGES}
+    got = train_stages(
+        two, STAGES, resources=WorkerResources.split(2, 2, 2), storage=tmp_path / "ray_train"
+    )
+    for s in STAGES:
+        assert max_rel(ref[s.name].loss, got[s.name].log.loss) < 1e-3
