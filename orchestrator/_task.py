@@ -43,11 +43,13 @@ def run_trial(
     out_dir: str,
     run_root: str,
     threads: int,
+    resources: dict[str, Any] | None = None,
 ) -> TaskOutcome:
     """Run one trial and log it to its MLflow child run; never raises for a trial error.
 
     A Python error inside the workload is returned as a failed outcome (recorded, not retried);
     a dying worker or node surfaces in the driver as a Ray error and is retried by Ray.
+    ``resources`` (the spec's, as JSON) are shared by a draft_train trial's training workers.
     """
     import torch
 
@@ -59,7 +61,7 @@ def run_trial(
 
     hf_logging.disable_progress_bar()
     from workloads import decode_bench, draft_train
-    from workloads.config import DecodeBenchConfig, DraftTrainConfig
+    from workloads.config import DecodeBenchConfig, DraftTrainConfig, Resources
 
     log = logging.getLogger("trial")
     try:
@@ -70,6 +72,7 @@ def run_trial(
                 cache_dir=Path(cache_dir),
                 out_dir=Path(out_dir),
                 progress=say,
+                resources=Resources.model_validate(resources or {}),
             )
         elif workload == "decode_bench":
             result = decode_bench.run(

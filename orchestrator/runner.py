@@ -127,16 +127,27 @@ def run_trials(
     return summary
 
 
-def trial_task(spec: SweepSpec) -> Any:
-    """The Ray remote function of one trial with the spec's resources and retries."""
+def task_options(spec: SweepSpec, *, hold_gpus: bool = True) -> dict[str, Any]:
+    """Ray options of a trial's task: the spec's resources and retries.
+
+    ``hold_gpus=False``: the task asks for no GPU, for a trial whose training workers take the
+    spec's GPUs (Ray lends a waiting task's CPUs to the workers it waits for, not its GPUs).
+    """
     r = spec.resources
+    return {
+        "num_cpus": r.num_cpus,
+        "num_gpus": r.num_gpus if hold_gpus else 0,
+        "max_retries": r.max_retries,
+        "retry_exceptions": False,
+        "memory": int(r.memory_gb * 2**30) if r.memory_gb else None,
+    }
+
+
+def trial_task(spec: SweepSpec, *, hold_gpus: bool = True) -> Any:
+    """The Ray remote function of one trial with :func:`task_options`."""
     # ray's stubs only model positional-argument functions (run_trial is keyword-only)
     return ray.remote(_task.run_trial).options(  # type: ignore[arg-type]
-        num_cpus=r.num_cpus,
-        num_gpus=r.num_gpus,
-        max_retries=r.max_retries,
-        retry_exceptions=False,
-        memory=int(r.memory_gb * 2**30) if r.memory_gb else None,
+        **task_options(spec, hold_gpus=hold_gpus)
     )
 
 
@@ -163,6 +174,8 @@ def start_trial(
         overrides=trial.overrides,
     )
     store.mark_running(trial.id, run_id)
+    if trains_on_workers(spec, trial.config):
+        remote = trial_task(spec, hold_gpus=False)
     ref = remote.remote(
         workload=spec.workload,
         config_json=trial.config,
@@ -173,8 +186,17 @@ def start_trial(
         out_dir=str(paths.trial_dir(spec.name, trial.key)),
         run_root=str(paths.run_root),
         threads=max(1, int(spec.resources.num_cpus)),
+        resources=spec.resources.model_dump(mode="json"),
     )
     return ref, run_id
+
+
+def trains_on_workers(spec: SweepSpec, config: dict[str, Any]) -> bool:
+    """Whether a trial trains its draft on Ray Train workers (``train.workers > 1`` or
+    ``train.deepspeed``): its task then holds the spec's CPUs, lent to the workers while it
+    waits for them, and no GPU (each worker takes ``num_gpus / workers``)."""
+    train = getattr(spec.config_model.model_validate(config), "train", None)
+    return bool(getattr(train, "on_workers", False))
 
 
 def finish_trial(

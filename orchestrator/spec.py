@@ -415,37 +415,68 @@ def load_spec(path: Path) -> SweepSpec:
         raise _explain(path, root, err, prefix=(), model=SweepSpec) from None
     model = spec.config_model
     try:
-        model.model_validate(spec.base)
+        base = model.model_validate(spec.base)
     except ValidationError as err:
         raise _explain(path, root, err, prefix=("base",), model=model) from None
+    _check_workers(path, root, spec, base)
     for axis, values in spec.grid.items():
         _check_field(path, root, spec, ("grid", axis), "grid axis")
         for i, value in enumerate(values):
             cfg = merge_overrides(spec.base, {axis: value})
+            value_node = _node_at(root, ("grid", axis, i))[0]
             try:
-                model.model_validate(cfg)
+                point = model.model_validate(cfg)
             except ValidationError as err:
                 raise _explain(
-                    path,
-                    root,
-                    err,
-                    prefix=(),
-                    model=model,
-                    line_node=_node_at(root, ("grid", axis, i))[0],
+                    path, root, err, prefix=(), model=model, line_node=value_node
                 ) from None
+            _check_workers(path, root, spec, point, value_node)
     for name, overrides in spec.variants.items():
         for field in overrides:
             _check_field(path, root, spec, ("variants", name, field), "variant field")
+        variant_node = _node_at(root, ("variants", name))[0]
         try:
-            model.model_validate(merge_overrides(spec.base, overrides))
+            variant = model.model_validate(merge_overrides(spec.base, overrides))
         except ValidationError as err:
             raise _explain(
-                path, root, err, prefix=(), model=model,
-                line_node=_node_at(root, ("variants", name))[0],
-            ) from None  # fmt: skip
+                path, root, err, prefix=(), model=model, line_node=variant_node
+            ) from None
+        _check_workers(path, root, spec, variant, variant_node)
     if spec.search is not None:
         _check_space(path, root, spec, spec.search)
     return spec
+
+
+def _check_workers(
+    path: Path,
+    root: yaml.Node,
+    spec: SweepSpec,
+    config: BaseModel,
+    line_node: yaml.Node | None = None,
+) -> None:
+    """Training on workers against the spec's resources: DeepSpeed needs GPUs, and each
+    NCCL worker needs whole GPUs (``num_gpus`` a multiple of ``train.workers``)."""
+    train = getattr(config, "train", None)
+    if train is None or not train.on_workers:
+        return
+    gpus = spec.resources.num_gpus
+
+    def line(key: str) -> int:
+        node = line_node or _node_at(root, ("base", "train", key))[0]
+        return node.start_mark.line + 1
+
+    if train.deepspeed is not None and not gpus:
+        raise SpecError(
+            f"{path}:{line('deepspeed')}: train.deepspeed is for GPU clusters and "
+            "resources.num_gpus is 0. Fix: set resources.num_gpus (one per worker: "
+            f"{train.workers}), or remove train.deepspeed to train with DDP on CPUs"
+        )
+    if gpus and gpus % train.workers:
+        raise SpecError(
+            f"{path}:{line('workers')}: train.workers {train.workers} cannot share "
+            f"resources.num_gpus {gpus:g}: each worker needs whole GPUs. Fix: num_gpus: "
+            f"{train.workers} (one per worker) or another multiple of train.workers"
+        )
 
 
 def _check_field(

@@ -7,7 +7,7 @@ nothing downstream reads raw dicts. Names follow the field's terms (see DESIGN.m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
@@ -20,6 +20,52 @@ class _Frozen(BaseModel):
 NEW: JsonDict = {"key_omits_default": True}
 """Mark of a field added after its workload shipped: at its default it is left out of the trial
 key, so trials recorded before keep their keys (see ``orchestrator.grid.trial_key``)."""
+
+
+DEEPSPEED_OWNED = {
+    "train_batch_size": "train.batch_size",
+    "train_micro_batch_size_per_gpu": "train.batch_size and train.workers",
+    "gradient_accumulation_steps": "train.batch_size (one step per global batch)",
+    "gradient_clipping": "train.grad_clip",
+    "optimizer": "AdamW (0.9, 0.95) with the stage's lr and train.weight_decay",
+    "scheduler": "the stage's warmup + cosine schedule",
+}
+"""DeepSpeed keys the trial config sets itself -> the field that sets them"""
+
+DEEPSPEED_UNSUPPORTED = ("fp16", "bf16", "amp")
+"""mixed precision: the draft trains in float32 (on the target's cached hidden states)"""
+
+
+def check_deepspeed_config(ds: dict[str, Any]) -> None:
+    """Refuse DeepSpeed keys the trial sets itself, mixed precision and ZeRO stage 3.
+
+    Everything else (``zero_optimization`` options, ``communication_data_type``, ...) goes to
+    DeepSpeed as given; DeepSpeed validates it when the workers start.
+
+    Raises:
+        ValueError: an owned or unsupported key, or a ZeRO stage outside 0-2, with a fix.
+    """
+    for key, owner in DEEPSPEED_OWNED.items():
+        if key in ds:
+            raise ValueError(
+                f"train.deepspeed.{key} is set by {owner}; remove it from train.deepspeed"
+            )
+    for key in DEEPSPEED_UNSUPPORTED:
+        if key in ds:
+            raise ValueError(
+                f"train.deepspeed.{key}: the draft trains in float32 (mixed precision is not "
+                "supported); remove it"
+            )
+    zero = ds.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        raise ValueError("train.deepspeed.zero_optimization must be a mapping, e.g. {stage: 2}")
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2):
+        raise ValueError(
+            f"train.deepspeed.zero_optimization.stage {stage!r} is not supported; use 0, 1 or 2 "
+            "(stage 3 partitions the weights, and the draft's are small: stages 1-2 shard its "
+            "optimiser state and gradients)"
+        )
 
 
 class TargetConfig(_Frozen):
@@ -110,6 +156,26 @@ class TrainConfig(_Frozen):
     checkpoint_every: int = Field(default=100, ge=0, json_schema_extra=NEW)
     """optimiser steps between checkpoints in the trial folder; a retried trial resumes from
     the newest (0 = only at the end of each stage)"""
+    workers: int = Field(default=1, ge=1, le=1024, json_schema_extra=NEW)
+    """data-parallel training workers (Ray Train, DDP: gloo on CPU, NCCL on GPU), each taking
+    resources.num_cpus / workers CPUs and num_gpus / workers GPUs; the global batch stays
+    batch_size rows; 1 = train in the trial's own process. On workers there are no
+    checkpoints (a retried trial trains again) and no wsd-fork schedule"""
+    deepspeed: dict[str, Any] | None = Field(default=None, json_schema_extra=NEW)
+    """DeepSpeed config for the workers instead of DDP, e.g. {zero_optimization: {stage: 2}}
+    (ZeRO stage 0-2; batch sizes, clipping, optimiser and schedule come from this block); for
+    GPU clusters: a sweep needs resources.num_gpus; None = DDP"""
+
+    @property
+    def on_workers(self) -> bool:
+        """Whether training runs on Ray Train workers (more than one, or DeepSpeed)."""
+        return self.workers > 1 or self.deepspeed is not None
+
+    @model_validator(mode="after")
+    def _check_deepspeed(self) -> TrainConfig:
+        if self.deepspeed is not None:
+            check_deepspeed_config(self.deepspeed)
+        return self
 
 
 class EvalConfig(_Frozen):
@@ -133,9 +199,11 @@ class Resources(_Frozen):
     """Ray resources of one trial."""
 
     num_cpus: float = Field(default=1, gt=0)
-    """CPU cores per trial (also the torch thread count)"""
+    """CPU cores per trial (also the torch thread count); lent to its training workers while
+    they run (train.workers > 1: num_cpus / workers each)"""
     num_gpus: float = Field(default=0, ge=0)
-    """GPUs per trial"""
+    """GPUs per trial; with train.workers > 1 held by the training workers (num_gpus / workers
+    each, whole GPUs)"""
     memory_gb: float | None = Field(default=None, gt=0)
     """memory reserved per trial, GiB (None: not reserved)"""
     max_retries: int = Field(default=0, ge=0)
@@ -165,6 +233,16 @@ class DraftTrainConfig(_Frozen):
                 "pretrain.schedule 'wsd-fork' shares one trunk across budgets, so the draft "
                 "vocabulary must not depend on the budget: set draft.vocab_tokens (e.g. the "
                 "largest budget) or draft.vocab_size: 0"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_wsd_workers(self) -> DraftTrainConfig:
+        if self.pretrain.schedule == "wsd-fork" and self.train.on_workers:
+            raise ValueError(
+                "pretrain.schedule 'wsd-fork' extends its shared trunk in the trial's own "
+                "process, not on training workers: use train.workers: 1 without "
+                "train.deepspeed, or pretrain.schedule: cosine"
             )
         return self
 

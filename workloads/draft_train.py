@@ -17,8 +17,8 @@ from typing import cast
 
 import torch
 
-from workloads import _rows
-from workloads.config import DraftTrainConfig
+from workloads import _rows, distributed
+from workloads.config import DraftTrainConfig, Resources
 from workloads.data import (
     Conversation,
     corpus_fingerprint,
@@ -200,8 +200,51 @@ def _train(
     return logs
 
 
+def _train_on_workers(
+    cfg: DraftTrainConfig,
+    draft: DraftModel,
+    feats: dict[str, Features],
+    resources: Resources,
+    out_dir: Path,
+    say: Progress,
+    m: dict[str, float],
+) -> dict[str, StageLog]:
+    """Both stages on ``cfg.train.workers`` Ray Train workers (see :mod:`workloads.distributed`);
+    no checkpoints there: a retried trial trains again from the start."""
+    share = distributed.WorkerResources.split(
+        resources.num_cpus, resources.num_gpus, cfg.train.workers
+    )
+    t0 = time.perf_counter()
+    done = distributed.train_stages(
+        draft,
+        [distributed.Stage(name, f, _stage(cfg, name)) for name, f in feats.items()],
+        resources=share,
+        storage=out_dir / "ray_train",
+        deepspeed=cfg.train.deepspeed,
+    )
+    m["wall_s/train_workers"] = time.perf_counter() - t0
+    for stage, r in done.items():
+        seen = r.log.tokens_seen
+        m[f"wall_s/{stage}"] = r.wall_s
+        m[f"{stage}.tokens_seen"] = m[f"{stage}.tokens_trained"] = seen
+        m[f"{stage}.steps"] = len(r.log.loss)
+        m[f"{stage}.resumed_from_step"] = 0
+        m[f"{stage}.tokens_per_s"] = seen / r.wall_s if seen and r.wall_s else math.nan
+    say(
+        f"trained on {cfg.train.workers} workers in {m['wall_s/train_workers']:.1f} s "
+        f"(start-up included): "
+        + ", ".join(f"{k} {len(r.log.loss)} steps" for k, r in done.items())
+    )
+    return {stage: r.log for stage, r in done.items()}
+
+
 def run(
-    cfg: DraftTrainConfig, *, cache_dir: Path, out_dir: Path, progress: Progress | None = None
+    cfg: DraftTrainConfig,
+    *,
+    cache_dir: Path,
+    out_dir: Path,
+    progress: Progress | None = None,
+    resources: Resources | None = None,
 ) -> TrialResult:
     """Run one trial.
 
@@ -210,10 +253,13 @@ def run(
         cache_dir: shared cache (converted target, target features, greedy references).
         out_dir: this trial's artifact folder (draft weights, per-prompt results).
         progress: called with one-line progress messages.
+        resources: the trial's Ray resources, shared by its training workers when
+            ``cfg.train.workers > 1`` or ``cfg.train.deepspeed`` is set (default: 1 CPU).
 
     Returns:
         metrics: ``acceptance_length``, ``acceptance_length/<set>``, ``mismatches``,
-        ``near_ties``, losses, wall seconds per phase, token counts, ``draft.params``,
+        ``near_ties``, losses, wall seconds per phase (training on workers also
+        ``wall_s/train_workers``, their start-up included), token counts, ``draft.params``,
         ``tokens_per_s/speculative`` and ``tokens_per_s/greedy``, per stage
         ``tokens_trained`` (this trial's own work; a wsd-fork trunk reused from the cache or a
         checkpoint resumed from is not counted), ``draft.ms_per_step``, ``target.ms_per_step``,
@@ -257,7 +303,11 @@ def run(
     m["draft.params"] = draft.num_parameters()
     m["draft.vocab"] = draft.vocab_size
 
-    logs = _train(cfg, draft, {"pretrain": pre, "sft": sft}, cache_dir, out_dir, say, m)
+    stages = {"pretrain": pre, "sft": sft}
+    if cfg.train.on_workers:
+        logs = _train_on_workers(cfg, draft, stages, resources or Resources(), out_dir, say, m)
+    else:
+        logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m)
     for stage, lg in logs.items():
         for k in ("loss", "loss_reg", "loss_cls", "top1"):
             series = getattr(lg, k)

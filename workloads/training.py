@@ -24,6 +24,28 @@ from workloads.features import Features
 
 
 @dataclass(frozen=True, kw_only=True)
+class DataParallel:
+    """This process's place in data-parallel training over a ``torch.distributed`` group.
+
+    Every rank draws the same seeded global batch of ``batch_size`` rows and trains on its
+    contiguous share (``torch.tensor_split(batch, world)[rank]``). A rank's summed loss is
+    divided by the weighted positions of the whole global batch over ``world``, so the gradient
+    averaging of ``model`` (DDP, DeepSpeed) gives the single-process gradient, up to the order of
+    float sums. Logged losses are summed over the ranks (all-reduce), so every rank logs the
+    numbers one process would. A rank left without rows by a short last batch runs one row with
+    zero weight, so it still joins the gradient all-reduce.
+    """
+
+    rank: int
+    world: int
+    model: nn.Module
+    """the wrapper whose forward syncs gradients (DDP or a DeepSpeed engine around the draft)"""
+    update: Callable[[torch.Tensor], None] | None = None
+    """backward and optimiser step of a loss when ``model`` owns them (a DeepSpeed engine:
+    backward, clipping, step); None = zero_grad, backward, clip, the stage's AdamW step"""
+
+
+@dataclass(frozen=True, kw_only=True)
 class StageSettings:
     """Optimisation settings of one training stage."""
 
@@ -72,15 +94,25 @@ def draft_loss(
     *,
     w_reg: float,
     w_cls: float,
+    denom: float | None = None,
+    forward: nn.Module | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """EAGLE loss on a batch of rows; returns (loss, {loss_reg, loss_cls, top1})."""
-    hid = hid_bth.float()
+    """EAGLE loss on a batch of rows; returns (loss, {loss_reg, loss_cls, top1}).
+
+    ``denom`` divides the summed per-position losses (default: this batch's weighted positions,
+    at least 1; a data-parallel rank passes the global batch's over the world size, see
+    :class:`DataParallel`). ``forward`` runs the draft's forward (default ``draft``; a DDP or
+    DeepSpeed wrapper of it). Inputs move to the draft's device.
+    """
+    dev = draft.embed_weight.device
+    ids_bt, mask_bt, hid = ids_bt.to(dev), mask_bt.to(dev), hid_bth.to(dev).float()
     b, t = ids_bt.shape
-    pos = torch.arange(t - 2).expand(b, t - 2)
-    f_bth = draft(hid[:, :-2], ids_bt[:, 1:-1], pos)
+    pos = torch.arange(t - 2, device=dev).expand(b, t - 2)
+    f_bth = (forward or draft)(hid[:, :-2], ids_bt[:, 1:-1], pos)
     target_h = hid[:, 1:-1]
     weight = mask_bt[:, 2:].float()
-    denom = weight.sum().clamp_min(1.0)
+    if denom is None:
+        denom = float(weight.sum().clamp_min(1.0))
     reg = (nn.functional.smooth_l1_loss(f_bth, target_h, reduction="none").mean(-1) * weight).sum()
     with torch.no_grad():
         p_target_btn = torch.softmax(draft.logits(target_h), -1)
@@ -144,6 +176,34 @@ class _RowOrder:
         return order[i * self.s.batch_size : (i + 1) * self.s.batch_size]
 
 
+def _share(
+    feats: Features, idx: torch.Tensor, par: DataParallel | None
+) -> tuple[torch.Tensor, torch.Tensor, float | None]:
+    """This rank's rows of the global batch ``idx``, a loss-mask factor and the denominator."""
+    if par is None:
+        return idx, torch.tensor(True), None
+    mine = torch.tensor_split(idx, par.world)[par.rank]
+    weight = torch.tensor(len(mine) > 0)
+    if len(mine) == 0:  # a short last batch: one row with zero weight joins the all-reduce
+        mine = idx[:1]
+    positions = float(feats.loss_mask[idx][:, 2:].sum().clamp_min(1))
+    return mine, weight, positions / par.world
+
+
+def _summed(
+    loss: torch.Tensor, parts: dict[str, float], par: DataParallel | None
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The global batch's loss and parts: each rank's share summed over the ranks."""
+    if par is None or par.world == 1:
+        return loss, parts
+    keys = sorted(parts)
+    dev = loss.device
+    vals = torch.tensor([float(loss.detach())] + [parts[k] for k in keys], device=dev)
+    torch.distributed.all_reduce(vals)
+    vals = vals.cpu() / par.world
+    return vals[0], {k: float(v) for k, v in zip(keys, vals[1:], strict=True)}
+
+
 def train_stage(
     draft: DraftModel,
     feats: Features,
@@ -156,6 +216,7 @@ def train_stage(
     stop: int | None = None,
     on_checkpoint: Callable[[int, StageLog], None] | None = None,
     checkpoint_every: int = 0,
+    parallel: DataParallel | None = None,
 ) -> StageLog:
     """Train ``draft`` in place over steps ``[start, stop)`` of a stage on ``feats``.
 
@@ -172,6 +233,8 @@ def train_stage(
         stop: step to stop before; default the end of the stage.
         on_checkpoint: ``(steps_done, log)`` every ``checkpoint_every`` steps (the caller saves).
         checkpoint_every: steps between checkpoint calls; 0 = never.
+        parallel: this process's share of data-parallel training (see
+            :class:`DataParallel`); every rank calls with the same ``feats`` and settings.
 
     Returns:
         The log: per-step losses, top-1 agreement and tokens seen.
@@ -190,18 +253,25 @@ def train_stage(
         for group in opt.param_groups:
             group["lr"] = s.lr * lr_factor(step, total, s)
         idx = order(step)
+        mine, weight, denom = _share(feats, idx, parallel)
         loss, parts = draft_loss(
             draft,
-            feats.input_ids[idx],
-            feats.loss_mask[idx],
-            feats.hidden[idx],
+            feats.input_ids[mine],
+            feats.loss_mask[mine] & weight,
+            feats.hidden[mine],
             w_reg=s.w_reg,
             w_cls=s.w_cls,
+            denom=denom,
+            forward=parallel.model if parallel else None,
         )
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(params, s.grad_clip)
-        opt.step()
+        if parallel is not None and parallel.update is not None:
+            parallel.update(loss)
+        else:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(params, s.grad_clip)
+            opt.step()
+        loss, parts = _summed(loss, parts, parallel)
         value = float(loss.detach())
         out.loss.append(value)
         out.loss_reg.append(parts["loss_reg"])

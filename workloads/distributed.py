@@ -1,0 +1,252 @@
+"""Draft training on several workers: Ray Train's TorchTrainer, DDP or DeepSpeed ZeRO.
+
+A trial with ``train.workers: N`` (or a ``train.deepspeed`` config) trains its stages on N Ray
+Train workers instead of in its own process: a ``TorchTrainer`` starts the workers, sets up the
+``torch.distributed`` process group (gloo on CPU, NCCL on GPU) and runs :func:`_worker_loop` on
+each; every worker runs :func:`~workloads.training.train_stage` with its
+:class:`~workloads.training.DataParallel` share of each global batch, so the loss curve equals
+the single-process one up to the order of float sums (README: "Training on several workers").
+Rank 0 reports the trained weights and the logs as a Ray Train checkpoint under
+``<trial out_dir>/ray_train``; the caller's draft is updated from it and the folder removed.
+
+Resources: the trial task keeps its ``num_cpus`` for features and evaluation; while it waits for
+the trainer, Ray lends those CPUs to the workers (a task blocked in ``ray.get`` releases its
+CPUs), which take ``num_cpus / N`` CPUs and ``num_gpus / N`` GPUs each. GPUs are not released
+that way, so a trial that trains on workers holds no GPU itself (``orchestrator.runner``).
+
+Ray and DeepSpeed are imported only here, and only when a trial asks for workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from workloads.config import check_deepspeed_config
+from workloads.draft_model import DraftModel
+from workloads.features import Features
+from workloads.training import (
+    DataParallel,
+    StageLog,
+    StageSettings,
+    make_optimizer,
+    train_stage,
+)
+
+log = logging.getLogger(__name__)
+
+
+def deepspeed_config(
+    ds: dict[str, Any], *, batch_size: int, world: int, grad_clip: float
+) -> dict[str, Any]:
+    """The DeepSpeed config of one stage: the user's ``train.deepspeed`` plus the owned keys.
+
+    Args:
+        ds: ``train.deepspeed`` (checked by :func:`check_deepspeed_config`).
+        batch_size: rows per optimiser step over all workers (``train.batch_size``).
+        world: number of workers.
+        grad_clip: max global gradient norm (``train.grad_clip``), applied by the engine.
+
+    Returns:
+        A new dict; the micro batch is ``ceil(batch_size / world)`` rows (DeepSpeed's own
+        bookkeeping only: the rows of each step are chosen by ``train_stage``).
+    """
+    check_deepspeed_config(ds)
+    micro = -(-batch_size // world)
+    return {
+        **ds,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": micro * world,
+        "gradient_clipping": grad_clip,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerResources:
+    """Ray resources and torch threads of each training worker."""
+
+    workers: int
+    """N, data-parallel workers"""
+    num_cpus: float
+    """CPUs per worker: the trial's ``num_cpus / N``"""
+    num_gpus: float
+    """GPUs per worker: the trial's ``num_gpus / N`` (0 = train on CPU with gloo)"""
+
+    @classmethod
+    def split(cls, num_cpus: float, num_gpus: float, workers: int) -> WorkerResources:
+        """Share a trial's CPUs and GPUs among ``workers`` training workers."""
+        return cls(workers=workers, num_cpus=num_cpus / workers, num_gpus=num_gpus / workers)
+
+    @property
+    def threads(self) -> int:
+        """torch threads per worker (at least 1)."""
+        return max(1, int(self.num_cpus))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training stage for the workers: its name, rows and settings."""
+
+    name: str
+    feats: Features
+    settings: StageSettings
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """A stage trained on the workers: its log and its wall seconds there."""
+
+    log: StageLog
+    wall_s: float
+
+
+def train_stages(
+    draft: DraftModel,
+    stages: Sequence[Stage],
+    *,
+    resources: WorkerResources,
+    storage: Path,
+    deepspeed: dict[str, Any] | None = None,
+) -> dict[str, StageResult]:
+    """Train ``draft`` through ``stages`` on Ray Train workers; its weights are updated in place.
+
+    Args:
+        draft: the draft (CPU); every worker starts from a copy of it.
+        stages: the stages, trained in order by the same workers.
+        resources: workers and their Ray resources.
+        storage: Ray Train's ``storage_path`` (under the trial's folder; shared storage on a
+            multi-node cluster); emptied first, removed once the weights are loaded.
+        deepspeed: a DeepSpeed config (ZeRO stage 0-2) instead of DDP; None = DDP.
+
+    Returns:
+        Each stage's log (per-step losses of the global batch, tokens seen) and its training
+        seconds on the workers (worker start-up not included), by stage name.
+
+    Raises:
+        ValueError: a bad ``deepspeed`` config.
+        ray.train.TrainingFailedError: a worker failed (its error is in the message).
+    """
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    if deepspeed is not None:
+        check_deepspeed_config(deepspeed)
+    shutil.rmtree(storage, ignore_errors=True)
+    storage.mkdir(parents=True, exist_ok=True)
+    per_worker = {"CPU": resources.num_cpus}
+    if resources.num_gpus:
+        per_worker["GPU"] = resources.num_gpus
+    config = {
+        "draft": ray.put(draft),
+        "stages": [(s.name, ray.put(s.feats), s.settings) for s in stages],
+        "threads": resources.threads,
+        "deepspeed": deepspeed,
+    }
+    trainer = TorchTrainer(
+        _worker_loop,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(
+            num_workers=resources.workers,
+            use_gpu=resources.num_gpus > 0,
+            resources_per_worker=per_worker,
+        ),
+        run_config=RunConfig(name="train", storage_path=str(storage.resolve())),
+    )
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise RuntimeError(f"Ray Train finished without a checkpoint under {storage}")
+    with result.checkpoint.as_directory() as folder:
+        state = load_file(str(Path(folder) / "draft.safetensors"))
+        logs_json = json.loads((Path(folder) / "logs.json").read_text())
+    missing = set(draft.trainable_state()) - set(state)
+    if missing:
+        raise RuntimeError(f"the workers' checkpoint lacks weights {sorted(missing)[:5]}")
+    draft.load_state_dict(state, strict=False)
+    shutil.rmtree(storage, ignore_errors=True)
+    return {
+        name: StageResult(log=StageLog(**entry["log"]), wall_s=entry["wall_s"])
+        for name, entry in logs_json.items()
+    }
+
+
+def _worker_loop(config: dict[str, Any]) -> None:
+    """Run on every Ray Train worker: train each stage on this rank's share, rank 0 reports."""
+    import ray
+    import ray.train
+    import ray.train.torch
+
+    torch.set_num_threads(config["threads"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    draft: DraftModel = ray.get(config["draft"]).to(device)
+    ds = config["deepspeed"]
+    ddp: torch.nn.Module | None = None
+    if ds is None:
+        # frozen buffers (embedding, LM head) are equal on every rank: no per-step broadcast
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            draft,
+            device_ids=[device] if device.type == "cuda" else None,
+            forward_sync_buffers=False,
+        )
+    logs: dict[str, StageLog] = {}
+    wall_s: dict[str, float] = {}
+    for name, feats_ref, settings in config["stages"]:
+        feats: Features = ray.get(feats_ref)
+        opt = make_optimizer(draft, settings)
+        if ds is None:
+            assert ddp is not None
+            parallel = DataParallel(rank=rank, world=world, model=ddp)
+        else:
+            parallel = _deepspeed_parallel(draft, opt, ds, settings, rank=rank, world=world)
+        t0 = time.perf_counter()
+        logs[name] = train_stage(draft, feats, settings, opt=opt, parallel=parallel)
+        wall_s[name] = time.perf_counter() - t0
+        if rank == 0:
+            log.info("%s: %d steps on %d workers", name, len(logs[name].loss), world)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            state = {k: v.cpu().contiguous() for k, v in draft.trainable_state().items()}
+            save_file(state, str(Path(tmp) / "draft.safetensors"))
+            record = {k: {"log": asdict(v), "wall_s": wall_s[k]} for k, v in logs.items()}
+            (Path(tmp) / "logs.json").write_text(json.dumps(record))
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        steps = {f"{k}.steps": len(v.loss) for k, v in logs.items()}
+        ray.train.report(steps, checkpoint=checkpoint)
+
+
+def _deepspeed_parallel(
+    draft: DraftModel,
+    opt: torch.optim.Optimizer,
+    ds: dict[str, Any],
+    s: StageSettings,
+    *,
+    rank: int,
+    world: int,
+) -> DataParallel:
+    """A DeepSpeed engine around ``draft`` and ``opt`` (the learning rate stays ``opt``'s)."""
+    import deepspeed  # optional extra: pip install --no-build-isolation 'specscale[deepspeed]'
+
+    cfg = deepspeed_config(ds, batch_size=s.batch_size, world=world, grad_clip=s.grad_clip)
+    engine, *_ = deepspeed.initialize(
+        model=draft, optimizer=opt, config=cfg, dist_init_required=False
+    )
+
+    def update(loss: torch.Tensor) -> None:
+        engine.backward(loss)
+        engine.step()  # clips to gradient_clipping, steps opt, zeroes the gradients
+
+    return DataParallel(rank=rank, world=world, model=engine, update=update)
