@@ -1,4 +1,4 @@
-"""``orchestrator``: submit sweeps, show their trials, refit their laws.
+"""``orchestrator``: submit sweeps, show their trials, refit their laws, export drafts.
 
 Every user mistake ends in one line on stderr and exit code 2, never a traceback.
 """
@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.export_cmd import export
 from orchestrator.roofline_cmd import roofline
 
 app = typer.Typer(
@@ -480,6 +481,7 @@ def fit(
 
 
 app.command("roofline")(_one_line_errors(roofline))
+app.command("export")(_one_line_errors(export))
 
 
 def main() -> None:

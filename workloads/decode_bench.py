@@ -33,11 +33,14 @@ from workloads.tree_decode import BatchResult, Draft, TreeShape, generate
 log = logging.getLogger(__name__)
 
 
-def find_trial_draft(run_root: Path, sweep: str, trial_key: str) -> Path:
+def find_trial_draft(
+    run_root: Path, sweep: str, trial_key: str, *, label: str = "draft.trial_key"
+) -> Path:
     """The draft folder saved by a draft_train trial: ``<run root>/<sweep>/trials/<key>/draft``.
 
     ``trial_key`` may be a unique prefix (>= 6 characters) or ``best``: the trial with the
-    highest acceptance length in its ``per_prompt.json``.
+    highest acceptance length in its ``per_prompt.json``. ``label`` names ``trial_key`` in
+    error messages (the config field or the command-line argument).
 
     Raises:
         ValueError: no such sweep folder or trial, or an ambiguous prefix.
@@ -52,12 +55,12 @@ def find_trial_draft(run_root: Path, sweep: str, trial_key: str) -> Path:
     if trial_key == "best":
         return max(found, key=_acceptance_of)
     if len(trial_key) < 6:
-        raise ValueError(f"draft.trial_key {trial_key!r} is too short; give >= 6 characters")
+        raise ValueError(f"{label} {trial_key!r} is too short; give >= 6 characters")
     hits = [p for p in found if p.parent.name.startswith(trial_key)]
     if len(hits) != 1:
         keys = ", ".join(p.parent.name for p in found[:8])
         what = "matches several trials" if hits else "matches no finished trial"
-        raise ValueError(f"draft.trial_key {trial_key!r} {what} in {trials}. Known: {keys}")
+        raise ValueError(f"{label} {trial_key!r} {what} in {trials}. Known: {keys}")
     return hits[0]
 
 
