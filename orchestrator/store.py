@@ -6,7 +6,10 @@ re-raises database errors as :class:`~orchestrator.errors.StoreError`. Every pub
 and returns plain data (ints, strings, dicts, frozen dataclasses, a pandas frame); no ORM object
 leaves this module.
 
-Tables are created with ``metadata.create_all``; schema changes will become Alembic migrations.
+The schema is built and upgraded by Alembic migrations (:mod:`orchestrator.migrate`) when a
+store is opened; the ORM models below must match the newest migration (a test compares them).
+SQLite transactions start with ``BEGIN IMMEDIATE`` so concurrent writers queue on the busy
+timeout instead of failing with "database is locked" when a read turns into a write.
 
 Non-finite metric values: SQLite stores NaN as NULL, so a metric row keeps finite values in
 ``value`` and non-finite ones as text (``"nan"``, ``"inf"``, ``"-inf"``) in ``nonfinite``, with
@@ -50,6 +53,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from orchestrator import migrate
 from orchestrator.errors import StoreError
 
 __all__ = [
@@ -108,6 +112,11 @@ class SweepRow(_Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
     mlflow_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    driver: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
 
 
 class TrialRow(_Base):
@@ -345,12 +354,22 @@ class ResultsStore:
             ) from exc
         if self._dialect == "sqlite":
             event.listen(self._engine, "connect", _sqlite_on_connect)
+            event.listen(self._engine, "begin", _sqlite_begin_immediate)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        sqlite_file = (
+            Path(parsed.database)
+            if self._dialect == "sqlite" and parsed.database not in (None, "", ":memory:")
+            else None
+        )
         try:
-            with self._engine.begin() as conn:
-                if schema is not None:
+            if schema is not None:
+                with self._engine.begin() as conn:
+                    conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:s))"), {"s": schema})
                     conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-                _Base.metadata.create_all(conn)
+            self.schema_found = migrate.upgrade(self._engine, self._url_text, sqlite_file)
+        except StoreError:
+            self._engine.dispose()
+            raise
         except SQLAlchemyError as exc:
             self._engine.dispose()
             fix = (
@@ -737,7 +756,9 @@ class ResultsStore:
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    """Per-connection SQLite settings: WAL (readers do not block the writer), 30 s busy wait."""
+    """Per-connection SQLite settings: WAL (readers do not block the writer), 30 s busy wait;
+    the driver's own transaction handling is off so :func:`_sqlite_begin_immediate` owns BEGIN."""
+    dbapi_conn.isolation_level = None
     cursor = dbapi_conn.cursor()
     try:
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -745,6 +766,11 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
     finally:
         cursor.close()
+
+
+def _sqlite_begin_immediate(conn: Any) -> None:
+    """Start every SQLite transaction holding the write lock (waits on the busy timeout)."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _sweep_info(row: SweepRow) -> SweepInfo:
