@@ -82,6 +82,12 @@ def run_trial(
                 run_root=Path(run_root),
                 progress=say,
             )
+        elif workload == "sleep":
+            from workloads import sleep
+
+            result = sleep.run(
+                sleep.SleepConfig.model_validate(config_json), out_dir=Path(out_dir), progress=say
+            )
         else:
             raise ValueError(f"unknown workload {workload!r}")
     except Exception as exc:  # noqa: BLE001 - every trial error is recorded, the sweep goes on

@@ -161,7 +161,7 @@ def submit(
             f"{sweep.resources.model_dump()}. Nothing was run or written."
         )
         return
-    from orchestrator import report, runner
+    from orchestrator import runner
 
     run_root = run_root.resolve()
     if sweep.workload == "decode_bench":  # a missing draft fails here, before anything is written
@@ -187,38 +187,57 @@ def submit(
         study = search.open_study(sweep, search.storage_url(db_url, run_root))
     runner.init_ray(address)
     sweep_id, _ = runner.register(store, sweep, spec, spec.read_text(encoding="utf-8"))
-    info = store.get_sweep(sweep.name)
-    parent = tracker.start_sweep_run(
-        sweep.name,
-        {"spec": str(spec), **sweep.model_dump(mode="json")},
-        info.mlflow_run_id if info else None,
-    )
-    store.set_sweep_mlflow_run(sweep_id, parent)
     what = f"{len(trials)} trials"
     if sweep.search:
         s = sweep.search
         what = (
             f"Optuna search of {s.n_trials} trials ({s.direction} {s.metric}, sampler {s.sampler})"
         )
+    _drive(store, tracker, sweep, sweep_id, paths, study, what, str(spec))
+
+
+def _drive(
+    store: Any,
+    tracker: Any,
+    sweep: Any,
+    sweep_id: int,
+    paths: Any,
+    study: Any,
+    what: str,
+    spec_label: str,
+    states: set[str] | None = None,
+) -> None:
+    """Open the parent run, run the trials (those in ``states`` only, if given), fit, report."""
+    from orchestrator import report
+
+    info = store.get_sweep(sweep.name)
+    parent = tracker.start_sweep_run(
+        sweep.name,
+        {"spec": spec_label, **sweep.model_dump(mode="json")},
+        info.mlflow_run_id if info else None,
+    )
+    store.set_sweep_mlflow_run(sweep_id, parent)
     out.print(
         f"sweep [bold]{sweep.name}[/]: {what}; results DB {store.url}; "
         f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})"
     )
-    summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths, study)
+    summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths, study, states)
     if sweep.search:
         _finish_search(store, tracker, sweep, sweep_id, parent, paths, summary)
         return
     rep = report.fit_sweep(
         store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent
     )
+    bad = summary.failed + summary.cancelled
     tracker.set_state(
         parent,
-        "completed" if summary.failed == 0 else "failed",
-        None if summary.failed == 0 else f"{summary.failed} trials failed",
+        "completed" if bad == 0 else ("cancelled" if summary.cancelled else "failed"),
+        None if bad == 0 else f"{summary.failed} trials failed, {summary.cancelled} cancelled",
     )
+    skipped = "already completed" if states is None else "not selected"
     out.print(
-        f"{summary.completed} completed, {summary.skipped} already completed (skipped), "
-        f"{summary.failed} failed."
+        f"{summary.completed} completed, {summary.skipped} {skipped} (skipped), "
+        f"{summary.failed} failed, {summary.cancelled} cancelled."
     )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
@@ -297,6 +316,7 @@ def _run_with_progress(
     parent: str,
     paths: Any,
     study: Any = None,
+    states: set[str] | None = None,
 ) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -307,7 +327,13 @@ def _run_with_progress(
 
         todo = max(0, sweep.search.n_trials - search.counted(study))
     else:
-        todo = len([t for t in store.trials(sweep_id) if t.state != "completed"])
+        todo = len(
+            [
+                t
+                for t in store.trials(sweep_id)
+                if t.state != "completed" and (states is None or t.state in states)
+            ]
+        )
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -341,6 +367,8 @@ def _run_with_progress(
                     f"{metrics.get('acceptance_length', nan):.3f} "
                     f"mismatches={int(metrics.get('mismatches', 0))}"
                 )
+            elif event == "cancelled":
+                bar.console.print(f"  [yellow]cancelled[/] {trial.key} {point}")
             else:
                 bar.console.print(f"  [red]failed[/]    {trial.key} {point}")
 
@@ -350,7 +378,9 @@ def _run_with_progress(
             return search.run_search(
                 store, tracker, sweep, sweep_id, parent, paths, study, on_event
             )
-        return runner.run_trials(store, tracker, sweep, sweep_id, parent, paths, on_event)
+        return runner.run_trials(
+            store, tracker, sweep, sweep_id, parent, paths, on_event, states=states
+        )
 
 
 def _print_fit(rep: Any) -> None:
@@ -478,6 +508,112 @@ def fit(
     )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
+
+
+@app.command()
+@_one_line_errors
+def retry(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    failed: Annotated[bool, typer.Option("--failed", help="re-run the failed trials")] = False,
+    cancelled: Annotated[
+        bool, typer.Option("--cancelled", help="re-run the cancelled trials")
+    ] = False,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+    address: Annotated[
+        str | None,
+        typer.Option("--address", envvar="RAY_ADDRESS", help="Ray cluster address"),
+    ] = None,
+) -> None:
+    """Re-run SWEEP's failed (and/or cancelled) trials with the spec stored in the results DB.
+
+    Completed and pending trials are left alone; each re-run keeps its trial row and MLflow
+    child run (attempts go up). The sweep's law and dashboard are refreshed afterwards.
+    """
+    _env()
+    from orchestrator import runner
+    from orchestrator.spec import parse_spec
+
+    if not (failed or cancelled):
+        raise OrchestratorError("say which trials to re-run: --failed and/or --cancelled")
+    run_root = run_root.resolve()
+    store = _store(run_root, db_url, must_exist=True)
+    info = _find_sweep(store, sweep)
+    spec = parse_spec(info.spec_yaml, Path(f"{info.spec_path} (as stored in the results DB)"))
+    if spec.search:
+        raise OrchestratorError(
+            f"sweep {sweep!r} is an Optuna search: resume it with `orchestrator submit "
+            f"{info.spec_path}`, which re-asks the study for its unfinished trials"
+        )
+    states = {"failed"} if failed else set()
+    states |= {"cancelled"} if cancelled else set()
+    chosen = store.trials(info.id, states)
+    if not chosen:
+        out.print(f"sweep {sweep}: no {' or '.join(sorted(states))} trials; nothing to re-run.")
+        return
+    if address:
+        runner.check_ray_address(address)
+    tracker = _tracker(run_root, tracking_uri)
+    paths = runner.RunPaths(run_root=run_root, cache_dir=run_root / "cache")
+    runner.init_ray(address)
+    what = f"re-running {len(chosen)} {' and '.join(sorted(states))} trials"
+    _drive(store, tracker, spec, info.id, paths, None, what, info.spec_path, states)
+
+
+@app.command()
+@_one_line_errors
+def cancel(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+    wait_s: Annotated[
+        float,
+        typer.Option("--wait", help="seconds to wait for the driver to stop its running trials"),
+    ] = 60.0,
+) -> None:
+    """Stop SWEEP: pending trials become cancelled, running ones are stopped and cancelled.
+
+    The driver running the sweep (on any machine that shares the results DB) sees the request
+    within a few seconds, cancels its Ray tasks and exits. When no driver is alive (it crashed),
+    running trials are marked cancelled here. `orchestrator submit` or `retry --cancelled`
+    runs them again.
+    """
+    _env()
+    import time
+
+    from orchestrator import runner
+
+    run_root = run_root.resolve()
+    store = _store(run_root, db_url, must_exist=True)
+    info = _find_sweep(store, sweep)
+    n_pending, n_running, live = store.request_cancel(
+        info.id, stale_after_s=runner.STALE_AFTER_S
+    )
+    out.print(f"sweep {sweep}: {n_pending} pending trials cancelled.")
+    if live:
+        out.print("the running driver was asked to stop its trials; waiting for it ...")
+        deadline = time.monotonic() + wait_s
+        while store.trials(info.id, {"running"}) and time.monotonic() < deadline:
+            time.sleep(1.0)
+        left = len(store.trials(info.id, {"running"}))
+        if left:
+            raise OrchestratorError(
+                f"{left} trials still running after {wait_s:.0f} s; the driver may be busy "
+                "(it checks every 5 s) — run `orchestrator status` later"
+            )
+    else:
+        out.print(f"no live driver: {n_running} running trials marked cancelled here.")
+        tracker = _tracker(run_root, tracking_uri)
+        for t in store.trials(info.id, {"cancelled"}):
+            if t.mlflow_run_id:
+                tracker.set_state(t.mlflow_run_id, "cancelled", "cancelled by the user")
+    counts = store.trials(info.id)
+    n_cancelled = sum(t.state == "cancelled" for t in counts)
+    out.print(f"{n_cancelled} of {len(counts)} trials are cancelled; completed ones are kept.")
 
 
 app.command("roofline")(_one_line_errors(roofline))

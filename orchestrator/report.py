@@ -88,6 +88,8 @@ def fit_sweep(
         return Report(fit=peak, baseline={}, dashboard=dashboard, lines=lines)
     df = trials_frame(store, sweep_id)
     spec_yaml = info.spec_yaml if info is not None else ""
+    if info is not None and info.workload == "sleep":
+        return _report_table(df, sweep_name, spec_yaml, dashboard, tracker, parent_run)
     if "variant" in df.columns:
         return _report_variants(df, sweep_name, dashboard, tracker, parent_run)
     x, law = law_axis(spec_yaml)
@@ -123,6 +125,32 @@ def fit_sweep(
     return Report(fit=fit, baseline=base, dashboard=dashboard)
 
 
+def _report_table(
+    df: pd.DataFrame,
+    sweep_name: str,
+    spec_yaml: str,
+    dashboard: Path,
+    tracker: Tracker | None,
+    parent_run: str | None,
+) -> Report:
+    """A diagnostic (``sleep``) sweep: no law, the dashboard lists its trials."""
+    data = yaml.safe_load(spec_yaml) or {}
+    grid = (data.get("grid") or {}) if isinstance(data, dict) else {}
+    x = next(iter(grid), "seed")
+    write_sweep_dashboard(
+        dashboard, sweep_name=sweep_name, trials=df, fit=None, x=x, y="sleep.seconds"
+    )
+    if tracker is not None and parent_run is not None:
+        tracker.log_artifact(parent_run, dashboard)
+    n_done = int((df["state"] == "completed").sum()) if len(df) else 0
+    return Report(
+        fit=None,
+        baseline={},
+        dashboard=dashboard,
+        lines=[f"diagnostic sweep: {n_done} of {len(df)} trials completed"],
+    )
+
+
 def _report_variants(
     df: pd.DataFrame,
     sweep_name: str,
@@ -135,9 +163,7 @@ def _report_variants(
     lines = []
     for r in summary[summary["metric"].isin(["acceptance_length", "speedup"])].itertuples():
         delta = "" if math.isnan(r.delta) else f", delta {r.delta:+.4f}"
-        lines.append(
-            f"{r.variant}: {r.metric} = {r.mean:.4f} ± {r.sd:.4f} (n = {r.n}{delta})"
-        )
+        lines.append(f"{r.variant}: {r.metric} = {r.mean:.4f} ± {r.sd:.4f} (n = {r.n}{delta})")
     if tracker is not None and parent_run is not None:
         values = {
             f"variant.{r.variant}.{r.metric}.mean": float(r.mean)
@@ -145,9 +171,7 @@ def _report_variants(
             if not math.isnan(r.mean)
         }
         tracker.log_metrics(parent_run, values)
-    write_variant_dashboard(
-        dashboard, sweep_name=sweep_name, trials=df, metrics=VARIANT_METRICS
-    )
+    write_variant_dashboard(dashboard, sweep_name=sweep_name, trials=df, metrics=VARIANT_METRICS)
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
     return Report(fit=None, baseline={}, dashboard=dashboard, lines=lines)

@@ -23,7 +23,7 @@ from orchestrator import _task
 from orchestrator.errors import OrchestratorError
 from orchestrator.grid import TrialSpec, expand
 from orchestrator.spec import SweepSpec
-from orchestrator.store import ResultsStore, TrialInfo, TrialState
+from orchestrator.store import ResultsStore, TrialInfo, TrialState, driver_id
 from orchestrator.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -47,17 +47,25 @@ class RunPaths:
 
 @dataclass
 class SubmitSummary:
-    """Counts of one submit: trials in the sweep, skipped as completed, run, failed."""
+    """Counts of one submit: trials in the sweep, skipped as completed (or not asked for), run,
+    failed, cancelled."""
 
     total: int
     skipped: int
     completed: int
     failed: int
+    cancelled: int = 0
+
+
+HEARTBEAT_S = 5.0
+"""how often a driver renews its lease on the sweep and checks for a cancel request, s"""
+STALE_AFTER_S = 60.0
+"""a lease not renewed for this long is free (a driver on another host that died)"""
 
 
 Events = Callable[[str, TrialInfo, dict[str, float] | None], None]
-"""``(event, trial, metrics)`` with event in started/completed/failed (and reused for a search
-proposal already completed): progress for the CLI"""
+"""``(event, trial, metrics)`` with event in started/completed/failed/cancelled (and reused for a
+search proposal already completed): progress for the CLI"""
 
 
 def register(
@@ -92,16 +100,48 @@ def run_trials(
     parent_run: str,
     paths: RunPaths,
     on_event: Events | None = None,
+    *,
+    states: set[str] | None = None,
 ) -> SubmitSummary:
-    """Run every trial of the sweep that is not completed; record each outcome.
+    """Run every trial of the sweep that is not completed (or only those in ``states``, e.g.
+    ``{"failed"}``); record each outcome.
 
-    One trial's failure is recorded (state failed, error text, traceback artifact) and the sweep
-    goes on. Ray must be initialised.
+    The driver holds the sweep's lease (:meth:`ResultsStore.claim_sweep`) while it runs,
+    renewing it every :data:`HEARTBEAT_S`; a cancel request (``orchestrator cancel``) stops the
+    running trials (``ray.cancel``, force) and marks them cancelled. One trial's failure is
+    recorded (state failed, error text, traceback artifact) and the sweep goes on. Ray must be
+    initialised.
+
+    Raises:
+        StoreError: another live driver runs this sweep.
     """
     emit = on_event or (lambda *_: None)
+    me = driver_id()
+    store.claim_sweep(sweep_id, me, stale_after_s=STALE_AFTER_S)
+    try:
+        return _run_claimed(store, tracker, spec, sweep_id, parent_run, paths, emit, states, me)
+    finally:
+        store.release_sweep(sweep_id, me)
+
+
+def _run_claimed(
+    store: ResultsStore,
+    tracker: Tracker,
+    spec: SweepSpec,
+    sweep_id: int,
+    parent_run: str,
+    paths: RunPaths,
+    emit: Events,
+    states: set[str] | None,
+    me: str,
+) -> SubmitSummary:
     store.reset_stale_running(sweep_id)
     all_trials = store.trials(sweep_id)
-    todo = [t for t in all_trials if t.state != TrialState.COMPLETED]
+    todo = [
+        t
+        for t in all_trials
+        if t.state != TrialState.COMPLETED and (states is None or t.state in states)
+    ]
     summary = SubmitSummary(
         total=len(all_trials), skipped=len(all_trials) - len(todo), completed=0, failed=0
     )
@@ -109,13 +149,22 @@ def run_trials(
     limit = in_flight_limit(spec)
     pending = list(todo)
     running: dict[ray.ObjectRef, tuple[TrialInfo, str, float]] = {}
+    beat = time.monotonic()
     while pending or running:
         while pending and len(running) < limit:
             trial = pending.pop(0)
             ref, run_id = start_trial(store, tracker, remote, spec, trial, parent_run, paths)
             running[ref] = (trial, run_id, time.perf_counter())
             emit("started", trial, None)
-        done, _ = ray.wait(list(running), num_returns=1)
+        done, _ = ray.wait(list(running), num_returns=1, timeout=HEARTBEAT_S)
+        if time.monotonic() - beat >= HEARTBEAT_S or not done:
+            beat = time.monotonic()
+            if store.heartbeat(sweep_id, me):
+                _cancel_running(store, tracker, running, emit, summary)
+                summary.cancelled += len(pending)
+                break
+        if not done:
+            continue
         trial, run_id, t0 = running.pop(done[0])
         outcome = finish_trial(store, tracker, trial, run_id, done[0], time.perf_counter() - t0)
         if outcome.ok:
@@ -125,6 +174,23 @@ def run_trials(
             summary.failed += 1
             emit("failed", trial, {"error": 0.0})
     return summary
+
+
+def _cancel_running(
+    store: ResultsStore,
+    tracker: Tracker,
+    running: dict[ray.ObjectRef, tuple[TrialInfo, str, float]],
+    emit: Events,
+    summary: SubmitSummary,
+) -> None:
+    """Stop every running trial's task and record it cancelled (SQL and MLflow)."""
+    for ref, (trial, run_id, _t0) in running.items():
+        ray.cancel(ref, force=True)
+        store.mark_cancelled(trial.id)
+        tracker.set_state(run_id, TrialState.CANCELLED, "cancelled by the user")
+        summary.cancelled += 1
+        emit("cancelled", trial, None)
+    running.clear()
 
 
 def task_options(spec: SweepSpec, *, hold_gpus: bool = True) -> dict[str, Any]:

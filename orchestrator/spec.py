@@ -39,10 +39,12 @@ from pydantic import (
 
 from orchestrator.errors import SpecError
 from workloads.config import DecodeBenchConfig, DraftTrainConfig, Resources
+from workloads.sleep import SleepConfig
 
 WORKLOADS: dict[str, type[BaseModel]] = {
     "draft_train": DraftTrainConfig,
     "decode_bench": DecodeBenchConfig,
+    "sleep": SleepConfig,
 }
 """workload name -> its trial config model"""
 
@@ -157,8 +159,8 @@ class SweepSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """sweep name, the key of the sweep in the results DB and MLflow"""
-    workload: Literal["draft_train", "decode_bench"] = "draft_train"
-    """what each trial runs"""
+    workload: Literal["draft_train", "decode_bench", "sleep"] = "draft_train"
+    """what each trial runs (``sleep``: a diagnostic workload for tests, no model)"""
     description: str = ""
     """free text shown in the dashboard"""
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
@@ -393,6 +395,16 @@ def load_spec(path: Path) -> SweepSpec:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read it as UTF-8 text ({e})") from None
+    return parse_spec(text, path)
+
+
+def parse_spec(text: str, path: Path) -> SweepSpec:
+    """Validate the sweep YAML ``text`` as :func:`load_spec` does; ``path`` names it in errors
+    (e.g. the spec stored in the results DB, re-read by ``orchestrator retry``).
+
+    Raises:
+        SpecError: as :func:`load_spec`.
+    """
     root = _compose(path, text)
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
+import socket
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,6 +63,7 @@ __all__ = [
     "SweepInfo",
     "TrialInfo",
     "TrialState",
+    "driver_id",
     "mask_url",
     "normalize_db_url",
 ]
@@ -492,6 +495,115 @@ class ResultsStore:
             rows = s.scalars(select(SweepRow).order_by(SweepRow.created_at, SweepRow.id)).all()
             return [_sweep_info(r) for r in rows]
 
+    # -- the driver's lease and cancel requests ---------------------------------------------
+
+    def claim_sweep(self, sweep_id: int, driver: str, *, stale_after_s: float) -> None:
+        """Make ``driver`` (``host:pid``) the one process running the sweep, and clear any
+        cancel request.
+
+        The sweep is free when no driver holds it, when its holder's heartbeat is older than
+        ``stale_after_s``, or when the holder ran on this host and its process is gone (a
+        driver killed with ``kill -9``).
+
+        Raises:
+            StoreError: another driver holds the sweep and is alive; the message says which.
+        """
+        now = _now()
+        with self._session() as s:
+            row = s.get(SweepRow, sweep_id)
+            if row is None:
+                raise StoreError(f"no sweep with id {sweep_id} in {self._url_text}")
+            holder, beat = row.driver, _utc(row.heartbeat_at)
+            age = (now - beat).total_seconds() if beat is not None else math.inf
+            if holder and holder != driver and age < stale_after_s and _driver_alive(holder):
+                raise StoreError(
+                    f"sweep {row.name!r} is being run by driver {holder} (last heartbeat "
+                    f"{age:.0f} s ago). Wait for it, stop it with `orchestrator cancel "
+                    f"{row.name}`, or, if that process is gone, submit again after "
+                    f"{stale_after_s:.0f} s"
+                )
+            result = s.execute(
+                update(SweepRow)
+                .where(SweepRow.id == sweep_id, _same_holder(holder))
+                .values(driver=driver, heartbeat_at=now, cancel_requested_at=None)
+            )
+            if result.rowcount == 0:  # type: ignore[attr-defined]
+                raise StoreError(
+                    f"sweep {row.name!r} was claimed by another driver just now; try again"
+                )
+
+    def heartbeat(self, sweep_id: int, driver: str) -> bool:
+        """Renew ``driver``'s lease on the sweep; return True when a cancel was requested.
+
+        Raises:
+            StoreError: the lease was taken over by another driver.
+        """
+        with self._session() as s:
+            s.execute(
+                update(SweepRow)
+                .where(SweepRow.id == sweep_id, SweepRow.driver == driver)
+                .values(heartbeat_at=_now())
+            )
+            row = s.get(SweepRow, sweep_id)
+            if row is None or row.driver != driver:
+                raise StoreError(f"driver {driver} lost its lease on sweep id {sweep_id}")
+            return row.cancel_requested_at is not None
+
+    def release_sweep(self, sweep_id: int, driver: str) -> None:
+        """End ``driver``'s lease (a finished or stopped submit)."""
+        with self._session() as s:
+            s.execute(
+                update(SweepRow)
+                .where(SweepRow.id == sweep_id, SweepRow.driver == driver)
+                .values(driver=None, heartbeat_at=None)
+            )
+
+    def request_cancel(self, sweep_id: int, *, stale_after_s: float) -> tuple[int, int, bool]:
+        """Ask the sweep's driver to stop: pending trials become cancelled at once; running
+        ones are cancelled by the driver at its next heartbeat, or here when no live driver
+        holds the sweep (it crashed).
+
+        Returns:
+            ``(pending cancelled, running cancelled here, a live driver was told)``.
+        """
+        now = _now()
+        with self._session() as s:
+            row = s.get(SweepRow, sweep_id)
+            if row is None:
+                raise StoreError(f"no sweep with id {sweep_id} in {self._url_text}")
+            beat = _utc(row.heartbeat_at)
+            live = bool(
+                row.driver
+                and beat is not None
+                and (now - beat).total_seconds() < stale_after_s
+                and _driver_alive(row.driver)
+            )
+            s.execute(
+                update(SweepRow).where(SweepRow.id == sweep_id).values(cancel_requested_at=now)
+            )
+            states = [TrialState.PENDING.value] + ([] if live else [TrialState.RUNNING.value])
+            counts = []
+            for state in states:
+                result = s.execute(
+                    update(TrialRow)
+                    .where(TrialRow.sweep_id == sweep_id, TrialRow.state == state)
+                    .values(state=TrialState.CANCELLED.value, finished_at=now)
+                )
+                counts.append(int(result.rowcount))  # type: ignore[attr-defined]
+            return counts[0], counts[1] if len(counts) > 1 else 0, live
+
+    def reset_trials(self, sweep_id: int, states: set[str]) -> int:
+        """Turn the sweep's trials in ``states`` (e.g. failed, cancelled) back into pending;
+        return how many. Their attempts, MLflow run and metrics are kept."""
+        wanted = sorted(TrialState(x).value for x in states)
+        with self._session() as s:
+            result = s.execute(
+                update(TrialRow)
+                .where(TrialRow.sweep_id == sweep_id, TrialRow.state.in_(wanted))
+                .values(state=TrialState.PENDING.value)
+            )
+            return int(result.rowcount)  # type: ignore[attr-defined]
+
     # -- trials ------------------------------------------------------------------------------
 
     def add_trials(
@@ -753,6 +865,29 @@ class ResultsStore:
             s.execute(delete(TrialRow).where(TrialRow.sweep_id == sweep_id))
             s.execute(delete(FitRow).where(FitRow.sweep_id == sweep_id))
             s.execute(delete(SweepRow).where(SweepRow.id == sweep_id))
+
+
+def driver_id() -> str:
+    """This process as a sweep driver: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _driver_alive(driver: str) -> bool:
+    """False only when ``driver`` ran on this host and its process is gone."""
+    host, _, pid = driver.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine: only its heartbeat can tell
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def _same_holder(holder: str | None) -> Any:
+    return SweepRow.driver.is_(None) if holder is None else SweepRow.driver == holder
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

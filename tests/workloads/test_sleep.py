@@ -1,0 +1,35 @@
+"""The diagnostic ``sleep`` workload: what it reports and how it fails."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from workloads.sleep import SleepConfig, run
+
+
+def test_reports_its_sleep_and_counts_attempts(tmp_path: Path) -> None:
+    cfg = SleepConfig(seconds=0.3, value=math.inf)
+    first = run(cfg, out_dir=tmp_path)
+    second = run(cfg, out_dir=tmp_path)
+    assert 0.3 <= first.metrics["sleep.seconds"] < 2.0
+    assert first.metrics["value"] == math.inf
+    assert (first.metrics["sleep.attempt"], second.metrics["sleep.attempt"]) == (1.0, 2.0)
+    assert len(first.series["ticks"]) == 3
+    assert first.series["ticks"] == sorted(first.series["ticks"])
+    lines = [json.loads(x) for x in (tmp_path / "attempts.jsonl").read_text().splitlines()]
+    assert [x["attempt"] for x in lines] == [1, 2]
+    assert lines[0]["node_id"] is None  # outside Ray
+
+
+def test_fail_error_raises_after_the_sleep(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="on purpose"):
+        run(SleepConfig(seconds=0, fail="error"), out_dir=tmp_path)
+
+
+def test_config_refuses_negative_seconds() -> None:
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        SleepConfig(seconds=-1)
