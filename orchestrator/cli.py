@@ -133,11 +133,20 @@ def submit(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="validate and list the trials; run and write nothing")
     ] = False,
+    ray_job: Annotated[
+        bool,
+        typer.Option(
+            "--ray-job",
+            help="run this driver as a Ray Job on the cluster whose job server is --address "
+            "(e.g. http://head:8265); prints the job id and returns",
+        ),
+    ] = False,
 ) -> None:
     """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
 
     Resubmitting the same spec skips completed trials and reruns the rest. A spec with a
     ``search:`` block runs an Optuna study instead of a grid and resumes it when resubmitted.
+    One driver runs a sweep at a time; `orchestrator cancel` stops it.
     """
     _env()
     from orchestrator.grid import expand
@@ -160,6 +169,24 @@ def submit(
             f"{n} trials; resources per trial: "
             f"{sweep.resources.model_dump()}. Nothing was run or written."
         )
+        return
+    if ray_job:
+        from orchestrator.ray_job import submit_job
+
+        if not address:
+            raise OrchestratorError("--ray-job needs --address http://<head>:8265 (the job server)")
+        job_id = submit_job(
+            address,
+            spec,
+            run_root=run_root,
+            db_url=db_url,
+            tracking_uri=tracking_uri,
+            cache_dir=cache_dir,
+            working_dir=Path.cwd(),
+        )
+        out.print(f"submitted Ray job {job_id} on {address}")
+        out.print(f"follow it: ray job logs --address {address} --follow {job_id}")
+        print(job_id)
         return
     from orchestrator import runner
 
@@ -354,6 +381,12 @@ def _run_with_progress(
                 m = sweep.search.metric
                 value = (metrics or {}).get(m, float("nan"))
                 bar.console.print(f"  {event:<9} {trial.key} {point} {m}={value:.4g}")
+            elif event == "completed" and metrics and sweep.workload == "sleep":
+                bar.console.print(
+                    f"  completed {trial.key} {point} "
+                    f"sleep.seconds={metrics.get('sleep.seconds', float('nan')):.2f} "
+                    f"attempt={int(metrics.get('sleep.attempt', 0))}"
+                )
             elif event == "completed" and metrics:
                 nan = float("nan")
                 speed = (
@@ -590,9 +623,7 @@ def cancel(
     run_root = run_root.resolve()
     store = _store(run_root, db_url, must_exist=True)
     info = _find_sweep(store, sweep)
-    n_pending, n_running, live = store.request_cancel(
-        info.id, stale_after_s=runner.STALE_AFTER_S
-    )
+    n_pending, n_running, live = store.request_cancel(info.id, stale_after_s=runner.STALE_AFTER_S)
     out.print(f"sweep {sweep}: {n_pending} pending trials cancelled.")
     if live:
         out.print("the running driver was asked to stop its trials; waiting for it ...")
