@@ -20,10 +20,11 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import (
@@ -154,8 +155,9 @@ class Tracker:
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self._masked = mask_url(tracking_uri)
-        self._client = self._make_client()
-        self.experiment_id = _experiment_id or self._get_or_create_experiment()
+        with self._first_start_lock():
+            self._client = self._make_client()
+            self.experiment_id = _experiment_id or self._get_or_create_experiment()
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as (uri, experiment, experiment id): a worker rebuilds its own client."""
@@ -168,6 +170,19 @@ class Tracker:
         """Nothing to release (each call is a request); present for the metric-sink interface."""
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _first_start_lock(self) -> AbstractContextManager[object]:
+        """On a SQLite backend, a file lock next to the database: MLflow builds its schema on
+        first use, and two processes doing that at once fail in its Alembic migrations
+        ("Online migration expected to match one row"). Servers serialise this themselves."""
+        if not self.tracking_uri.startswith("sqlite:"):
+            return nullcontext()
+        database = make_url(self.tracking_uri).database
+        if not database or database == ":memory:":
+            return nullcontext()
+        path = Path(database).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(f"{path}.init.lock", timeout=300)
 
     def _make_client(self) -> MlflowClient:
         if self.tracking_uri.startswith("sqlite:"):
