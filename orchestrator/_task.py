@@ -47,8 +47,9 @@ def run_trial(
 ) -> TaskOutcome:
     """Run one trial and log it to its MLflow child run; never raises for a trial error.
 
-    A Python error inside the workload is returned as a failed outcome (recorded, not retried);
-    a dying worker or node surfaces in the driver as a Ray error and is retried by Ray.
+    A Python error inside the workload is returned as a failed outcome (recorded, not retried)
+    unless ``resources["retry_exceptions"]``: then it is raised for Ray to retry, and the driver
+    records the last attempt's error. A dying worker or node is retried by Ray.
     ``resources`` (the spec's, as JSON) are shared by a draft_train trial's training workers.
     """
     import torch
@@ -99,6 +100,8 @@ def run_trial(
             tracker.log_artifact(run_id, tb_path)
         except Exception:  # noqa: BLE001 - MLflow trouble must not hide the trial's error
             log.warning("could not upload the traceback to MLflow", exc_info=True)
+        if (resources or {}).get("retry_exceptions"):
+            raise  # Ray retries the task (resources.retry_exceptions, up to max_retries)
         return TaskOutcome(ok=False, error=f"{type(exc).__name__}: {exc}", traceback=tb)
     tracker.log_metrics(run_id, result.metrics)
     for name, values in result.series.items():

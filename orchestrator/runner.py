@@ -204,7 +204,7 @@ def task_options(spec: SweepSpec, *, hold_gpus: bool = True) -> dict[str, Any]:
         "num_cpus": r.num_cpus,
         "num_gpus": r.num_gpus if hold_gpus else 0,
         "max_retries": r.max_retries,
-        "retry_exceptions": False,
+        "retry_exceptions": r.retry_exceptions,
         "memory": int(r.memory_gb * 2**30) if r.memory_gb else None,
     }
 
@@ -328,6 +328,9 @@ def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
         return
     if not address:
         ray.init(
+            # "local": always a new Ray; None would attach to the last cluster started on this
+            # machine (/tmp/ray/ray_current_cluster), even a test cluster that is gone
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

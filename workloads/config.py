@@ -208,6 +208,9 @@ class Resources(_Frozen):
     """memory reserved per trial, GiB (None: not reserved)"""
     max_retries: int = Field(default=0, ge=0)
     """Ray retries when a worker or node dies"""
+    retry_exceptions: bool = False
+    """also retry a trial whose workload raised (up to max_retries); off: a Python error is
+    deterministic, so it is recorded as failed at once"""
 
 
 class DraftTrainConfig(_Frozen):

@@ -238,3 +238,16 @@ def test_kill_9_of_the_driver_then_submit_loses_and_duplicates_nothing(
     assert len({c["tags"]["specscale.trial_key"] for c in children}) == len(values)
     assert {c["status"] for c in children} == {"FINISHED"}
     assert {c["metrics"]["value"] for c in children} == {float(v) for v in values}
+
+
+def test_python_errors_are_retried_only_when_asked(tmp_path: Path) -> None:
+    run_root = tmp_path / "run"
+    body = (
+        "grid: {value: [1]}\nbase: {seconds: 0, fail: error}\n"
+        "resources: {num_cpus: 1, max_retries: 2, retry_exceptions: true}\n"
+    )
+    res = cli("submit", str(spec(tmp_path, "asked", body)), "--run-root", str(run_root))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    (trial,) = trials(run_root, "asked").values()
+    assert trial.state == "failed" and "sleep trial failed on purpose" in (trial.error or "")
+    assert [a["attempt"] for a in attempts_logged(run_root, "asked", trial.key)] == [1, 2, 3]
