@@ -19,19 +19,21 @@ and read back as NaN.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
 import re
 import socket
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import pandas as pd
 from sqlalchemy import (
@@ -52,7 +54,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from orchestrator import migrate
@@ -314,6 +316,42 @@ def _chunks(
 # ---------------------------------------------------------------------------------------------
 
 
+RECONNECT_S = 120.0
+"""how long a store call keeps retrying while the database is unreachable (e.g. a PostgreSQL
+restart) before it raises, s"""
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _reconnecting(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Retry a store call whose connection failed (``OperationalError``: server restarted or
+    unreachable, SQLite busy past its timeout) with backoff for up to :data:`RECONNECT_S`.
+
+    Every wrapped call is one transaction that is safe to repeat: inserts skip or update what
+    exists, updates set values (``mark_running`` adds 1 to ``attempts``: a retry after a commit
+    whose reply was lost can count one attempt twice).
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        deadline = time.monotonic() + RECONNECT_S
+        delay = 0.5
+        while True:
+            try:
+                return method(*args, **kwargs)
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, OperationalError):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s; retrying in %.1f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    return wrapper
+
+
 class ResultsStore:
     """SQL results store of sweeps, trials, metrics and fits (SQLite or PostgreSQL).
 
@@ -435,6 +473,7 @@ class ResultsStore:
         module = sqlite_dialect if self._dialect == "sqlite" else pg_dialect
         return module.insert(table)
 
+    @_reconnecting
     def _update_trial(self, trial_id: int, **values: Any) -> None:
         with self._session() as s:
             result = s.execute(update(TrialRow).where(TrialRow.id == trial_id).values(**values))
@@ -443,6 +482,7 @@ class ResultsStore:
 
     # -- sweeps ------------------------------------------------------------------------------
 
+    @_reconnecting
     def upsert_sweep(self, name: str, workload: str, spec_yaml: str, spec_path: str) -> int:
         """Create the sweep ``name`` or update its spec; return its id (stable across calls).
 
@@ -470,6 +510,7 @@ class ResultsStore:
         with self._session() as s:
             return int(s.execute(stmt).scalar_one())
 
+    @_reconnecting
     def set_sweep_mlflow_run(self, sweep_id: int, run_id: str | None) -> None:
         """Record the MLflow parent run id of a sweep.
 
@@ -483,12 +524,14 @@ class ResultsStore:
             if result.rowcount == 0:  # type: ignore[attr-defined]
                 raise StoreError(f"no sweep with id {sweep_id} in {self._url_text}")
 
+    @_reconnecting
     def get_sweep(self, name: str) -> SweepInfo | None:
         """Return the sweep called ``name``, or None."""
         with self._session() as s:
             row = s.scalars(select(SweepRow).where(SweepRow.name == name)).one_or_none()
             return None if row is None else _sweep_info(row)
 
+    @_reconnecting
     def list_sweeps(self) -> list[SweepInfo]:
         """Return all sweeps, oldest first."""
         with self._session() as s:
@@ -497,6 +540,7 @@ class ResultsStore:
 
     # -- the driver's lease and cancel requests ---------------------------------------------
 
+    @_reconnecting
     def claim_sweep(self, sweep_id: int, driver: str, *, stale_after_s: float) -> None:
         """Make ``driver`` (``host:pid``) the one process running the sweep, and clear any
         cancel request.
@@ -532,6 +576,7 @@ class ResultsStore:
                     f"sweep {row.name!r} was claimed by another driver just now; try again"
                 )
 
+    @_reconnecting
     def heartbeat(self, sweep_id: int, driver: str) -> bool:
         """Renew ``driver``'s lease on the sweep; return True when a cancel was requested.
 
@@ -549,6 +594,7 @@ class ResultsStore:
                 raise StoreError(f"driver {driver} lost its lease on sweep id {sweep_id}")
             return row.cancel_requested_at is not None
 
+    @_reconnecting
     def release_sweep(self, sweep_id: int, driver: str) -> None:
         """End ``driver``'s lease (a finished or stopped submit)."""
         with self._session() as s:
@@ -558,6 +604,7 @@ class ResultsStore:
                 .values(driver=None, heartbeat_at=None)
             )
 
+    @_reconnecting
     def request_cancel(self, sweep_id: int, *, stale_after_s: float) -> tuple[int, int, bool]:
         """Ask the sweep's driver to stop: pending trials become cancelled at once; running
         ones are cancelled by the driver at its next heartbeat, or here when no live driver
@@ -592,6 +639,7 @@ class ResultsStore:
                 counts.append(int(result.rowcount))  # type: ignore[attr-defined]
             return counts[0], counts[1] if len(counts) > 1 else 0, live
 
+    @_reconnecting
     def reset_trials(self, sweep_id: int, states: set[str]) -> int:
         """Turn the sweep's trials in ``states`` (e.g. failed, cancelled) back into pending;
         return how many. Their attempts, MLflow run and metrics are kept."""
@@ -606,6 +654,7 @@ class ResultsStore:
 
     # -- trials ------------------------------------------------------------------------------
 
+    @_reconnecting
     def add_trials(
         self, sweep_id: int, trials: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]
     ) -> int:
@@ -642,6 +691,7 @@ class ResultsStore:
                 inserted += len(s.execute(stmt).all())
         return inserted
 
+    @_reconnecting
     def trials(self, sweep_id: int, states: set[str] | None = None) -> list[TrialInfo]:
         """Return the trials of a sweep in insertion order, optionally only those in ``states``.
 
@@ -692,6 +742,7 @@ class ResultsStore:
         """Mark a trial cancelled (by the user or because the sweep was stopped)."""
         self._update_trial(trial_id, state=TrialState.CANCELLED.value, finished_at=_now())
 
+    @_reconnecting
     def reset_stale_running(self, sweep_id: int) -> int:
         """Turn the sweep's ``running`` trials back into ``pending``; return how many.
 
@@ -727,6 +778,7 @@ class ResultsStore:
             [self._metric_row(trial_id, name, v, step) for step, v in enumerate(values)]
         )
 
+    @_reconnecting
     def metric_series(self, trial_id: int, name: str) -> list[float]:
         """Return metric ``name`` of a trial ordered by step (all steps)."""
         stmt = (
@@ -752,6 +804,7 @@ class ResultsStore:
             "nonfinite": nonfinite,
         }
 
+    @_reconnecting
     def _upsert_metrics(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
@@ -764,6 +817,7 @@ class ResultsStore:
                 )
                 s.execute(stmt)
 
+    @_reconnecting
     def metrics_frame(self, sweep_id: int) -> pd.DataFrame:
         """One row per trial of the sweep (any state), wide: the analysis input table.
 
@@ -809,6 +863,7 @@ class ResultsStore:
 
     # -- fits --------------------------------------------------------------------------------
 
+    @_reconnecting
     def save_fit(self, sweep_id: int, fit: Mapping[str, Any]) -> None:
         """Store one law fit, replacing the sweep's previous fit of the same ``law``.
 
@@ -839,6 +894,7 @@ class ResultsStore:
         with self._session() as s:
             s.execute(stmt)
 
+    @_reconnecting
     def fits(self, sweep_id: int) -> list[dict[str, Any]]:
         """Return the sweep's fits ordered by law: the ``save_fit`` keys plus ``created_at``."""
         with self._session() as s:
@@ -857,6 +913,7 @@ class ResultsStore:
                 out.append(item)
             return out
 
+    @_reconnecting
     def delete_sweep(self, sweep_id: int) -> None:
         """Delete a sweep with its trials, metrics and fits."""
         with self._session() as s:

@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.store import ResultsStore, TrialInfo
 from orchestrator.tracking import Tracker, default_tracking_uri
+from tests.orchestrator.pg import own_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -251,3 +252,48 @@ def test_python_errors_are_retried_only_when_asked(tmp_path: Path) -> None:
     (trial,) = trials(run_root, "asked").values()
     assert trial.state == "failed" and "sleep trial failed on purpose" in (trial.error or "")
     assert [a["attempt"] for a in attempts_logged(run_root, "asked", trial.key)] == [1, 2, 3]
+
+
+@pytest.mark.postgres
+def test_a_postgresql_restart_during_a_sweep_loses_nothing(tmp_path: Path) -> None:
+    values = [1, 2, 3, 4, 5, 6]
+    path = spec(
+        tmp_path,
+        "restart",
+        f"grid: {{value: {values}}}\nbase: {{seconds: 4}}\nresources: {{num_cpus: 1}}\n",
+    )
+    with own_server() as server:
+        driver = start("submit", str(path), "--run-root", str(tmp_path / "run"),
+                       "--db-url", server.url)  # fmt: skip
+
+        def states() -> list[str]:
+            store = ResultsStore(server.url)
+            try:
+                info = store.get_sweep("restart")
+                assert info is not None
+                return [t.state for t in store.trials(info.id)]
+            finally:
+                store.close()
+
+        try:
+            wait_for(lambda: "completed" in states() and "running" in states(), 240, "progress")
+            server.stop()
+            time.sleep(8)  # the driver's heartbeat and a trial's end meet a dead server
+            server.start()
+            out, _ = driver.communicate(timeout=300)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+        assert driver.returncode == 0, out[-3000:]
+        assert "6 completed, 0 already completed (skipped), 0 failed" in out
+        assert "retrying" in out  # it did meet the restart
+        store = ResultsStore(server.url)
+        info = store.get_sweep("restart")
+        assert info is not None
+        trials_ = store.trials(info.id)
+        assert sorted(t.overrides["value"] for t in trials_) == values
+        assert {(t.state, t.attempts) for t in trials_} == {("completed", 1)}
+        frame = store.metrics_frame(info.id)
+        assert sorted(frame["metric.value"]) == [float(v) for v in values]
+        store.close()
