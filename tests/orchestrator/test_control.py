@@ -297,3 +297,53 @@ def test_a_postgresql_restart_during_a_sweep_loses_nothing(tmp_path: Path) -> No
         frame = store.metrics_frame(info.id)
         assert sorted(frame["metric.value"]) == [float(v) for v in values]
         store.close()
+
+
+@pytest.mark.slow
+def test_kill_9_during_the_smoke_sweep_then_submit(
+    tmp_path: Path, cache_dir: Path, reaper: list[int]
+) -> None:
+    """The same crash on the real workload (target, training, evaluation): ~5 min."""
+    run_root = tmp_path / "run"
+    smoke = ROOT / "sweeps" / "smoke-tokens.yaml"
+    args = ("submit", str(smoke), "--run-root", str(run_root), "--cache-dir", str(cache_dir))
+    driver = start(*args)
+
+    def done_and_running() -> bool:
+        states = [x.state for x in trials_by_key(run_root, "smoke-tokens").values()]
+        return "completed" in states and "running" in states
+
+    try:
+        wait_for(done_and_running, 900, "a completed and a running smoke trial")
+        reaper.extend(p.pid for p in psutil.Process(driver.pid).children(recursive=True))
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    before = trials_by_key(run_root, "smoke-tokens")
+    kept = {k for k, x in before.items() if x.state == "completed"}
+    res = cli(*args, timeout=1200)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"{len(kept)} already completed (skipped)" in res.stdout
+    after = trials_by_key(run_root, "smoke-tokens")
+    assert len(after) == 4 and {x.state for x in after.values()} == {"completed"}
+    assert all(after[k].attempts == 1 for k in kept)
+    store = ResultsStore.sqlite_under(run_root)
+    info = store.get_sweep("smoke-tokens")
+    assert info is not None and info.mlflow_run_id
+    frame = store.metrics_frame(info.id)
+    assert frame["acceptance_length"].notna().all() and (frame["mismatches"] == 0).all()
+    children = Tracker(default_tracking_uri(run_root)).child_runs(info.mlflow_run_id)
+    assert len(children) == 4 and {c["status"] for c in children} == {"FINISHED"}
+
+
+def trials_by_key(run_root: Path, name: str) -> dict[str, TrialInfo]:
+    store = ResultsStore.sqlite_under(run_root)
+    try:
+        info = store.get_sweep(name)
+        assert info is not None
+        return {t.key: t for t in store.trials(info.id)}
+    finally:
+        store.close()
