@@ -293,15 +293,17 @@ def _finish_search(
     rep = report.fit_sweep(
         store, sweep_id, sweep.name, paths.dashboard(sweep.name), tracker, parent
     )
-    ok = summary.failed == 0 and summary.error is None
+    ok = summary.failed == 0 and summary.error is None and summary.cancelled == 0
     tracker.set_state(
         parent,
-        "completed" if ok else "failed",
-        summary.error or (None if ok else f"{summary.failed} trials failed"),
+        "completed" if ok else ("cancelled" if summary.cancelled else "failed"),
+        summary.error
+        or (None if ok else f"{summary.failed} trials failed, {summary.cancelled} cancelled"),
     )
     out.print(
-        f"{summary.completed} completed, {summary.failed} failed, {summary.reused} reused from "
-        f"the store (not rerun); {summary.counted}/{summary.n_trials} trials finished in the study."
+        f"{summary.completed} completed, {summary.failed} failed, {summary.cancelled} cancelled, "
+        f"{summary.reused} reused from the store (not rerun); {summary.counted}/"
+        f"{summary.n_trials} trials finished in the study."
     )
     _print_best(sweep.search.metric, summary.best)
     out.print(f"dashboard: {rep.dashboard}")

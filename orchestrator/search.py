@@ -44,7 +44,14 @@ from orchestrator import runner
 from orchestrator.errors import OrchestratorError, StoreError
 from orchestrator.grid import trial_key
 from orchestrator.spec import SearchSpec, SweepSpec, merge_overrides
-from orchestrator.store import ResultsStore, TrialInfo, TrialState, mask_url, normalize_db_url
+from orchestrator.store import (
+    ResultsStore,
+    TrialInfo,
+    TrialState,
+    driver_id,
+    mask_url,
+    normalize_db_url,
+)
 from orchestrator.tracking import Tracker
 
 __all__ = [
@@ -98,6 +105,7 @@ class SearchSummary:
     counted: int = 0
     best: Best | None = None
     error: str | None = None
+    cancelled: int = 0
 
 
 @dataclass
@@ -300,12 +308,35 @@ def run_search(
     At most as many trials run at once as the Ray cluster has room for (as :func:`run_trials`).
     Ray must be initialised and ``study`` opened by :func:`open_study`.
 
+    The driver holds the sweep's lease as :func:`orchestrator.runner.run_trials` does; a cancel
+    request stops the running trials (their Optuna trials are void, so a resubmit asks again).
+
     Raises:
-        StoreError, TrackingError: the DB or MLflow failed.
+        StoreError, TrackingError: the DB or MLflow failed, or another driver runs the sweep.
     """
+    me = driver_id()
+    store.claim_sweep(sweep_id, me, stale_after_s=runner.STALE_AFTER_S)
+    try:
+        return _run_claimed(store, tracker, spec, sweep_id, parent_run, paths, study, on_event, me)
+    finally:
+        store.release_sweep(sweep_id, me)
+
+
+def _run_claimed(
+    store: ResultsStore,
+    tracker: Tracker,
+    spec: SweepSpec,
+    sweep_id: int,
+    parent_run: str,
+    paths: runner.RunPaths,
+    study: optuna.Study,
+    on_event: runner.Events | None,
+    me: str,
+) -> SearchSummary:
     search = spec.search
     assert search is not None, "run_search needs a spec with a search block"
     emit = on_event or (lambda *_: None)
+    beat = time.monotonic()
     store.reset_stale_running(sweep_id)
     space = distributions(search)
     seed = spec.seeds[0]
@@ -391,7 +422,22 @@ def run_search(
         if not running:
             break
         # 6. one trial ended: record it, tell every Optuna trial waiting on it
-        done, _ = ray.wait(list(running), num_returns=1)
+        done, _ = ray.wait(list(running), num_returns=1, timeout=runner.HEARTBEAT_S)
+        if not done or time.monotonic() - beat >= runner.HEARTBEAT_S:
+            beat = time.monotonic()
+            if store.heartbeat(sweep_id, me):  # cancel requested
+                for ref, flight in running.items():
+                    ray.cancel(ref, force=True)
+                    store.mark_cancelled(flight.trial.id)
+                    tracker.set_state(flight.run_id, TrialState.CANCELLED, "cancelled by the user")
+                    for number in flight.numbers:
+                        fail(number, "cancelled by the user", void=True)
+                    summary.cancelled += 1
+                    emit("cancelled", flight.trial, None)
+                running.clear()
+                break
+        if not done:
+            continue
         flight = running.pop(done[0])
         del by_key[flight.trial.key]
         outcome = runner.finish_trial(
