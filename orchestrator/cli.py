@@ -498,6 +498,13 @@ def status(
     for t in store.trials(info.id):
         counts[t.state] = counts.get(t.state, 0) + 1
     out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    if info.driver and info.heartbeat_at:
+        from datetime import UTC, datetime
+
+        age = (datetime.now(UTC) - info.heartbeat_at).total_seconds()
+        out.print(f"driver {info.driver}, last heartbeat {age:.0f} s ago")
+    if info.cancel_requested_at:
+        out.print(f"cancel requested at {info.cancel_requested_at:%Y-%m-%d %H:%M:%S} UTC")
     if isinstance(searched, dict):
         import optuna
 

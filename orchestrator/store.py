@@ -207,6 +207,10 @@ class SweepInfo:
     created_at: datetime
     updated_at: datetime
     mlflow_run_id: str | None
+    driver: str | None = None
+    """``host:pid`` of the driver holding the sweep's lease, if any"""
+    heartbeat_at: datetime | None = None
+    cancel_requested_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -978,6 +982,9 @@ def _sweep_info(row: SweepRow) -> SweepInfo:
         created_at=created,
         updated_at=updated,
         mlflow_run_id=row.mlflow_run_id,
+        driver=row.driver,
+        heartbeat_at=_utc(row.heartbeat_at),
+        cancel_requested_at=_utc(row.cancel_requested_at),
     )
 
 

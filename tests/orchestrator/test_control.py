@@ -168,6 +168,8 @@ def test_cancel_stops_a_running_sweep_and_a_second_driver_is_refused(
         assert second.returncode == 2
         assert "is being run by driver" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1
+        shown = cli("status", "long", "--run-root", str(run_root), timeout=120)
+        assert f":{driver.pid}, last heartbeat" in shown.stdout
         t0 = time.monotonic()
         res = cli("cancel", "long", "--run-root", str(run_root), timeout=120)
         assert res.returncode == 0, res.stdout + res.stderr
