@@ -55,6 +55,16 @@ TrackingUri = Annotated[
     ),
 ]
 
+Address = Annotated[
+    str | None,
+    typer.Option(
+        "--address",
+        envvar="RAY_ADDRESS",
+        help="Ray cluster address, e.g. ray://head:10001 or head:6379 (default: a local Ray on "
+        "127.0.0.1); with --ray-job the job server, e.g. http://head:8265",
+    ),
+]
+
 
 def _one_line_errors(fn: F) -> F:
     @functools.wraps(fn)
@@ -113,14 +123,7 @@ def submit(
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
     tracking_uri: TrackingUri = None,
-    address: Annotated[
-        str | None,
-        typer.Option(
-            "--address",
-            envvar="RAY_ADDRESS",
-            help="Ray cluster address (default: a local Ray on 127.0.0.1)",
-        ),
-    ] = None,
+    address: Address = None,
     cache_dir: Annotated[
         Path | None,
         typer.Option(
@@ -564,10 +567,7 @@ def retry(
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
     tracking_uri: TrackingUri = None,
-    address: Annotated[
-        str | None,
-        typer.Option("--address", envvar="RAY_ADDRESS", help="Ray cluster address"),
-    ] = None,
+    address: Address = None,
 ) -> None:
     """Re-run SWEEP's failed (and/or cancelled) trials with the spec stored in the results DB.
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from orchestrator.store import ResultsStore
-from tests.orchestrator.test_control import ROOT, cli, spec, start, trials, wait_for
+from tests.orchestrator.test_control import ROOT, cli, running, spec, trials, wait_for
 
 
 def _free_port() -> int:
@@ -77,14 +77,14 @@ def test_trials_use_both_nodes_and_survive_a_node_removed_mid_trial(
     )
     head_id = cluster.head_node.node_id
     worker = next(iter(cluster.worker_nodes))
-    driver = start("submit", str(path), "--run-root", str(run_root), "--address", cluster.address)
-    try:
 
-        def on_both() -> bool:
-            running = [t for t in trials(run_root, "nodes").values() if t.state == "running"]
-            nodes = {n for t in running for n in _where(run_root, "nodes", t.key)}
-            return nodes == {head_id, worker.node_id}
+    def on_both() -> bool:
+        busy = [t for t in trials(run_root, "nodes").values() if t.state == "running"]
+        nodes = {n for t in busy for n in _where(run_root, "nodes", t.key)}
+        return nodes == {head_id, worker.node_id}
 
+    args = ("submit", str(path), "--run-root", str(run_root), "--address", cluster.address)
+    with running(*args) as driver:
         wait_for(on_both, 240, "two running trials, one on each node")
         victim = next(
             t.key
@@ -93,10 +93,6 @@ def test_trials_use_both_nodes_and_survive_a_node_removed_mid_trial(
         )
         cluster.remove_node(worker, allow_graceful=False)
         out, _ = driver.communicate(timeout=300)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
     assert driver.returncode == 0, out[-3000:]
     assert "4 completed, 0 already completed (skipped), 0 failed" in out
     done = trials(run_root, "nodes")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -49,17 +50,41 @@ def start(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def trials(run_root: Path, name: str) -> dict[str, TrialInfo]:
+def trials_by_key(run_root: Path, name: str) -> dict[str, TrialInfo]:
     store = ResultsStore.sqlite_under(run_root)
     try:
         info = store.get_sweep(name)
         assert info is not None
-        return {
-            str(t.overrides.get("variant", t.overrides.get("value"))): t
-            for t in store.trials(info.id)
-        }
+        return {t.key: t for t in store.trials(info.id)}
     finally:
         store.close()
+
+
+def trials(run_root: Path, name: str) -> dict[str, TrialInfo]:
+    """The sweep's trials by variant name, else by ``value``."""
+    return {
+        str(t.overrides.get("variant", t.overrides.get("value"))): t
+        for t in trials_by_key(run_root, name).values()
+    }
+
+
+@contextmanager
+def running(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """``orchestrator ARGS`` in the background; killed and reaped at the end if still running."""
+    proc = start(*args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def kill_9(proc: subprocess.Popen[str], reaper: list[int]) -> None:
+    """SIGKILL a driver; its local Ray processes, orphaned, go to ``reaper``."""
+    reaper.extend(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
 
 
 def wait_for(pred, timeout: float, what: str) -> None:  # noqa: ANN001 - a zero-arg predicate
@@ -156,8 +181,7 @@ def test_cancel_stops_a_running_sweep_and_a_second_driver_is_refused(
         "long",
         "grid: {value: [1, 2, 3, 4]}\nbase: {seconds: 120}\nresources: {num_cpus: 1}\n",
     )
-    driver = start("submit", str(path), "--run-root", str(run_root))
-    try:
+    with running("submit", str(path), "--run-root", str(run_root)) as driver:
         wait_for(
             lambda: sum(x.state == "running" for x in trials(run_root, "long").values()) == 2,
             180,
@@ -176,10 +200,6 @@ def test_cancel_stops_a_running_sweep_and_a_second_driver_is_refused(
         assert "2 pending trials cancelled" in res.stdout
         out, _ = driver.communicate(timeout=60)
         assert time.monotonic() - t0 < 60  # not the 120 s the trials would sleep
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
     assert driver.returncode == 0, out[-3000:]
     assert "0 completed, 0 already completed (skipped), 0 failed, 4 cancelled." in out, out[-3000:]
     t = trials(run_root, "long")
@@ -201,21 +221,14 @@ def test_kill_9_of_the_driver_then_submit_loses_and_duplicates_nothing(
         "crash",
         f"grid: {{value: {values}}}\nbase: {{seconds: 6}}\nresources: {{num_cpus: 1}}\n",
     )
-    driver = start("submit", str(path), "--run-root", str(run_root))
 
     def done_and_running() -> bool:
         states = [x.state for x in trials(run_root, "crash").values()]
         return states.count("completed") >= 2 and states.count("running") >= 1
 
-    try:
+    with running("submit", str(path), "--run-root", str(run_root)) as driver:
         wait_for(done_and_running, 240, "2 completed trials and 1 running")
-        reaper.extend(p.pid for p in psutil.Process(driver.pid).children(recursive=True))
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=30)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+        kill_9(driver, reaper)
     before = trials(run_root, "crash")
     kept = {k for k, x in before.items() if x.state == "completed"}
     interrupted = {k for k, x in before.items() if x.state == "running"}
@@ -265,8 +278,7 @@ def test_a_postgresql_restart_during_a_sweep_loses_nothing(tmp_path: Path) -> No
         f"grid: {{value: {values}}}\nbase: {{seconds: 4}}\nresources: {{num_cpus: 1}}\n",
     )
     with own_server() as server:
-        driver = start("submit", str(path), "--run-root", str(tmp_path / "run"),
-                       "--db-url", server.url)  # fmt: skip
+        args = ("submit", str(path), "--run-root", str(tmp_path / "run"), "--db-url", server.url)
 
         def states() -> list[str]:
             store = ResultsStore(server.url)
@@ -277,16 +289,12 @@ def test_a_postgresql_restart_during_a_sweep_loses_nothing(tmp_path: Path) -> No
             finally:
                 store.close()
 
-        try:
+        with running(*args) as driver:
             wait_for(lambda: "completed" in states() and "running" in states(), 240, "progress")
             server.stop()
             time.sleep(8)  # the driver's heartbeat and a trial's end meet a dead server
             server.start()
             out, _ = driver.communicate(timeout=300)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait()
         assert driver.returncode == 0, out[-3000:]
         assert "6 completed, 0 already completed (skipped), 0 failed" in out
         assert "retrying" in out  # it did meet the restart
@@ -309,21 +317,14 @@ def test_kill_9_during_the_smoke_sweep_then_submit(
     run_root = tmp_path / "run"
     smoke = ROOT / "sweeps" / "smoke-tokens.yaml"
     args = ("submit", str(smoke), "--run-root", str(run_root), "--cache-dir", str(cache_dir))
-    driver = start(*args)
 
     def done_and_running() -> bool:
         states = [x.state for x in trials_by_key(run_root, "smoke-tokens").values()]
         return "completed" in states and "running" in states
 
-    try:
+    with running(*args) as driver:
         wait_for(done_and_running, 900, "a completed and a running smoke trial")
-        reaper.extend(p.pid for p in psutil.Process(driver.pid).children(recursive=True))
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=30)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+        kill_9(driver, reaper)
     before = trials_by_key(run_root, "smoke-tokens")
     kept = {k for k, x in before.items() if x.state == "completed"}
     res = cli(*args, timeout=1200)
@@ -339,30 +340,3 @@ def test_kill_9_during_the_smoke_sweep_then_submit(
     assert frame["acceptance_length"].notna().all() and (frame["mismatches"] == 0).all()
     children = Tracker(default_tracking_uri(run_root)).child_runs(info.mlflow_run_id)
     assert len(children) == 4 and {c["status"] for c in children} == {"FINISHED"}
-
-
-def trials_by_key(run_root: Path, name: str) -> dict[str, TrialInfo]:
-    store = ResultsStore.sqlite_under(run_root)
-    try:
-        info = store.get_sweep(name)
-        assert info is not None
-        return {t.key: t for t in store.trials(info.id)}
-    finally:
-        store.close()
-
-
-def test_a_search_holds_the_lease_too(tmp_path: Path) -> None:
-    run_root = tmp_path / "run"
-    body = (
-        "search:\n  metric: value\n  n_trials: 3\n  sampler: random\n"
-        "  space: {value: {float: [0.0, 1.0]}}\nbase: {seconds: 0.1}\n"
-    )
-    res = cli("submit", str(spec(tmp_path, "study", body)), "--run-root", str(run_root))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "3 completed, 0 failed, 0 cancelled" in res.stdout
-    store = ResultsStore.sqlite_under(run_root)
-    info = store.get_sweep("study")
-    assert info is not None
-    assert len(store.trials(info.id, {"completed"})) == 3
-    res = cli("cancel", "study", "--run-root", str(run_root))  # nothing runs: nothing to stop
-    assert res.returncode == 0 and "no live driver" in res.stdout
