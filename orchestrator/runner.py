@@ -262,6 +262,9 @@ def init_ray(address: str | None, *, num_cpus: int | None = None) -> None:
         return
     if not address:
         ray.init(
+            # "local": always a new Ray; None would attach to the last cluster started on this
+            # machine (/tmp/ray/ray_current_cluster), even a test cluster that is gone
+            address="local",
             num_cpus=num_cpus,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

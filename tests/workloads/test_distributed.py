@@ -86,6 +86,7 @@ STAGES = [
 def local_ray():  # noqa: ANN201 - the ray module
     ray = pytest.importorskip("ray")
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
