@@ -12,11 +12,15 @@ command line. Ray docs: "Ray Jobs Quickstart", ``JobSubmissionClient.submit_job`
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
 
 __all__ = ["EXCLUDES", "submit_job"]
+
+AGENT_WAIT_S = 60.0
+"""how long to wait for a job server that answers "no available agent, try again later", s"""
 
 EXCLUDES = [".venv", ".git", "runs*", "**/__pycache__", "*.db", "mlruns", "cache"]
 """paths not uploaded with the working folder (besides .gitignore's)"""
@@ -76,21 +80,28 @@ def submit_job(
     env = {"SPECSCALE_DB_URL": db_url or "", "MLFLOW_TRACKING_URI": tracking_uri or ""}
     from ray.job_submission import JobSubmissionClient
 
-    try:
-        client = JobSubmissionClient(address)
-        return str(
-            client.submit_job(
-                entrypoint=shlex.join(args),
-                runtime_env={
-                    "working_dir": str(working_dir),
-                    "excludes": EXCLUDES,
-                    "env_vars": {k: v for k, v in env.items() if v},
-                },
-                metadata={"specscale.spec": str(rel_spec)},
+    runtime_env = {
+        "working_dir": str(working_dir),
+        "excludes": EXCLUDES,
+        "env_vars": {k: v for k, v in env.items() if v},
+    }
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            client = JobSubmissionClient(address)
+            return str(
+                client.submit_job(
+                    entrypoint=shlex.join(args),
+                    runtime_env=runtime_env,
+                    metadata={"specscale.spec": str(rel_spec)},
+                )
             )
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise OrchestratorError(
-            f"the Ray job server at {address} refused the job: {first}"
-        ) from None
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            text = str(exc).strip()
+            if "try again later" in text and time.monotonic() < deadline:
+                time.sleep(2.0)  # a job server that just started has no agent yet
+                continue
+            first = text.splitlines()[0] if text else type(exc).__name__
+            raise OrchestratorError(
+                f"the Ray job server at {address} refused the job: {first}"
+            ) from None
