@@ -15,10 +15,12 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.export_cmd import export
 from orchestrator.roofline_cmd import roofline
+from orchestrator.spec import MAX_TRIALS
 
 app = typer.Typer(
     add_completion=False,
@@ -72,7 +74,9 @@ def _one_line_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except (OrchestratorError, ValueError) as e:
-            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            # a Text, not markup: paths and values in the message are printed as they are
+            line = Text.assemble(("error:", "bold red"), f" {e}")
+            err.print(line, highlight=False, soft_wrap=True, emoji=False)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -144,29 +148,51 @@ def submit(
             "(e.g. http://head:8265); prints the job id and returns",
         ),
     ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help=f"run a grid of more than {MAX_TRIALS:,} trials"),
+    ] = False,
 ) -> None:
     """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
 
     Resubmitting the same spec skips completed trials and reruns the rest. A spec with a
     ``search:`` block runs an Optuna study instead of a grid and resumes it when resubmitted.
-    One driver runs a sweep at a time; `orchestrator cancel` stops it.
+    One driver runs a sweep at a time; `orchestrator cancel` stops it. A grid of more than
+    10,000 trials needs ``--yes``.
     """
     _env()
-    from orchestrator.grid import expand
+    from orchestrator.grid import count_trials, expand
     from orchestrator.spec import load_spec
 
     sweep = load_spec(spec)
+    n_grid = 0 if sweep.search else count_trials(sweep)
+    too_big = n_grid > MAX_TRIALS and not yes
+    if too_big and not dry_run:
+        raise SpecError(
+            f"{spec}: the grid expands to {n_grid:,} trials, more than {MAX_TRIALS:,}. Fix: pass "
+            "--yes to run them all, or shrink the grid (count it with --dry-run)"
+        )
+    if dry_run and too_big:  # counted, not expanded: listing that many helps nobody
+        out.print(
+            f"{n_grid:,} trials (not listed: more than {MAX_TRIALS:,}; a real submit needs "
+            f"--yes); resources per trial: {sweep.resources.model_dump()}. "
+            "Nothing was run or written."
+        )
+        return
     trials = [] if sweep.search else expand(sweep)
+    configs = [t.config for t in trials]
     if dry_run:
         if sweep.search:
             _print_space(sweep)
         else:
             _print_trials(sweep.name, [(t.key, "planned", t.overrides, None) for t in trials])
-        if sweep.workload == "decode_bench":
-            try:
-                _preflight_decode(spec, sweep, [t.config for t in trials], run_root.resolve())
-            except SpecError as exc:
-                out.print(f"[yellow]warning[/]: a real submit would stop here: {exc}")
+        try:
+            _preflight(spec, sweep, configs, run_root.resolve())
+        except SpecError as exc:
+            out.print(
+                Text.assemble(("warning", "yellow"), f": a real submit would stop here: {exc}"),
+                emoji=False,
+            )
         n = sweep.search.n_trials if sweep.search else len(trials)
         out.print(
             f"{n} trials; resources per trial: "
@@ -191,11 +217,13 @@ def submit(
         out.print(f"follow it: ray job logs --address {address} --follow {job_id}")
         print(job_id)
         return
-    from orchestrator import runner
-
     run_root = run_root.resolve()
-    if sweep.workload == "decode_bench":  # a missing draft fails here, before anything is written
-        _preflight_decode(spec, sweep, [t.config for t in trials], run_root)
+    _preflight(spec, sweep, configs, run_root)  # a missing target or draft stops here, unwritten
+    _check_folder("--run-root", run_root)
+    if cache_dir is not None:
+        _check_folder("--cache-dir", cache_dir)
+    from orchestrator import runner  # Ray and MLflow: imported once the input is valid
+
     paths = runner.RunPaths(
         run_root=run_root, cache_dir=(cache_dir or run_root / "cache").resolve()
     )
@@ -272,6 +300,53 @@ def _drive(
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
     out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+
+
+def _check_folder(flag: str, folder: Path) -> None:
+    """Refuse a folder that cannot be created: it, or the nearest existing folder above it, is a
+    file or is not writable."""
+    existing = next(p for p in (folder, *folder.resolve().parents) if p.exists())
+    if not existing.is_dir():
+        raise OrchestratorError(
+            f"{flag} {folder}: {existing} is a file, not a folder. Fix: give a folder (it is "
+            "created if missing)"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OrchestratorError(
+            f"{flag} {folder}: {existing} is not writable. Fix: give a folder you can write to"
+        )
+
+
+def _preflight(spec: Path, sweep: Any, configs: list[Any], run_root: Path) -> None:
+    """What would make every trial fail, checked before anything is written: the targets (a hub
+    id that cannot be downloaded) and, for decode_bench, the draft, device and prompt sets.
+
+    Raises:
+        SpecError: naming the spec and the fix.
+    """
+    _preflight_targets(spec, sweep, configs)
+    if sweep.workload == "decode_bench":
+        _preflight_decode(spec, sweep, configs, run_root)
+
+
+def _preflight_targets(spec: Path, sweep: Any, configs: list[Any]) -> None:
+    from workloads.target_source import HF_ENDPOINT, check_target_source
+
+    names = {c.target.model for c in configs}
+    if sweep.search:  # the base's target, and any the search may choose
+        names.add(sweep.config_model.model_validate(sweep.base).target.model)
+        param = sweep.search.space.get("target.model")
+        names |= {str(v) for v in (param.choice or [])} if param is not None else set()
+    offline = any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+    endpoint = os.environ.get("HF_ENDPOINT") or HF_ENDPOINT
+    try:
+        for name in sorted(names):
+            check_target_source(name, offline=offline, endpoint=endpoint)
+    except ValueError as exc:
+        raise SpecError(f"{spec}: {exc}") from exc
 
 
 def _preflight_decode(spec: Path, sweep: Any, configs: list[Any], run_root: Path) -> None:

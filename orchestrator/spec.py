@@ -49,7 +49,12 @@ WORKLOADS: dict[str, type[BaseModel]] = {
 """workload name -> its trial config model"""
 
 MAX_TRIALS = 10_000
-"""a larger grid needs an explicit confirmation"""
+"""a larger grid needs an explicit confirmation (``submit --yes``)"""
+
+MAX_NODES = 200_000
+"""YAML values a spec may expand to, aliases counted each time they are used"""
+
+_TOO_DEEP = "{path}: the YAML nests too deeply to be a sweep spec. Fix: flatten it"
 
 _GRID_AND_SEARCH = (
     "a spec has either grid: (every point) or search: (an Optuna study), not both. "
@@ -238,16 +243,28 @@ def _compose(path: Path, text: str) -> yaml.Node:
         ) from None
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML ({e}).") from None
+    except RecursionError:
+        raise SpecError(_TOO_DEEP.format(path=path)) from None
     if node is None or not isinstance(node, yaml.MappingNode):
         raise SpecError(
             f"{path}:1: a sweep spec is a YAML mapping with name, grid, base, ... "
             "Example: see sweeps/smoke-tokens.yaml"
         )
-    _check_duplicates(path, node)
+    try:
+        _check_duplicates(path, node, [MAX_NODES])
+    except RecursionError:
+        raise SpecError(_TOO_DEEP.format(path=path)) from None
     return node
 
 
-def _check_duplicates(path: Path, node: yaml.Node) -> None:
+def _check_duplicates(path: Path, node: yaml.Node, budget: list[int]) -> None:
+    """Refuse repeated keys; count the values visited (aliases expanded) against ``budget``."""
+    budget[0] -= 1
+    if budget[0] < 0:  # e.g. aliases of aliases ("billion laughs")
+        raise SpecError(
+            f"{path}:{node.start_mark.line + 1}: the YAML expands to more than {MAX_NODES:,} "
+            "values (aliases of aliases?). Fix: write the values out, without nested aliases"
+        )
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for k, v in node.value:
@@ -258,10 +275,10 @@ def _check_duplicates(path: Path, node: yaml.Node) -> None:
                     f"line {seen[key]}. Fix: keep one of them."
                 )
             seen[key] = k.start_mark.line + 1
-            _check_duplicates(path, v)
+            _check_duplicates(path, v, budget)
     elif isinstance(node, yaml.SequenceNode):
         for v in node.value:
-            _check_duplicates(path, v)
+            _check_duplicates(path, v, budget)
 
 
 def _node_at(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[yaml.Node, bool]:

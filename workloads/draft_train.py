@@ -97,6 +97,7 @@ def _stage_features(
     return feats, {
         f"features/{stage}_hits": stats.hits,
         f"features/{stage}_misses": stats.misses,
+        f"features/{stage}_rebuilt": stats.rebuilt,
         f"wall_s/features_{stage}": stats.build_s,
     }
 

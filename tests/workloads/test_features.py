@@ -1,4 +1,5 @@
-"""The target-feature cache: manifest, hits and misses, refusal of foreign folders, concurrency.
+"""The target-feature cache: manifest, hits and misses, refusal of foreign folders, concurrency,
+per-chunk checksums (a corrupt chunk is detected, rebuilt and never used).
 
 A stub target (hidden state = a function of the token id) stands in for the real one: the cache
 logic is under test; the real target's features are exercised by the end-to-end sweeps.
@@ -6,7 +7,9 @@ logic is under test; the real target's features are exercised by the end-to-end 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -91,3 +94,77 @@ def test_concurrent_trials_build_each_chunk_once(tmp_path: Path) -> None:
         t.join()
     assert sum(m for _, m in results) == 6  # 6 chunks, each built by exactly one trial
     assert all(h + m == 6 for h, m in results)
+
+
+def _flip_a_byte(path: Path, offset_from_end: int = 3) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[-offset_from_end] ^= 0xFF  # tensor data, not the header: the file still parses
+    path.write_bytes(bytes(raw))
+
+
+def test_each_chunk_records_its_sha256(tmp_path: Path) -> None:
+    _ensure(tmp_path, 4)
+    chunks = json.loads((tmp_path / "manifest.json").read_text())["chunks"]
+    for name, entry in chunks.items():
+        assert entry["sha256"] == hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "garbage", "deleted"])
+def test_a_corrupt_chunk_is_detected_rebuilt_and_not_used(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    want, _ = _ensure(tmp_path, 6)
+    chunk = tmp_path / "chunk-00001.safetensors"
+    good = chunk.read_bytes()
+    if damage == "flipped byte":
+        _flip_a_byte(chunk)
+    elif damage == "truncated":
+        chunk.write_bytes(good[: len(good) // 2])
+    elif damage == "garbage":
+        chunk.write_bytes(b"not a safetensors file")
+    elif damage == "deleted":
+        chunk.unlink()
+    target = _StubTarget()
+    with caplog.at_level(logging.WARNING, logger="workloads.features"):
+        feats, stats = _ensure(tmp_path, 6, target)
+    if damage == "deleted":  # a missing chunk is simply built again (a miss, not corruption)
+        assert (stats.hits, stats.misses, stats.rebuilt) == (2, 1, 0)
+    else:
+        assert (stats.hits, stats.misses, stats.rebuilt) == (2, 1, 1)
+        assert "chunk-00001.safetensors" in caplog.text and "rebuilding" in caplog.text
+    assert target.calls > 0  # the target recomputed the chunk's hidden states
+    assert torch.equal(feats.input_ids, want.input_ids)
+    assert torch.equal(feats.hidden, want.hidden)  # the rebuilt rows, not the corrupt ones
+    assert chunk.read_bytes() == good  # the file on disk is whole again and recorded
+    _, again = _ensure(tmp_path, 6)
+    assert (again.hits, again.misses, again.rebuilt) == (3, 0, 0)
+
+
+def test_a_manifest_without_checksums_is_trusted_once_then_checked(tmp_path: Path) -> None:
+    want, _ = _ensure(tmp_path, 4)
+    path = tmp_path / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for entry in manifest["chunks"].values():
+        del entry["sha256"]  # the format before checksums
+    path.write_text(json.dumps(manifest))
+    feats, stats = _ensure(tmp_path, 4)  # first read: checksums computed and recorded
+    assert (stats.hits, stats.misses, stats.rebuilt) == (2, 0, 0)
+    assert torch.equal(feats.hidden, want.hidden)
+    assert all("sha256" in e for e in json.loads(path.read_text())["chunks"].values())
+    _flip_a_byte(tmp_path / "chunk-00000.safetensors")  # from then on a change is caught
+    feats, stats = _ensure(tmp_path, 4)
+    assert (stats.misses, stats.rebuilt) == (1, 1)
+    assert torch.equal(feats.hidden, want.hidden)
+
+
+def test_a_legacy_chunk_that_does_not_parse_is_rebuilt(tmp_path: Path) -> None:
+    want, _ = _ensure(tmp_path, 4)
+    path = tmp_path / "manifest.json"
+    manifest = json.loads(path.read_text())
+    for entry in manifest["chunks"].values():
+        del entry["sha256"]
+    path.write_text(json.dumps(manifest))
+    (tmp_path / "chunk-00001.safetensors").write_bytes(b"\x00" * 16)
+    feats, stats = _ensure(tmp_path, 4)
+    assert (stats.hits, stats.misses, stats.rebuilt) == (1, 1, 1)
+    assert torch.equal(feats.input_ids, want.input_ids)

@@ -1,0 +1,255 @@
+"""The bad input catalogue (issue 5, item 5): every wrong input a user can feed ``orchestrator``
+ends in one line on stderr, exit code 2, no traceback, and nothing written (no run root, no
+results DB, no MLflow runs, no stray files in the working directory).
+
+``CASES`` has one entry per bad input, run through the real CLI; ``ELSEWHERE`` names the one
+that is not refused but repaired (a corrupt cached feature file: detected by its checksum,
+rebuilt, never used). ``CATALOGUE`` is both: its length is the count the README reports.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """\
+name: t
+seeds: [0, 1]
+grid:
+  pretrain.tokens: [0, 1024]
+base:
+  sft: {tokens: 512}
+"""
+"""a valid spec, for the cases whose bad input is a flag"""
+
+
+def _bomb(levels: int = 7) -> str:
+    """Aliases of aliases: 10**levels values from a few lines ("billion laughs")."""
+    lines = ["name: t", "l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+BIG = (
+    "name: big\nseeds: ["
+    + ", ".join(map(str, range(60)))
+    + "]\ngrid:\n  pretrain.tokens: ["
+    + ", ".join(map(str, range(200)))
+    + "]\n"
+)
+"""60 seeds x 200 budgets = 12,000 trials"""
+
+DECODE = "name: d\nworkload: decode_bench\nbase:\n"
+SEARCH = (
+    "name: s\nsearch:\n  metric: acceptance_length\n  space:\n    draft.layers: {int: [1, 4]}\n"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: the spec file's content (None: no file at all), extra arguments and
+    environment, and the hint the one-line error must contain."""
+
+    spec: str | bytes | None
+    needle: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    command: str = "submit"
+    file: str = "sweep.yaml"
+
+
+CASES: dict[str, Case] = {
+    # -- the spec file ------------------------------------------------------------------------
+    "missing-file": Case(None, "no such file"),
+    "markup-in-file-name": Case(None, "[bold]nope.yaml: no such file", file="[bold]nope.yaml"),
+    "directory": Case(None, "is a directory", args=("{tmp}",)),
+    "empty-file": Case("", "a sweep spec is a YAML mapping"),
+    "binary-file": Case(b"\xff\xfe\x00\x89PNG\r\n", "cannot read it as UTF-8"),
+    "not-yaml": Case("name: t\ngrid: [1, 2\n", "not valid YAML"),
+    "not-a-mapping": Case("- 1\n- 2\n", "a sweep spec is a YAML mapping"),
+    "python-object-tag": Case("name: !!python/object/apply:os.system ['true']\n", "safe loading"),
+    "alias-bomb": Case(_bomb(), "expands to more than 200,000 values"),
+    "deep-nesting": Case("name: t\nbase: " + "[" * 1000 + "]" * 1000 + "\n", "nests too deeply"),
+    # -- keys and types -----------------------------------------------------------------------
+    "unknown-key": Case("name: t\nbase:\n  sft:\n    tokenz: 5\n", "did you mean 'tokens'"),
+    "unknown-top-level-key": Case("name: t\nseed: [0]\n", "did you mean 'seeds'"),
+    "wrong-type": Case("name: t\nbase:\n  sft:\n    tokens: [1, 2]\n", "valid integer"),
+    "unknown-workload": Case("name: t\nworkload: draft_trian\n", "'draft_train' or"),
+    "bad-sweep-name": Case("name: 'a b/c'\n", "should match pattern"),
+    # -- budgets --------------------------------------------------------------------------------
+    "negative-budget": Case(
+        "name: t\ngrid:\n  pretrain.tokens: [0, -5]\n", "greater than or equal to 0"
+    ),
+    "non-numeric-budget": Case("name: t\ngrid:\n  pretrain.tokens: [1024, 16k]\n", "'16k'"),
+    "fractional-budget": Case("name: t\nbase:\n  pretrain: {tokens: 1.5}\n", "fractional"),
+    "zero-cpu-budget": Case("name: t\nresources: {num_cpus: 0}\n", "greater than 0"),
+    "zero-trial-budget": Case(SEARCH + "  n_trials: 0\n", "greater than or equal to 1"),
+    "impossible-tree": Case(
+        "name: t\nbase:\n  eval:\n    num_draft_tokens: 1\n", "greater than or equal to 2"
+    ),
+    # -- the grid -------------------------------------------------------------------------------
+    "empty-grid": Case("name: t\ngrid:\n", "valid dictionary"),
+    "empty-grid-axis": Case("name: t\ngrid:\n  pretrain.tokens: []\n", "has no values"),
+    "duplicate-axis": Case(
+        "name: t\ngrid:\n  pretrain.tokens: [1]\n  pretrain.tokens: [2]\n", "repeats the one"
+    ),
+    "unknown-axis": Case(
+        "name: t\ngrid:\n  pretrain.tokenz: [1]\n", "did you mean 'pretrain.tokens'"
+    ),
+    "seed-as-axis": Case("name: t\ngrid:\n  seed: [0, 1]\n", "list seeds under 'seeds:'"),
+    "duplicate-seeds": Case("name: t\nseeds: [0, 0]\n", "seeds repeat"),
+    "grid-and-search": Case(
+        SEARCH + "  n_trials: 4\ngrid:\n  pretrain.tokens: [0]\n", "either grid"
+    ),
+    "over-10000-trials": Case(BIG, "12,000 trials, more than 10,000. Fix: pass --yes"),
+    "search-over-10000-trials": Case(SEARCH + "  n_trials: 20000\n", "less than or equal to"),
+    # -- what the trials would load -------------------------------------------------------------
+    "unknown-target-offline": Case(
+        "name: t\nbase:\n  target: {model: smollm2-135m}\n",
+        "'smollm2-135m' (did you mean 'smollm2-135m-instruct'?)",
+        args=("--db-url", "sqlite:///{tmp}/shared/results.db"),  # no DB file either
+        env={"HF_HUB_OFFLINE": "1"},
+    ),
+    "hub-target-without-network": Case(
+        "name: t\nbase:\n  target: {model: acme/no-such-model}\n",
+        "cannot reach 127.0.0.1:1",
+        env={"HF_ENDPOINT": "http://127.0.0.1:1"},
+    ),
+    "missing-draft": Case(
+        DECODE + "  draft: {source: path, path: /nonexistent/draft}\n", "does not exist"
+    ),
+    "unknown-prompt-set": Case(
+        DECODE + "  prompts: {prompt_sets: [nope]}\n", "prompts.prompt_sets: unknown"
+    ),
+    # -- flags ----------------------------------------------------------------------------------
+    "malformed-db-url": Case(GOOD, "is not a database URL", args=("--db-url", "mysql:/x")),
+    "unreachable-db-url": Case(
+        GOOD,
+        "cannot reach the results database",
+        args=("--db-url", "postgresql://postgres@127.0.0.1:1/test"),
+    ),
+    "malformed-address": Case(GOOD, "is not a Ray address", args=("--address", "nonsense")),
+    "unreachable-address": Case(
+        GOOD, "cannot reach the Ray cluster", args=("--address", "127.0.0.1:1")
+    ),
+    "unreachable-tracking-uri": Case(
+        GOOD, "MLflow at", args=("--tracking-uri", "http://127.0.0.1:1")
+    ),
+    "run-root-is-a-file": Case(GOOD, "is a file, not a folder", args=("--run-root", "{tmp}/f")),
+    "cache-dir-under-a-file": Case(
+        GOOD, "is a file, not a folder", args=("--cache-dir", "{tmp}/f/cache")
+    ),
+    "status-without-db": Case(None, "no results DB", args=("nope",), command="status"),
+}
+
+ELSEWHERE = {
+    "corrupt-cached-feature-file": (
+        "tests/workloads/test_features.py",
+        "test_a_corrupt_chunk_is_detected_rebuilt_and_not_used",
+    ),
+}
+"""cases tested in another module: id -> (file, test function)"""
+
+CATALOGUE = sorted([*CASES, *ELSEWHERE])
+
+
+def test_the_catalogue_has_at_least_20_cases() -> None:
+    assert len(CATALOGUE) >= 20, CATALOGUE
+    for path, test in ELSEWHERE.values():
+        assert f"def {test}(" in (ROOT / path).read_text()
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def _argv(case: Case, tmp: Path) -> list[str]:
+    spec = tmp / case.file
+    if isinstance(case.spec, bytes):
+        spec.write_bytes(case.spec)
+    elif case.spec is not None:
+        spec.write_text(case.spec)
+    (tmp / "f").write_text("a file where a folder should be\n")
+    args = [a.replace("{tmp}", str(tmp)) for a in case.args]
+    if case.command == "status":
+        return ["status", *args, "--run-root", str(tmp / "runs")]
+    if "--run-root" not in args:
+        args += ["--run-root", str(tmp / "runs")]
+    first = [] if case.args[:1] == ("{tmp}",) else [str(spec)]
+    return ["submit", *first, *args]
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A working directory of its own (so stray writes are seen) and no hub or proxy settings
+    from the machine."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_ENDPOINT", "RAY_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("SPECSCALE_DB_URL", "MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+        monkeypatch.delenv(var.upper(), raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.parametrize("case_id", sorted(CASES))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id: str, clean_env: Path) -> None:
+    case = CASES[case_id]
+    argv = _argv(case, clean_env)
+    before = _files(clean_env)
+    res = CliRunner().invoke(app, argv, env=case.env)
+    message = res.output.strip()
+    assert res.exit_code == 2, message
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith("error: ") and "Traceback" not in message, message
+    assert case.needle in message, message
+    assert _files(clean_env) == before  # no run root, no DB, no MLflow store, no cache
+
+
+def test_bad_input_from_a_shell_goes_to_stderr(tmp_path: Path) -> None:
+    """The real process: exit status 2, one line on stderr, nothing on stdout."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for case_id in ("python-object-tag", "over-10000-trials", "unknown-target-offline"):
+        case = CASES[case_id]
+        cmd = [sys.executable, "-m", "orchestrator.cli", *_argv(case, tmp_path)]
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+        )
+        assert res.returncode == 2, case_id + res.stderr[-2000:]
+        assert res.stdout == ""
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert case.needle in res.stderr
+        assert not (tmp_path / "runs").exists()
+
+
+def test_a_big_grid_is_counted_by_dry_run_and_passed_by_yes(clean_env: Path) -> None:
+    argv = _argv(CASES["over-10000-trials"], clean_env)
+    before = _files(clean_env)
+    res = CliRunner().invoke(app, [*argv, "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "12,000 trials (not listed" in res.output and "--yes" in res.output
+    # --yes passes the gate: this submit stops only at the next check (the Ray address)
+    res = CliRunner().invoke(app, [*argv, "--yes", "--address", "127.0.0.1:1"])
+    assert res.exit_code == 2, res.output
+    assert "cannot reach the Ray cluster" in res.output
+    assert _files(clean_env) == before
+
+
+def test_dry_run_warns_about_an_unknown_target(clean_env: Path) -> None:
+    argv = _argv(CASES["unknown-target-offline"], clean_env)
+    res = CliRunner().invoke(app, [*argv, "--dry-run"], env={"HF_HUB_OFFLINE": "1"})
+    assert res.exit_code == 0, res.output
+    assert "a real submit would stop here" in res.output and "smollm2-135m" in res.output

