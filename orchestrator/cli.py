@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator._secrets import redact
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.export_cmd import export
 from orchestrator.roofline_cmd import roofline
@@ -23,6 +24,7 @@ from orchestrator.roofline_cmd import roofline
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # a traceback's locals would show --db-url passwords
     help="Scaling-law sweeps for speculative decoding (draft training on Ray, "
     "tracked in MLflow and SQL, laws fitted, dashboards written).",
 )
@@ -62,7 +64,8 @@ def _one_line_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except (OrchestratorError, ValueError) as e:
-            err.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+            message = redact(str(e), kwargs.get("db_url"), kwargs.get("tracking_uri"))
+            err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -76,6 +79,17 @@ def _env() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries end in one TrackingError
+
+
+def _loopback_ray(address: str | None) -> None:
+    """Keep a local Ray (no ``address``) on 127.0.0.1; call before ``ray`` is imported.
+
+    Ray 2.60 turns ``ray.init(_node_ip_address="127.0.0.1")`` into the machine's address and then
+    listens on all interfaces (GCS, raylet, workers, agents), unless multi-node clusters are off,
+    which a one-node local Ray does not need. A user's own setting of the variable wins.
+    """
+    if not address:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def _store(run_root: Path, db_url: str | None, *, must_exist: bool = False) -> Any:
@@ -140,6 +154,7 @@ def submit(
     ``search:`` block runs an Optuna study instead of a grid and resumes it when resubmitted.
     """
     _env()
+    _loopback_ray(address)
     from orchestrator.grid import expand
     from orchestrator.spec import load_spec
 
@@ -202,7 +217,7 @@ def submit(
         )
     out.print(
         f"sweep [bold]{sweep.name}[/]: {what}; results DB {store.url}; "
-        f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})"
+        f"MLflow {tracker.masked_uri} (parent run {parent[:8]})"
     )
     summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths, study)
     if sweep.search:
@@ -222,7 +237,7 @@ def submit(
     )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
-    out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+    out.print(f"browse: mlflow ui --backend-store-uri {tracker.masked_uri}")
 
 
 def _preflight_decode(spec: Path, sweep: Any, configs: list[Any], run_root: Path) -> None:
@@ -259,7 +274,7 @@ def _finish_search(
     )
     _print_best(sweep.search.metric, summary.best)
     out.print(f"dashboard: {rep.dashboard}")
-    out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+    out.print(f"browse: mlflow ui --backend-store-uri {tracker.masked_uri}")
     if summary.error:
         raise OrchestratorError(summary.error)
 
