@@ -1,7 +1,10 @@
 """HTML helpers for the dashboards: escaped cells, tables and the page shell.
 
 Every user string (sweep names, trial keys, overrides, error texts) goes through
-:func:`html.escape` here, so a page never carries markup it did not write itself.
+:func:`html.escape` here, so a page never carries markup it did not write itself. Strings put
+into plotly figures (titles, legend names, tick labels, hover text) go through :func:`plot_text`:
+plotly.js renders a subset of HTML in them. plotly.py writes figure JSON with ``<``, ``>`` and
+``/`` as ``\u003c``, ``\u003e``, ``\u002f``, so no string can close the ``<script>`` it sits in.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ def format_cell(value: Any) -> str:
     if isinstance(value, list | tuple):
         return html.escape("[" + ", ".join(_plain(v) for v in value) + "]")
     return html.escape(str(value))
+
+
+def plot_text(value: Any) -> str:
+    """``value`` as text for a plotly title, legend name, tick label or hover label: ``&``, ``<``
+    and ``>`` escaped, so plotly.js shows ``<b>`` or ``<a href=...>`` in a user string as typed
+    instead of rendering it (it decodes ``&amp;``, ``&lt;``, ``&gt;`` for display, but not
+    ``&quot;``, so quotes stay as they are)."""
+    return html.escape(str(value), quote=False)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, css: Sequence[str] = ()) -> str:

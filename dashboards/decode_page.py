@@ -33,7 +33,7 @@ from analysis.throughput import (
     compare_k_opt,
     throughput_surface,
 )
-from dashboards._html import page, table
+from dashboards._html import page, plot_text, table
 from dashboards.sweep_page import add_fit_line, fit_rows, fit_title
 
 __all__ = ["RooflineData", "write_decode_dashboard"]
@@ -337,7 +337,7 @@ def _k_figure(
                 y=[predicted[b] for b in pb],
                 mode="lines+markers",
                 line={"color": "rgb(44, 160, 44)"},
-                name=f"roofline k_opt(b), {html.escape(roofline.hardware)}",
+                name=f"roofline k_opt(b), {plot_text(roofline.hardware)}",
             )
         )
     if len(grid):
@@ -401,7 +401,7 @@ def _roofline_figure(roofline: RooflineData) -> go.Figure | None:
             line_dash="dash",
             line_color="rgb(214, 39, 40)",
             annotation_text=f"I_crit = {roofline.i_crit:.4g} FLOP/byte "
-            f"({html.escape(roofline.hardware)})",
+            f"({plot_text(roofline.hardware)})",
             annotation_position="top left",
         )
     fig.update_layout(
@@ -436,13 +436,13 @@ def _k_title(k_fit: KOptFit | None) -> str:
     if log2.ok:
         alt = f"log2: k = {log2.a:.4g}*log2(b) + {log2.b:.4g}, R² = {log2.r2:.3f}, n = {log2.n}"
     else:
-        alt = f"log2: no fit ({html.escape(log2.status)})"
+        alt = f"log2: no fit ({plot_text(log2.status)})"
     return f"{_eq4_summary(k_fit.eq4)}<br>{alt}"
 
 
 def _eq4_summary(fit: Eq4Fit) -> str:
     if not fit.ok:
-        return f"Eq. 4: no fit ({html.escape(fit.status)})"
+        return f"Eq. 4: no fit ({plot_text(fit.status)})"
     return (
         f"Eq. 4: k = {fit.A:.4g}*sqrt(1 + {fit.B:.4g}/b) - {fit.C:.4g}, "
         f"R² = {fit.r2:.3f}, n = {fit.n}"

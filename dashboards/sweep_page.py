@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.laws import PAPER_CONSTANTS, LogLinearFit, baseline_summary
-from dashboards._html import page, table
+from dashboards._html import page, plot_text, table
 
 _LINE_POINTS = 60
 """points on the fitted curve between the smallest and largest fitted x (log-spaced)"""
@@ -76,12 +76,12 @@ def write_sweep_dashboard(
 def fit_title(fit: LogLinearFit | None, x: str, y: str) -> str:
     """Figure title: the fit form with a (CI), b (CI), R² and n, or why there is no fit line."""
     if fit is None:
-        return f"{y} vs {x}: no fit"
+        return plot_text(f"{y} vs {x}: no fit")
     if not fit.ok:
-        return f"{fit.form}: no fit line ({fit.status})"
+        return plot_text(f"{fit.form}: no fit line ({fit.status})")
     level = round(100 * (1 - fit.alpha))
     return (
-        f"{fit.form}<br>a = {fit.a:.4g} [{fit.a_ci[0]:.4g}, {fit.a_ci[1]:.4g}], "
+        f"{plot_text(fit.form)}<br>a = {fit.a:.4g} [{fit.a_ci[0]:.4g}, {fit.a_ci[1]:.4g}], "
         f"b = {fit.b:.4g} [{fit.b_ci[0]:.4g}, {fit.b_ci[1]:.4g}] ({level}% CI), "
         f"R² = {fit.r2:.3f}, n = {fit.n}"
     )
@@ -115,7 +115,7 @@ def _fit_figure(done: pd.DataFrame, fit: LogLinearFit | None, x: str, y: str) ->
         else pd.Series([""] * len(done))
     )
     seeds = done["seed"].astype(str) if "seed" in done.columns else pd.Series([""] * len(done))
-    custom = [[html.escape(k), html.escape(s)] for k, s in zip(keys, seeds, strict=True)]
+    custom = [[plot_text(k), plot_text(s)] for k, s in zip(keys, seeds, strict=True)]
     fig.add_trace(
         go.Scatter(
             x=xs[on_axis].tolist(),
@@ -132,8 +132,8 @@ def _fit_figure(done: pd.DataFrame, fit: LogLinearFit | None, x: str, y: str) ->
     _add_baseline(fig, done, x, y)
     fig.update_layout(
         title={"text": fit_title(fit, x, y), "font": {"size": 13}},
-        xaxis={"type": "log", "title": {"text": f"{x} (log scale)"}},
-        yaxis={"title": {"text": y}},
+        xaxis={"type": "log", "title": {"text": plot_text(f"{x} (log scale)")}},
+        yaxis={"title": {"text": plot_text(y)}},
         template="plotly_white",
         height=520,
     )
@@ -162,7 +162,7 @@ def add_fit_line(fig: go.Figure, fit: LogLinearFit, name: str | None = None) -> 
             y=line["mean"].tolist(),
             mode="lines",
             line={"color": "rgb(214, 39, 40)"},
-            name=name or f"fit: a*log{fit.log_base}(x) + b",
+            name=plot_text(name or f"fit: a*log{fit.log_base}(x) + b"),
         )
     )
 
@@ -178,7 +178,7 @@ def _add_baseline(fig: go.Figure, done: pd.DataFrame, x: str, y: str) -> None:
         y=mean,
         line_dash="dash",
         line_color="gray",
-        annotation_text=f"SFT-only baseline ({x} = 0): {mean:.4g}"
+        annotation_text=f"SFT-only baseline ({plot_text(x)} = 0): {mean:.4g}"
         + (f" ± {std:.2g}" if n > 1 else "")
         + f", n = {n}",
         annotation_position="bottom right",
@@ -200,13 +200,13 @@ def _per_set_figure(done: pd.DataFrame, x: str, prefix: str) -> go.Figure | None
                 x=means.index.tolist(),
                 y=means.tolist(),
                 mode="lines+markers",
-                name=column[len(prefix) :],
+                name=plot_text(column[len(prefix) :]),
             )
         )
     fig.update_layout(
         title={"text": "mean over seeds per prompt set", "font": {"size": 13}},
-        xaxis={"type": "log", "title": {"text": f"{x} (log scale)"}},
-        yaxis={"title": {"text": prefix.rstrip("/")}},
+        xaxis={"type": "log", "title": {"text": plot_text(f"{x} (log scale)")}},
+        yaxis={"title": {"text": plot_text(prefix.rstrip("/"))}},
         template="plotly_white",
         height=420,
     )

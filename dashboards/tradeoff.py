@@ -10,6 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dashboards._html import plot_text
+
 SERIES = (
     ("acceptance_length", "acceptance length", False),
     ("speedup", "net speedup (×, from step costs)", False),
@@ -44,7 +46,7 @@ def depth_tradeoff_figure(done: pd.DataFrame, x: str = "draft.layers") -> go.Fig
         )  # fmt: skip
     fig.update_layout(
         title={"text": "gain and cost of draft depth (means over seeds)", "font": {"size": 13}},
-        xaxis={"title": {"text": x}},
+        xaxis={"title": {"text": plot_text(x)}},
         height=420,
     )
     fig.update_yaxes(title_text="acceptance length / speedup", secondary_y=False)

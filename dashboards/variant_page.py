@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.variants import variant_summary
-from dashboards._html import page, table
+from dashboards._html import page, plot_text, table
 from dashboards.sweep_page import trial_table
 
 
@@ -26,11 +26,11 @@ def write_variant_dashboard(
     for name, part in shown.groupby("variant", sort=False):
         fig.add_trace(
             go.Bar(
-                name=str(name),
-                x=part["metric"].tolist(),
+                name=plot_text(name),
+                x=[plot_text(m) for m in part["metric"]],
                 y=part["mean"].tolist(),
                 error_y={"type": "data", "array": part["sd"].fillna(0).tolist()},
-                hovertemplate="%{x}<br>mean %{y:.4f}<extra>" + html.escape(str(name)) + "</extra>",
+                hovertemplate="%{x}<br>mean %{y:.4f}<extra>" + plot_text(name) + "</extra>",
             )
         )
     fig.update_layout(

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator._secrets import redact
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.export_cmd import export
 from orchestrator.roofline_cmd import roofline
@@ -25,6 +26,7 @@ from orchestrator.spec import MAX_TRIALS
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_show_locals=False,  # a traceback's locals would show --db-url passwords
     help="Scaling-law sweeps for speculative decoding (draft training on Ray, "
     "tracked in MLflow and SQL, laws fitted, dashboards written).",
 )
@@ -74,8 +76,9 @@ def _one_line_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except (OrchestratorError, ValueError) as e:
+            message = redact(str(e), kwargs.get("db_url"), kwargs.get("tracking_uri"))
             # a Text, not markup: paths and values in the message are printed as they are
-            line = Text.assemble(("error:", "bold red"), f" {e}")
+            line = Text.assemble(("error:", "bold red"), f" {message}")
             err.print(line, highlight=False, soft_wrap=True, emoji=False)
             raise typer.Exit(2) from None
 
@@ -90,6 +93,17 @@ def _env() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries end in one TrackingError
+
+
+def _loopback_ray(address: str | None) -> None:
+    """Keep a local Ray (no ``address``) on 127.0.0.1; call before ``ray`` is imported.
+
+    Ray 2.60 turns ``ray.init(_node_ip_address="127.0.0.1")`` into the machine's address and then
+    listens on all interfaces (GCS, raylet, workers, agents), unless multi-node clusters are off,
+    which a one-node local Ray does not need. A user's own setting of the variable wins.
+    """
+    if not address:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def _store(run_root: Path, db_url: str | None, *, must_exist: bool = False) -> Any:
@@ -161,6 +175,7 @@ def submit(
     10,000 trials needs ``--yes``.
     """
     _env()
+    _loopback_ray(address)
     from orchestrator.grid import count_trials, expand
     from orchestrator.spec import load_spec
 
@@ -277,7 +292,7 @@ def _drive(
     store.set_sweep_mlflow_run(sweep_id, parent)
     out.print(
         f"sweep [bold]{sweep.name}[/]: {what}; results DB {store.url}; "
-        f"MLflow {tracker.tracking_uri} (parent run {parent[:8]})"
+        f"MLflow {tracker.masked_uri} (parent run {parent[:8]})"
     )
     summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths, study, states)
     if sweep.search:
@@ -299,7 +314,7 @@ def _drive(
     )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
-    out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+    out.print(f"browse: mlflow ui --backend-store-uri {tracker.masked_uri}")
 
 
 def _check_folder(flag: str, folder: Path) -> None:
@@ -385,7 +400,7 @@ def _finish_search(
     )
     _print_best(sweep.search.metric, summary.best)
     out.print(f"dashboard: {rep.dashboard}")
-    out.print(f"browse: mlflow ui --backend-store-uri {tracker.tracking_uri}")
+    out.print(f"browse: mlflow ui --backend-store-uri {tracker.masked_uri}")
     if summary.error:
         raise OrchestratorError(summary.error)
 
@@ -650,6 +665,7 @@ def retry(
     child run (attempts go up). The sweep's law and dashboard are refreshed afterwards.
     """
     _env()
+    _loopback_ray(address)
     from orchestrator import runner
     from orchestrator.spec import parse_spec
 

@@ -10,7 +10,26 @@ Environment: this module reads no environment variables. The CLI sets
 ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``) before creating a Tracker.
 
 Tags written: ``specscale.kind`` (sweep | trial), ``specscale.sweep``, ``specscale.trial_key``,
-``specscale.state`` (pending/running/completed/failed/cancelled) and ``specscale.error``.
+``specscale.state`` (pending/running/completed/failed/cancelled), ``specscale.error`` and
+``specscale.nonfinite``.
+
+Edge cases seen in public MLflow and Ray Tune bug reports, handled here (the results store keeps
+the originals: names, whole values, NaN and inf):
+
+- keys (params, metrics) pass :func:`mlflow_key`: MLflow refuses characters other than
+  letters, digits, ``_ - . /`` and spaces (``:`` not on Windows, mlflow/mlflow#12940, #12943;
+  ``@``, verl-project/verl#984) and names that are not normalised paths; file-backed stores use
+  keys as file names (too long ones fail as in ray-project/ray#1463, "File name too long").
+- param values over 6000 characters end in a hash of the whole value (:func:`flatten`); MLflow
+  refuses or cuts them (mlflow/mlflow#4992, #10512); log_batch requests stay under MLflow's
+  1 MB request limit.
+- NaN metrics are logged as NaN (MLflow stores them; its run page once broke on them,
+  mlflow/mlflow#16555, fixed by #16628); +-inf are not logged as metrics, because MLflow's SQL
+  stores silently turn them into +-1.8e308 (mlflow/mlflow#22826): they are listed in the tag
+  ``specscale.nonfinite`` instead.
+- runs are created with explicit ids and parents, so ``MLFLOW_RUN_ID`` in the environment
+  (which makes the fluent API resume that run, mlflow/mlflow#15713, #1348) changes nothing.
+- passwords in the tracking URI never reach a message (:attr:`Tracker.masked_uri`).
 """
 
 from __future__ import annotations
@@ -18,6 +37,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import posixpath
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -36,26 +58,40 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from orchestrator._secrets import redact
 from orchestrator.errors import TrackingError
 from orchestrator.store import TrialState, mask_url
 
-__all__ = ["Tracker", "default_tracking_uri", "flatten"]
+__all__ = ["Tracker", "default_tracking_uri", "flatten", "mlflow_key"]
 
 log = logging.getLogger(__name__)
 
 MAX_PARAM_VALUE_LEN = 6000
 """MLflow's limit on a param value, characters."""
+MAX_TAG_VALUE_LEN = 8000
+"""MLflow's limit on a tag value, characters."""
+MAX_KEY_LEN = 250
+"""MLflow's limit on a param, metric or tag key, characters; keys are also kept within this many
+UTF-8 bytes, so no path segment of a file-backed store exceeds the usual 255-byte file name."""
 MAX_ERROR_TAG_LEN = 5000
 """Characters of a trial's error text kept in the ``specscale.error`` tag."""
 _METRICS_PER_BATCH = 1000
 _PARAMS_PER_BATCH = 100
+_BATCH_BYTES = 500_000
+"""bytes of JSON-escaped params per log_batch request (MLflow servers refuse requests > 1 MB)"""
 _RUN_NAME_LEN = 120
+_SWEEP_RUN_NAME_LEN = 250
+"""MLflow's runs.name column is VARCHAR(250)"""
+_NONFINITE_PER_METRIC = 20
+"""non-finite points listed per metric in the ``specscale.nonfinite`` tag"""
+_KEY_CHARS = re.compile(r"[^\w.\- /]")
 
 TAG_KIND = "specscale.kind"
 TAG_SWEEP = "specscale.sweep"
 TAG_TRIAL_KEY = "specscale.trial_key"
 TAG_STATE = "specscale.state"
 TAG_ERROR = "specscale.error"
+TAG_NONFINITE = "specscale.nonfinite"
 TAG_PARENT = "mlflow.parentRunId"
 
 _TERMINAL_STATUS = {
@@ -79,7 +115,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     Nested mappings recurse (``{"pretrain": {"tokens": 5}}`` -> ``{"pretrain.tokens": "5"}``);
     strings stay as they are; other values (numbers, bools, None, lists) are JSON-encoded.
     Values longer than MLflow's 6000-character limit are cut and end in ``...[sha256:<12 hex>]``
-    (the hash of the full value), so distinct long values stay distinct.
+    (the hash of the full value), so distinct long values stay distinct. Keys go through
+    :func:`mlflow_key` (unchanged for dotted field names).
     """
     out: dict[str, str] = {}
     for key, value in d.items():
@@ -88,8 +125,38 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
             out.update(flatten(value, prefix=f"{name}."))
             continue
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-        out[name] = _cap(text, MAX_PARAM_VALUE_LEN)
+        out[mlflow_key(name)] = _cap(text, MAX_PARAM_VALUE_LEN)
     return out
+
+
+def mlflow_key(name: str) -> str:
+    """``name`` as a key MLflow accepts on every platform and store; the same name, same key.
+
+    Names made of letters (any script), digits, ``_ - . /`` and spaces, that are normalised
+    relative paths (no empty, ``.`` or ``..`` segment) of at most 250 UTF-8 bytes, come back
+    unchanged. Any other name is mended: other characters (``:``, ``@``, ``<``, ...) become
+    ``_``, bad segments become ``_``, the name is cut to fit, and ``-<8 hex of sha256(name)>``
+    is appended, so two names that mend alike still get distinct keys.
+
+    Examples: ``"pretrain.tokens"`` -> itself; ``"acc:humaneval"`` -> ``"acc_humaneval-<hash>"``.
+    """
+    mended = _KEY_CHARS.sub("_", name)
+    mended = "/".join(
+        "_" * max(1, len(seg)) if seg in ("", ".", "..") else seg for seg in mended.split("/")
+    )
+    if mended.startswith(".."):
+        mended = "_" + mended
+    if mended == name and posixpath.normpath(name) == name and _fits(name, MAX_KEY_LEN):
+        return name
+    suffix = "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    head = mended
+    while not _fits(head + suffix, MAX_KEY_LEN) or head.endswith("/"):
+        head = head[:-1]
+    return head + suffix
+
+
+def _fits(text: str, limit: int) -> bool:
+    return len(text.encode()) <= limit
 
 
 def _cap(text: str, limit: int) -> str:
@@ -154,7 +221,8 @@ class Tracker:
     ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment = experiment
-        self._masked = mask_url(tracking_uri)
+        self.masked_uri = mask_url(tracking_uri)
+        """the tracking URI with its password (if any) replaced by ``***``, for messages"""
         with self._first_start_lock():
             self._client = self._make_client()
             self.experiment_id = _experiment_id or self._get_or_create_experiment()
@@ -164,7 +232,7 @@ class Tracker:
         return (_rebuild_tracker, (self.tracking_uri, self.experiment, self.experiment_id))
 
     def __repr__(self) -> str:
-        return f"Tracker({self._masked!r}, experiment={self.experiment!r})"
+        return f"Tracker({self.masked_uri!r}, experiment={self.experiment!r})"
 
     def close(self) -> None:
         """Nothing to release (each call is a request); present for the metric-sink interface."""
@@ -194,16 +262,25 @@ class Tracker:
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
-        """Turn backend failures into one-line TrackingErrors naming the (masked) URI."""
+        """Turn backend failures into one-line TrackingErrors naming the (masked) URI.
+
+        MLflow quotes the request URL, password included, in its HTTP errors: the message is
+        redacted, and an original exception that carries the password is not chained.
+        """
         try:
             yield
         except (MlflowException, SQLAlchemyError, OSError) as exc:
-            message = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise TrackingError(
-                f"MLflow at {self._masked}: {action} failed: {message}. Check that the tracking "
+            raw = str(exc)
+            clean = redact(raw, self.tracking_uri)
+            message = (clean.strip().splitlines() or [type(exc).__name__])[0]
+            error = TrackingError(
+                f"MLflow at {self.masked_uri}: {action} failed: {message}. Check that the tracking "
                 "server is running and the URI is right (e.g. sqlite:///runs/mlflow.db or "
                 "http://host:5000)"
-            ) from exc
+            )
+            if clean != raw:
+                raise error from None
+            raise error from exc
 
     def _get_or_create_experiment(self) -> str:
         with self._errors(f"get or create experiment {self.experiment!r}"):
@@ -254,8 +331,8 @@ class Tracker:
                     )
                 continue
             todo.append(Param(key, value))
-        for start in range(0, len(todo), _PARAMS_PER_BATCH):
-            self._client.log_batch(run_id, params=todo[start : start + _PARAMS_PER_BATCH])
+        for batch in _batches(todo):
+            self._client.log_batch(run_id, params=batch)
 
     def _reuse(self, run: Any, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
         run_id = str(run.info.run_id)
@@ -281,13 +358,19 @@ class Tracker:
         Raises:
             TrackingError: the backend failed.
         """
-        tags = {TAG_SWEEP: sweep_name, TAG_KIND: "sweep", TAG_STATE: TrialState.RUNNING.value}
+        tags = {
+            TAG_SWEEP: _cap(sweep_name, MAX_TAG_VALUE_LEN),
+            TAG_KIND: "sweep",
+            TAG_STATE: TrialState.RUNNING.value,
+        }
         flat = flatten(params)
         with self._errors(f"start the run of sweep {sweep_name!r}"):
             run = self._live_run(existing_run_id)
             if run is not None:
                 return self._reuse(run, tags, flat)
-            created = self._client.create_run(self.experiment_id, tags=tags, run_name=sweep_name)
+            created = self._client.create_run(
+                self.experiment_id, tags=tags, run_name=_cap(sweep_name, _SWEEP_RUN_NAME_LEN)
+            )
             run_id = str(created.info.run_id)
             self._log_params(run_id, flat, {})
             return run_id
@@ -316,7 +399,7 @@ class Tracker:
         """
         tags = {
             TAG_PARENT: parent_run_id,
-            TAG_SWEEP: sweep_name,
+            TAG_SWEEP: _cap(sweep_name, MAX_TAG_VALUE_LEN),
             TAG_TRIAL_KEY: trial_key,
             TAG_KIND: "trial",
             TAG_STATE: TrialState.RUNNING.value,
@@ -334,30 +417,63 @@ class Tracker:
             return run_id
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
-        """Log metric values at ``step`` (batches of <= 1000); NaN and inf are accepted.
+        """Log metric values at ``step`` (batches of <= 1000) under :func:`mlflow_key` names.
+
+        NaN is logged as NaN; +inf and -inf are listed in the tag ``specscale.nonfinite``
+        (``{"name": "inf@<step> -inf@<step> ... +<more>"}``) instead, as MLflow would store them
+        as +-1.8e308.
 
         Raises:
             TrackingError: the backend failed.
         """
         now_ms = int(time.time() * 1000)
-        items = [Metric(k, float(v), now_ms, int(step)) for k, v in metrics.items()]
+        items = [Metric(mlflow_key(k), float(v), now_ms, int(step)) for k, v in metrics.items()]
         self._log_metric_items(run_id, items)
 
     def log_series(self, run_id: str, name: str, values: Sequence[float]) -> None:
-        """Log ``values`` as metric ``name`` at steps 0..n-1 (e.g. a loss curve).
+        """Log ``values`` as metric ``name`` at steps 0..n-1 (e.g. a loss curve); infinities as
+        in :meth:`log_metrics`.
 
         Raises:
             TrackingError: the backend failed.
         """
         now_ms = int(time.time() * 1000)
+        key = mlflow_key(name)
         self._log_metric_items(
-            run_id, [Metric(name, float(v), now_ms, i) for i, v in enumerate(values)]
+            run_id, [Metric(key, float(v), now_ms, i) for i, v in enumerate(values)]
         )
 
     def _log_metric_items(self, run_id: str, items: list[Metric]) -> None:
+        finite = [m for m in items if not math.isinf(m.value)]
+        infinite = [m for m in items if math.isinf(m.value)]
         with self._errors(f"log metrics to run {run_id}"):
-            for start in range(0, len(items), _METRICS_PER_BATCH):
-                self._client.log_batch(run_id, metrics=items[start : start + _METRICS_PER_BATCH])
+            for start in range(0, len(finite), _METRICS_PER_BATCH):
+                self._client.log_batch(run_id, metrics=finite[start : start + _METRICS_PER_BATCH])
+            if infinite:
+                self._note_nonfinite(run_id, infinite)
+
+    def _note_nonfinite(self, run_id: str, items: list[Metric]) -> None:
+        """Merge ``items`` (infinite values) into the run's ``specscale.nonfinite`` tag."""
+        known = self._client.get_run(run_id).data.tags.get(TAG_NONFINITE)
+        try:
+            notes: dict[str, str] = json.loads(known) if known else {}
+        except ValueError:
+            notes = {}
+        points: dict[str, list[str]] = {}
+        for m in items:
+            points.setdefault(m.key, []).append(f"{'inf' if m.value > 0 else '-inf'}@{m.step}")
+        for key, new in points.items():
+            old = notes.get(key, "").split()
+            more = sum(int(p[1:]) for p in old if p.startswith("+") and p[1:].isdigit())
+            merged = [p for p in old if not p.startswith("+")] + new
+            shown = merged[:_NONFINITE_PER_METRIC]
+            more += len(merged) - len(shown)
+            notes[key] = " ".join(shown + ([f"+{more}"] if more else []))
+        text = json.dumps(notes, sort_keys=True, ensure_ascii=False)
+        while len(text) > MAX_TAG_VALUE_LEN and notes:
+            notes.pop(sorted(notes)[-1])
+            text = json.dumps(notes, sort_keys=True, ensure_ascii=False)
+        self._client.set_tag(run_id, TAG_NONFINITE, text)
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         """Upload a file (or a directory's contents, under its name) to the run's artifacts.
@@ -430,6 +546,21 @@ class Tracker:
                 token = page.token
                 if not token:
                     return out
+
+
+def _batches(params: list[Param]) -> Iterator[list[Param]]:
+    """``params`` in log_batch-sized lists: <= 100 params and <= 500 KB of JSON-escaped text."""
+    batch: list[Param] = []
+    size = 0
+    for p in params:
+        cost = len(json.dumps(p.key)) + len(json.dumps(p.value))  # \uXXXX escapes counted
+        if batch and (len(batch) == _PARAMS_PER_BATCH or size + cost > _BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(p)
+        size += cost
+    if batch:
+        yield batch
 
 
 def _rebuild_tracker(tracking_uri: str, experiment: str, experiment_id: str) -> Tracker:

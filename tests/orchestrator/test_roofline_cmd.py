@@ -51,7 +51,8 @@ def test_default_run_prints_table_and_fits(tmp_path: Path) -> None:
     assert [r["k_opt"] for r in data["rows"]] == [290, 149, 78, 42, 24, 15, 11]
     assert data["eq4_fit"]["r2"] > 0.99 and data["thm13_fit"]["status"] == "ok"
     eq4 = data["eq4_fit"]  # analysis.throughput.fit_eq4: the numbers the command always printed
-    assert (eq4["A"], eq4["B"], eq4["C"]) == pytest.approx((10639.3, 0.05406, 10633.1), rel=1e-4)
+    fitted = [eq4["A"], eq4["B"], eq4["C"]]
+    assert fitted == pytest.approx([10639.3, 0.05406, 10633.1], rel=1e-4)
     assert data["hardware"]["i_crit"] == pytest.approx(989 / 3.35)
 
 

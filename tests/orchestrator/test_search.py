@@ -188,7 +188,9 @@ def fake_ray(monkeypatch: pytest.MonkeyPatch) -> FakeRemote:
     fake = FakeRemote()
     monkeypatch.setattr(runner, "trial_task", lambda spec: fake)
     monkeypatch.setattr(runner, "in_flight_limit", lambda spec: 2)
-    monkeypatch.setattr(runner.ray, "wait", lambda refs, num_returns=1, timeout=None: (refs[:1], refs[1:]))
+    monkeypatch.setattr(
+        runner.ray, "wait", lambda refs, num_returns=1, timeout=None: (refs[:1], refs[1:])
+    )
     monkeypatch.setattr(runner.ray, "get", lambda ref: fake.outcomes[ref])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return fake

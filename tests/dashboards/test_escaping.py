@@ -1,0 +1,186 @@
+"""Every user string renders as text on every dashboard, in HTML and inside plotly figures.
+
+Payloads go in as sweep names, variant names, axis (override) values, axis names, prompt-set
+names, trial keys, hover data, section titles and error texts. A page passes when the raw
+payloads are absent, their escaped forms are present (HTML entities in the page; in figure JSON
+the entities plotly.js decodes for display), the page has no element or event attribute it did
+not write itself, and every ``<script>`` is closed by its own ``</script>``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis.laws import fit_log_linear
+from dashboards._html import plot_text
+from dashboards.sweep_page import write_sweep_dashboard
+from dashboards.tradeoff import depth_tradeoff_figure
+from dashboards.variant_page import write_variant_dashboard
+from tests.dashboards.test_decode_page import _roofline, _trials, _write
+
+SCRIPT = "<script>alert(1)</script>"
+IMG = '<img src=x onerror="alert(2)">'
+ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
+ALLOWED_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "h1",
+    "h2",
+    "h3",
+    "p",
+    "div",
+    "script",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+}
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: set[str] = set()
+        self.attrs: set[str] = set()
+        self.opened = self.closed = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attrs |= {name for name, _ in attrs}
+        self.opened += tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self.closed += tag == "script"
+
+
+def _figure_strings(text: str) -> list[str]:
+    """Every string in the data and layout of every ``Plotly.newPlot`` call (strict JSON)."""
+    decoder = json.JSONDecoder()
+    strings: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            strings.append(value)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+
+    start = 0
+    while (at := text.find("Plotly.newPlot(", start)) >= 0:
+        pos = at + len("Plotly.newPlot(")
+        for _ in range(3):  # div id, data, layout
+            while text[pos] in " \n\t,":
+                pos += 1
+            value, pos = decoder.raw_decode(text, pos)
+            walk(value)
+        start = pos
+    return strings
+
+
+def _assert_renders_as_text(text: str, *, in_figures: list[str]) -> None:
+    for raw in (SCRIPT, IMG, "alert(1)</script>", "<img"):
+        assert raw not in text, raw
+    assert ESCAPED_SCRIPT in text
+    parser = _Tags()
+    parser.feed(text)
+    assert parser.tags <= ALLOWED_TAGS, parser.tags - ALLOWED_TAGS
+    assert not {a for a in parser.attrs if a.startswith("on")}
+    assert parser.opened == parser.closed == text.count("</script>")
+    strings = _figure_strings(text)
+    for payload in in_figures:
+        assert any(plot_text(payload) in s for s in strings), payload
+        assert not any(payload in s for s in strings), payload
+
+
+def _sweep_trials(x: str = "pretrain.tokens", y: str = "acceptance_length") -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "trial_key": [SCRIPT, "k2", "k3", "k4", "k5"],
+            "state": ["completed"] * 4 + ["failed"],
+            x: [1e3, 1e4, 1e5, 1e6, 1e7],
+            "draft.layers": [1, 1, 2, 2, 3],
+            "seed": [IMG, "0", "0", "0", "0"],
+            "target.model": [IMG] * 5,
+            y: [1.0, 1.1, 1.2, 1.3, None],
+            f"acceptance_length/{SCRIPT}": [1.0, 1.1, 1.2, 1.3, None],
+            "error": [None] * 4 + [f"RuntimeError: {SCRIPT} {IMG}"],
+        }
+    )
+
+
+def test_sweep_page(tmp_path: Path) -> None:
+    trials = _sweep_trials()
+    fit = fit_log_linear(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    tradeoff = depth_tradeoff_figure(trials)
+    assert tradeoff is not None
+    out = write_sweep_dashboard(
+        tmp_path / "d.html", sweep_name=SCRIPT, trials=trials, fit=fit, extra=[(IMG, tradeoff)]
+    )
+    # per-set legend name and hover data (trial key, seed)
+    _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[SCRIPT, IMG])
+
+
+def test_sweep_page_with_payload_axis_names(tmp_path: Path) -> None:
+    x, y = f"x {SCRIPT}", f"y {IMG}"
+    trials = _sweep_trials(x, y)
+    fit = fit_log_linear(trials, x, y, law="tokens")
+    out = write_sweep_dashboard(
+        tmp_path / "d.html", sweep_name="s", trials=trials, fit=fit, x=x, y=y
+    )
+    # axis titles and the fit form in the figure title
+    _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[x, y])
+
+
+def test_sweep_page_with_payload_in_a_failed_fit_status(tmp_path: Path) -> None:
+    trials = _sweep_trials()
+    fit = fit_log_linear(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    fit = replace(fit, status=f"not ok: {SCRIPT}")
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name="s", trials=trials, fit=fit)
+    _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[fit.status])
+
+
+def test_tradeoff_axis_name(tmp_path: Path) -> None:
+    trials = _sweep_trials().rename(columns={"draft.layers": SCRIPT})
+    fig = depth_tradeoff_figure(trials, x=SCRIPT)
+    assert fig is not None
+    out = write_sweep_dashboard(
+        tmp_path / "d.html", sweep_name="s", trials=trials, fit=None, extra=[("t", fig)]
+    )
+    _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[SCRIPT])
+
+
+def test_variant_page(tmp_path: Path) -> None:
+    trials = _sweep_trials()
+    trials["variant"] = [SCRIPT, SCRIPT, IMG, IMG, IMG]
+    out = write_variant_dashboard(
+        tmp_path / "v.html", sweep_name=SCRIPT, trials=trials, metrics=["draft.layers"]
+    )
+    # legend names (variants) and tick labels (per-set metric names)
+    _assert_renders_as_text(
+        out.read_text(encoding="utf-8"), in_figures=[SCRIPT, IMG, f"acceptance_length/{SCRIPT}"]
+    )
+
+
+@pytest.mark.parametrize("with_roofline", [True, False])
+def test_decode_page(tmp_path: Path, with_roofline: bool) -> None:
+    trials = _trials()
+    trials.loc[trials["state"] == "failed", "error"] = f"RuntimeError: {SCRIPT} {IMG}"
+    roofline = replace(_roofline(), hardware=IMG, note=SCRIPT) if with_roofline else None
+    text = _write(tmp_path, trials, roofline=roofline, sweep_name=SCRIPT)
+    _assert_renders_as_text(text, in_figures=[IMG] if with_roofline else [])

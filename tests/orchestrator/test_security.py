@@ -1,0 +1,274 @@
+"""Security checks: no unsafe deserialisation, loopback-only local servers, no leaked passwords.
+
+The end-to-end password check (a real submit on PostgreSQL with a password in ``--db-url``)
+is ``test_cli_submit_with_foreign_mlflow_run_id_and_db_password`` in test_tracking_edge.py;
+dashboard escaping is tests/dashboards/test_escaping.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator._secrets import passwords, redact
+from orchestrator.cli import app
+from orchestrator.errors import TrackingError
+from orchestrator.tracking import Tracker
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
+SOURCE_DIRS = ("orchestrator", "workloads", "analysis", "dashboards", "benchmarks", "tests")
+SECRET = "s3cretZ9"
+
+# -- deserialisation ----------------------------------------------------------------------------
+
+UNSAFE = {
+    "pickle.load",
+    "pickle.loads",
+    "pickle.Unpickler",
+    "cPickle.load",
+    "cPickle.loads",
+    "dill.load",
+    "dill.loads",
+    "cloudpickle.load",
+    "cloudpickle.loads",
+    "joblib.load",
+    "pd.read_pickle",
+    "pandas.read_pickle",
+    "marshal.load",
+    "marshal.loads",
+    "shelve.open",
+    "yaml.unsafe_load",
+    "yaml.full_load",
+    "yaml.load_all",
+}
+SAFE_LOADERS = {"SafeLoader", "CSafeLoader", "yaml.SafeLoader", "yaml.CSafeLoader"}
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def _kw(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _is_true(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def _problems(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    safe_loaders = SAFE_LOADERS | {
+        c.name
+        for c in ast.walk(tree)
+        if isinstance(c, ast.ClassDef) and any(_dotted(b) in SAFE_LOADERS for b in c.bases)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module in ("pickle", "torch", "dill")
+            and any(a.name in ("load", "loads", "Unpickler") for a in node.names)
+        ):
+            found.append(f"{path}:{node.lineno}: from {node.module} import load")
+        if not isinstance(node, ast.Call):
+            continue
+        name, where = _dotted(node.func), f"{path}:{node.lineno}"
+        if name in UNSAFE:
+            args = node.args
+            round_trip = (  # pickle.loads(pickle.dumps(x)) of our own object, in a test
+                name == "pickle.loads"
+                and "tests" in path.parts
+                and args
+                and isinstance(args[0], ast.Call)
+                and _dotted(args[0].func) == "pickle.dumps"
+            )
+            if not round_trip:
+                found.append(f"{where}: {name}")
+        elif name.endswith("torch.load") and not _is_true(_kw(node, "weights_only")):
+            found.append(f"{where}: torch.load without weights_only=True")
+        elif name in ("np.load", "numpy.load") and _is_true(_kw(node, "allow_pickle")):
+            found.append(f"{where}: {name}(allow_pickle=True)")
+        elif name == "yaml.load" and _dotted(_kw(node, "Loader") or ast.Constant(0)) not in (
+            safe_loaders
+        ):
+            found.append(f"{where}: yaml.load without a SafeLoader")
+        elif name in ("eval", "exec"):
+            found.append(f"{where}: {name}()")
+        elif name.startswith("subprocess.") and _is_true(_kw(node, "shell")):
+            found.append(f"{where}: {name}(shell=True)")
+    return found
+
+
+def _sources() -> list[Path]:
+    return sorted(
+        p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py") if ".venv" not in p.parts
+    )
+
+
+def test_nothing_is_deserialised_unsafely() -> None:
+    """torch.load only with weights_only=True; no pickle, marshal, shelve, joblib or unsafe YAML
+    loading anywhere in the source tree (tests included); no eval/exec; no shell=True."""
+    sources = _sources()
+    assert len(sources) > 50
+    problems = [p for path in sources for p in _problems(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_scan_catches_what_it_looks_for(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import pickle, torch, yaml, numpy as np\n"
+        "pickle.load(open('x', 'rb'))\n"
+        "torch.load('x.pt')\n"
+        "torch.load('x.pt', weights_only=False)\n"
+        "yaml.load('a: 1', Loader=yaml.Loader)\n"
+        "np.load('x.npy', allow_pickle=True)\n"
+        "eval('1')\n"
+    )
+    assert len(_problems(bad)) == 6
+    good = tmp_path / "good.py"
+    good.write_text(
+        "import torch, yaml\n"
+        "class L(yaml.SafeLoader): pass\n"
+        "torch.load('x.pt', weights_only=True)\n"
+        "yaml.load('a: 1', Loader=L)\n"
+        "yaml.safe_load('a: 1')\n"
+    )
+    assert _problems(good) == []
+
+
+def test_checkpoints_are_safetensors() -> None:
+    """torch.save only writes export formats other engines read (SGLang's token map, EAGLE's
+    pytorch_model.bin); our own checkpoints and drafts are safetensors."""
+    savers = set()
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and _dotted(node.func) == "torch.save":
+                savers.add(path.relative_to(ROOT).as_posix())
+    assert savers <= {"workloads/export.py"}, savers
+    for module in ("workloads/checkpoint.py", "workloads/draft_model.py"):
+        text = (ROOT / module).read_text(encoding="utf-8")
+        assert "from safetensors.torch import" in text, module
+
+
+# -- servers bind to loopback -------------------------------------------------------------------
+
+_LISTENERS = """
+import json, sys, psutil
+from orchestrator.cli import _loopback_ray
+assert "ray" not in sys.modules
+_loopback_ray(None)  # what `orchestrator submit` does without --address
+from orchestrator.runner import init_ray
+init_ray(None, num_cpus=1)
+import ray
+me = psutil.Process()
+found = []
+for p in [me, *me.children(recursive=True)]:
+    try:
+        conns = p.net_connections(kind="inet")
+        name = p.name()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        continue
+    for c in conns:
+        if c.status == psutil.CONN_LISTEN or (c.type == 2 and not c.raddr):  # TCP listen, UDP
+            found.append([name, c.laddr.ip, c.laddr.port])
+print("LISTENERS " + json.dumps(found))
+ray.shutdown()
+"""
+
+
+def test_local_ray_listens_on_loopback_only() -> None:
+    """The local Ray the CLI starts (no --address) opens no port on another interface: GCS,
+    raylet, agents and workers all bind to loopback. Without ``_loopback_ray`` Ray 2.60 resolves
+    ``_node_ip_address="127.0.0.1"`` to the machine's address and listens on ``::``/0.0.0.0
+    (ray-project/ray#7418; Ray's own move away from such binds: #55484, #59852)."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    res = subprocess.run(
+        [sys.executable, "-c", _LISTENERS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    line = next(x for x in res.stdout.splitlines() if x.startswith("LISTENERS "))
+    listeners = json.loads(line.removeprefix("LISTENERS "))
+    assert listeners, "found no Ray listeners at all"
+    outside = [x for x in listeners if x[1] not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")]
+    assert not outside, outside
+
+
+def test_cli_never_shows_traceback_locals() -> None:
+    assert app.pretty_exceptions_show_locals is False
+
+
+# -- passwords ------------------------------------------------------------------------------------
+
+
+def test_redact() -> None:
+    url = f"postgresql://alice:{SECRET}@db:5432/x"
+    assert passwords(url) == {SECRET}
+    assert (
+        redact(f"failed: {url} ({SECRET})", url) == "failed: postgresql://alice:***@db:5432/x (***)"
+    )
+    encoded = "postgresql://alice:p%40ss%2Fw@db/x"
+    assert passwords(encoded) == {"p%40ss%2Fw", "p@ss/w"}
+    assert "p@ss/w" not in redact("auth p@ss/w failed", encoded)
+    assert redact("nothing", None, "sqlite:///x.db", "postgresql://alice@db/x") == "nothing"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["submit", str(SMOKE), "--db-url", f"postgresql://postgres:{SECRET}@127.0.0.1:1/test"],
+        ["submit", str(SMOKE), "--db-url", f"postgresql://postgres:{SECRET}@127.0.0.1:x/test"],
+        ["submit", str(SMOKE), "--tracking-uri", f"http://u:{SECRET}@127.0.0.1:1"],
+        ["status", "s", "--db-url", f"postgresql://postgres:{SECRET}@127.0.0.1:1/test"],
+        ["fit", "s", "--db-url", f"postgresql://postgres:{SECRET}@127.0.0.1:1/test"],
+    ],
+    ids=["submit-db", "submit-bad-port", "submit-tracking", "status", "fit"],
+)
+def test_cli_errors_and_logs_never_show_a_password(
+    args: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)  # submit sets it
+    caplog.set_level(logging.DEBUG)
+    res = CliRunner().invoke(app, [*args, "--run-root", str(tmp_path / "runs")])
+    assert res.exit_code == 2, res.output
+    assert "***" in res.output, res.output
+    assert SECRET not in res.output
+    assert SECRET not in caplog.text
+
+
+def test_tracker_errors_never_show_the_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow quotes the request URL in HTTP errors; the TrackingError (message, repr and
+    printed traceback) does not carry the password."""
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    with pytest.raises(TrackingError) as info:
+        Tracker(f"http://u:{SECRET}@127.0.0.1:1")
+    printed = "".join(traceback.format_exception(info.value))
+    assert SECRET not in str(info.value) and SECRET not in printed
+    assert "http://u:***@127.0.0.1:1" in str(info.value)
