@@ -408,6 +408,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return res
 
 
+@pytest.mark.slow  # real decode_bench trials; the search loop is tested with a fake Ray in CI
 def test_search_end_to_end_resumes(tmp_path: Path, cache_dir: Path) -> None:
     spec, run_root = tmp_path / "search.yaml", tmp_path / "runs"
     common = ["--run-root", str(run_root), "--cache-dir", str(cache_dir)]

@@ -33,6 +33,7 @@ def _crash_after_pretrain(msg: str) -> None:
         raise _StopAfterPretrain(msg)
 
 
+@pytest.mark.slow  # real target; the stub-based resume tests in test_stages.py stay in CI
 def test_a_retried_trial_resumes_and_matches_an_uninterrupted_one(
     target: object, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -54,6 +55,7 @@ def test_a_retried_trial_resumes_and_matches_an_uninterrupted_one(
         assert m[k] > 0
 
 
+@pytest.mark.slow  # real target; test_stages.py checks trunk sharing on stubs in CI
 def test_wsd_fork_budgets_share_the_trunk(cache_dir: Path, tmp_path: Path) -> None:
     small = draft_train.run(
         _cfg(schedule="wsd-fork", tokens=512), cache_dir=cache_dir, out_dir=tmp_path / "a"
