@@ -347,6 +347,8 @@ def _preflight(spec: Path, sweep: Any, configs: list[Any], run_root: Path) -> No
 def _preflight_targets(spec: Path, sweep: Any, configs: list[Any]) -> None:
     from workloads.target_source import HF_ENDPOINT, check_target_source
 
+    if "target" not in sweep.config_model.model_fields:  # a workload without a target (sleep)
+        return
     names = {c.target.model for c in configs}
     if sweep.search:  # the base's target, and any the search may choose
         names.add(sweep.config_model.model_validate(sweep.base).target.model)
