@@ -85,7 +85,7 @@ CASES: dict[str, Case] = {
     "unknown-key": Case("name: t\nbase:\n  sft:\n    tokenz: 5\n", "did you mean 'tokens'"),
     "unknown-top-level-key": Case("name: t\nseed: [0]\n", "did you mean 'seeds'"),
     "wrong-type": Case("name: t\nbase:\n  sft:\n    tokens: [1, 2]\n", "valid integer"),
-    "unknown-workload": Case("name: t\nworkload: draft_trian\n", "'draft_train' or"),
+    "unknown-workload": Case("name: t\nworkload: draft_trian\n", "'decode_bench' or 'sleep'"),
     "bad-sweep-name": Case("name: 'a b/c'\n", "should match pattern"),
     # -- budgets --------------------------------------------------------------------------------
     "negative-budget": Case(
