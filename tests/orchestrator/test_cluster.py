@@ -45,9 +45,12 @@ def cluster() -> Iterator[Any]:
             "include_dashboard": True,
             "dashboard_host": "127.0.0.1",
             "dashboard_port": port,
+            # each node's agent HTTP server defaults to port 52365: two nodes on one machine
+            # (or any other local Ray) collide, and the job server then has no agent
+            "dashboard_agent_listen_port": _free_port(),
         },
     )
-    c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    c.add_node(num_cpus=1, node_ip_address="127.0.0.1", dashboard_agent_listen_port=_free_port())
     c.wait_for_nodes()
     c.job_server = f"http://127.0.0.1:{port}"
     try:
