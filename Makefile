@@ -44,4 +44,4 @@ bench-decode: $(BIN)/.installed                          ## the decoding engine 
 	$(BIN)/python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
 
 clean:
-	rm -rf runs runs-smoke runs-bench
+	rm -rf runs runs-smoke runs-bench runs-diag

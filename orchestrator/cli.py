@@ -76,7 +76,12 @@ def _one_line_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except (OrchestratorError, ValueError) as e:
-            message = redact(str(e), kwargs.get("db_url"), kwargs.get("tracking_uri"))
+            message = redact(
+                str(e),
+                kwargs.get("db_url"),
+                kwargs.get("tracking_uri"),
+                kwargs.get("address") or os.environ.get("RAY_ADDRESS"),
+            )
             # a Text, not markup: paths and values in the message are printed as they are
             line = Text.assemble(("error:", "bold red"), f" {message}")
             err.print(line, highlight=False, soft_wrap=True, emoji=False)
@@ -228,8 +233,11 @@ def submit(
             cache_dir=cache_dir,
             working_dir=Path.cwd(),
         )
-        out.print(f"submitted Ray job {job_id} on {address}")
-        out.print(f"follow it: ray job logs --address {address} --follow {job_id}")
+        from orchestrator.store import mask_url
+
+        shown = mask_url(address)
+        out.print(f"submitted Ray job {job_id} on {shown}")
+        out.print(f"follow it: ray job logs --address {shown} --follow {job_id}")
         print(job_id)
         return
     run_root = run_root.resolve()
@@ -282,7 +290,10 @@ def _drive(
 ) -> None:
     """Open the parent run, run the trials (those in ``states`` only, if given), fit, report."""
     from orchestrator import report
+    from orchestrator.runner import STALE_AFTER_S
+    from orchestrator.store import driver_id
 
+    store.claim_sweep(sweep_id, driver_id(), stale_after_s=STALE_AFTER_S)  # before any output
     info = store.get_sweep(sweep.name)
     parent = tracker.start_sweep_run(
         sweep.name,
@@ -294,7 +305,17 @@ def _drive(
         f"sweep [bold]{sweep.name}[/]: {what}; results DB {store.url}; "
         f"MLflow {tracker.masked_uri} (parent run {parent[:8]})"
     )
-    summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths, study, states)
+    done = sum(t.state == "completed" for t in store.trials(sweep_id))
+    if done and not sweep.search:
+        out.print(f"{done} trials already completed: skipped")
+    try:
+        summary = _run_with_progress(store, tracker, sweep, sweep_id, parent, paths, study, states)
+    except KeyboardInterrupt:
+        err.print(
+            f"interrupted: completed trials are kept; run the same command to resume "
+            f"(`orchestrator status {sweep.name}` shows where it stands)"
+        )
+        raise typer.Exit(130) from None
     if sweep.search:
         _finish_search(store, tracker, sweep, sweep_id, parent, paths, summary)
         return

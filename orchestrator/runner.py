@@ -23,7 +23,7 @@ from orchestrator import _task
 from orchestrator.errors import OrchestratorError
 from orchestrator.grid import TrialSpec, expand
 from orchestrator.spec import SweepSpec
-from orchestrator.store import ResultsStore, TrialInfo, TrialState, driver_id
+from orchestrator.store import ResultsStore, TrialInfo, TrialState, driver_id, mask_url
 from orchestrator.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -313,8 +313,8 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise OrchestratorError(
-            f"cannot reach the Ray cluster at {address} ({e}). Check that the head node is up, "
-            "or leave out --address (and RAY_ADDRESS) to run on a local Ray"
+            f"cannot reach the Ray cluster at {mask_url(address)} ({e}). Check that the head node "
+            "is up, or leave out --address (and RAY_ADDRESS) to run on a local Ray"
         ) from None
 
 

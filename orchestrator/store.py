@@ -566,9 +566,10 @@ class ResultsStore:
             if holder and holder != driver and age < stale_after_s and _driver_alive(holder):
                 raise StoreError(
                     f"sweep {row.name!r} is being run by driver {holder} (last heartbeat "
-                    f"{age:.0f} s ago). Wait for it, stop it with `orchestrator cancel "
-                    f"{row.name}`, or, if that process is gone, submit again after "
-                    f"{stale_after_s:.0f} s"
+                    f"{age:.0f} s ago). Wait for it, or stop it with `orchestrator cancel "
+                    f"{row.name}` and the same --run-root or --db-url; a driver on another "
+                    f"host that died frees the sweep {stale_after_s:.0f} s after its last "
+                    "heartbeat"
                 )
             result = s.execute(
                 update(SweepRow)

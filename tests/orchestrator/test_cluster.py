@@ -158,3 +158,8 @@ def test_ray_job_refusals(tmp_path: Path) -> None:
         "runs",
     )
     assert res.returncode == 2 and "absolute --run-root" in res.stderr
+    for address in ("ray://u:s3cretpw@127.0.0.1:1", "ftp://u:s3cretpw@host:8265"):
+        extra = ["--ray-job"] if address.startswith("ftp") else []
+        res = cli("submit", "sweeps/sleep.yaml", "--address", address, *extra)
+        assert res.returncode == 2 and "s3cretpw" not in res.stdout + res.stderr
+        assert "u:***@" in res.stderr

@@ -191,6 +191,7 @@ def test_cancel_stops_a_running_sweep_and_a_second_driver_is_refused(
         second = cli("submit", str(path), "--run-root", str(run_root), timeout=120)
         assert second.returncode == 2
         assert "is being run by driver" in second.stderr
+        assert "sweep long" not in second.stdout  # refused before any output or MLflow run
         assert len(second.stderr.strip().splitlines()) == 1
         shown = cli("status", "long", "--run-root", str(run_root), timeout=120)
         assert f":{driver.pid}, last heartbeat" in shown.stdout
