@@ -341,3 +341,20 @@ def test_kill_9_during_the_smoke_sweep_then_submit(
     assert frame["acceptance_length"].notna().all() and (frame["mismatches"] == 0).all()
     children = Tracker(default_tracking_uri(run_root)).child_runs(info.mlflow_run_id)
     assert len(children) == 4 and {c["status"] for c in children} == {"FINISHED"}
+
+
+def test_a_search_holds_the_lease_too(tmp_path: Path) -> None:
+    run_root = tmp_path / "run"
+    body = (
+        "search:\n  metric: value\n  n_trials: 3\n  sampler: random\n"
+        "  space: {value: {float: [0.0, 1.0]}}\nbase: {seconds: 0.1}\n"
+    )
+    res = cli("submit", str(spec(tmp_path, "study", body)), "--run-root", str(run_root))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "3 completed, 0 failed, 0 cancelled" in res.stdout
+    store = ResultsStore.sqlite_under(run_root)
+    info = store.get_sweep("study")
+    assert info is not None
+    assert len(store.trials(info.id, {"completed"})) == 3
+    res = cli("cancel", "study", "--run-root", str(run_root))  # nothing runs: nothing to stop
+    assert res.returncode == 0 and "no live driver" in res.stdout
