@@ -30,3 +30,15 @@ def target(cache_dir: Path):  # noqa: ANN201 - workloads.target.Target
 
     torch.set_num_threads(2)
     return load_target(DEFAULT_TARGET, cache_dir=cache_dir)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_tracking_uri():  # noqa: ANN202 - a generator fixture
+    """MLflow's ``set_tracking_uri`` (called inside its server handlers) writes
+    ``MLFLOW_TRACKING_URI`` to ``os.environ``; a later CLI subprocess would log there."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
