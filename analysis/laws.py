@@ -1,4 +1,4 @@
-"""Log-linear scaling-law fits: ``y = a*log_base(x) + b`` by ordinary least squares.
+"""Log-linear scaling-law fits: ``y = a*log_base(x) + b`` by OLS with HC3 robust errors.
 
 Source: Scylla, "Scaling Laws for Speculative Decoding" (arXiv 2505.07858):
 
@@ -21,42 +21,13 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
+from analysis.paper import paper_constants
+
 MIN_DISTINCT_X = 3
 """Fewest distinct x values a fit needs (two points always fit a line exactly)."""
 
-PAPER_CONSTANTS: dict[str, dict[str, Any]] = {
-    "tokens": {
-        "source": "Scylla (arXiv 2505.07858) Thm 1.1",
-        "x": "pretrain.tokens",
-        "x_unit": "billions of pretraining tokens",
-        "y": "acceptance_length",
-        "log_base": 10,
-        "a": 0.08,
-        "b": 5.05,
-        "r2": 0.89,
-    },
-    "layers": {
-        "source": "Scylla (arXiv 2505.07858) Thm 1.2",
-        "x": "draft.layers",
-        "x_unit": "draft decoder layers",
-        "y": "acceptance_length",
-        "log_base": 10,
-        "a": 0.74,
-        "b": 4.61,
-        "r2": None,
-    },
-    "batch": {
-        "source": "Scylla (arXiv 2505.07858) Thm 1.3",
-        "x": "batch_size",
-        "x_unit": "sequences per decoding batch",
-        "y": "tokens_per_s",
-        "log_base": 2,
-        "a": 286.79,
-        "b": 7.54,
-        "r2": None,
-    },
-}
-"""The paper's published law constants (see ``shared/PAPER_NOTES.md``).
+PAPER_CONSTANTS: dict[str, dict[str, Any]] = paper_constants()
+"""The paper's published law constants (``analysis/reference/scylla_2505_07858.yaml``).
 
 They were measured on 7B-class targets (and Qwen2.5-72B on H800 GPUs for the batch law) with
 GPU-scale drafts and budgets; they are a reference for the *shape* of the law, not numbers a CPU
@@ -69,9 +40,10 @@ token counts the intercept becomes ``b - 9*a`` while the slope a is unchanged.
 class LogLinearFit:
     """An OLS fit of ``y = a*log_base(x) + b`` with its uncertainty.
 
-    ``cov`` is the 2x2 covariance of (a, b) and ``df_resid`` the residual degrees of freedom, so
-    :meth:`predict` needs nothing but this object. When ``status != "ok"`` the coefficients,
-    intervals and ``r2`` are NaN.
+    Standard errors are heteroskedasticity-robust (HC3, MacKinnon & White 1985) and the
+    intervals t-based with ``df_resid`` degrees of freedom. ``cov`` is the 2x2 HC3 covariance
+    of (a, b) and ``scale`` the residual variance, so :meth:`predict` needs nothing but this
+    object. When ``status != "ok"`` the coefficients, intervals and ``r2`` are NaN.
     """
 
     law: str
@@ -94,6 +66,8 @@ class LogLinearFit:
     """(lo, hi) confidence interval of b at level 1 - alpha"""
     r2: float
     """coefficient of determination"""
+    r2_adj: float
+    """adjusted R², ``1 - (1 - r2)*(n - 1)/(n - 2)``"""
     n: int
     """rows used in the fit"""
     x: tuple[float, ...]
@@ -110,8 +84,17 @@ class LogLinearFit:
     """covariance matrix of (a, b)"""
     df_resid: float
     """residual degrees of freedom (n - 2)"""
+    scale: float = math.nan
+    """residual variance ``sum(residuals**2) / df_resid`` (y units squared)"""
     alpha: float = 0.05
     """significance level of a_ci and b_ci"""
+    cov_type: str = "HC3"
+    """covariance estimator of a_ci, b_ci and cov (statsmodels ``cov_type``)"""
+
+    @property
+    def a_se(self) -> float:
+        """Standard error of a (``cov_type``)."""
+        return math.sqrt(self.cov[0][0]) if self.cov[0][0] >= 0 else math.nan
 
     @property
     def ok(self) -> bool:
@@ -122,12 +105,16 @@ class LogLinearFit:
         """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
         return {k: _json_safe(v) for k, v in asdict(self).items()}
 
-    def predict(self, x_values: Iterable[float], alpha: float = 0.05) -> pd.DataFrame:
-        """Fitted mean and its (1 - alpha) confidence band at ``x_values`` (x's unit).
+    def predict(
+        self, x_values: Iterable[float], alpha: float = 0.05, n_obs: int = 1
+    ) -> pd.DataFrame:
+        """Fitted mean, its (1 - alpha) confidence band and prediction band at ``x_values``.
 
-        Same numbers as statsmodels ``get_prediction(...).summary_frame(alpha)`` columns
-        mean, mean_ci_lower, mean_ci_upper. Columns: x, mean, mean_lo, mean_hi; rows with
-        x <= 0, or all rows of a fit that is not ok, are NaN.
+        Same numbers as statsmodels ``get_prediction(...).summary_frame(alpha)`` columns mean,
+        mean_ci_lower/upper and obs_ci_lower/upper (the prediction interval of one new trial;
+        ``n_obs`` > 1 gives the interval of the mean of that many new trials). Columns: x,
+        mean, mean_lo, mean_hi, obs_lo, obs_hi, in y's unit; rows with x <= 0, or all rows of a
+        fit that is not ok, are NaN.
         """
         xs = np.asarray(list(x_values), dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -139,7 +126,18 @@ class LogLinearFit:
             half = stats.t.ppf(1 - alpha / 2, self.df_resid) * np.sqrt(np.maximum(var, 0.0))
         else:
             half = np.full_like(xs, np.nan)
-        return pd.DataFrame({"x": xs, "mean": mean, "mean_lo": mean - half, "mean_hi": mean + half})
+        t = stats.t.ppf(1 - alpha / 2, self.df_resid) if self.df_resid > 0 else math.nan
+        obs = t * np.sqrt(np.maximum(var, 0.0) + self.scale / n_obs)
+        return pd.DataFrame(
+            {
+                "x": xs,
+                "mean": mean,
+                "mean_lo": mean - half,
+                "mean_hi": mean + half,
+                "obs_lo": mean - obs,
+                "obs_hi": mean + obs,
+            }
+        )
 
 
 def law_form(x: str, y: str, log_base: int) -> str:
@@ -156,7 +154,7 @@ def fit_log_linear(
     log_base: int = 10,
     alpha: float = 0.05,
 ) -> LogLinearFit:
-    """Fit ``y = a*log_base(x) + b`` by OLS (statsmodels) with (1 - alpha) CIs and R².
+    """Fit ``y = a*log_base(x) + b`` by OLS (statsmodels) with HC3 t-based (1 - alpha) CIs.
 
     Scylla (arXiv 2505.07858) Thm 1.1 (acceptance length vs pretraining tokens, log10), Thm 1.2
     (vs draft decoder layers, log10), Thm 1.3 (peak tokens/s vs batch size, log2). Rows where
@@ -180,7 +178,8 @@ def fit_log_linear(
     if distinct < MIN_DISTINCT_X:
         status = f"not enough points: need >= {MIN_DISTINCT_X} distinct x values, got {distinct}"
         return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
-    model = sm.OLS(ys, sm.add_constant(np.log(xs) / math.log(log_base))).fit()
+    lx = np.log(xs) / math.log(log_base)
+    model = sm.OLS(ys, sm.add_constant(lx)).fit(cov_type="HC3", use_t=True)
     # statsmodels orders parameters (const, slope); the dataclass orders them (a=slope, b=const).
     b, a = (float(v) for v in model.params)
     ci = np.asarray(model.conf_int(alpha))
@@ -195,7 +194,8 @@ def fit_log_linear(
         b=b,
         a_ci=(float(ci[1, 0]), float(ci[1, 1])),
         b_ci=(float(ci[0, 0]), float(ci[0, 1])),
-        r2=_r2(ys, np.asarray(model.resid)),
+        r2=(r2 := _r2(ys, np.asarray(model.resid))),
+        r2_adj=1.0 - (1.0 - r2) * (len(xs) - 1) / model.df_resid,
         n=len(xs),
         x=tuple(float(v) for v in xs),
         y=tuple(float(v) for v in ys),
@@ -204,6 +204,7 @@ def fit_log_linear(
         excluded=excluded,
         cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
         df_resid=float(model.df_resid),
+        scale=float(model.scale),
         alpha=alpha,
     )
 
@@ -257,6 +258,7 @@ def _empty_fit(
         a_ci=(nan, nan),
         b_ci=(nan, nan),
         r2=nan,
+        r2_adj=nan,
         n=len(xs),
         x=tuple(float(v) for v in xs),
         y=tuple(float(v) for v in ys),

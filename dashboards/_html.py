@@ -21,7 +21,37 @@ th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; verti
 th { background: #f3f3f3; }
 td.error { color: #a00; white-space: pre-wrap; max-width: 40rem; }
 p.note { color: #555; font-size: 0.85rem; }
+table.sortable th { cursor: pointer; }
+table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }
+table.sortable th[aria-sort=descending]::after { content: " \\25BC"; }
 """
+
+_SORT_JS = """
+document.querySelectorAll("table.sortable").forEach(function (tbl) {
+  tbl.querySelectorAll("thead th").forEach(function (th, col) {
+    th.addEventListener("click", function () {
+      var asc = th.getAttribute("aria-sort") !== "ascending";
+      tbl.querySelectorAll("thead th").forEach(function (o) { o.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+      var body = tbl.tBodies[0];
+      var rows = Array.prototype.slice.call(body.rows);
+      var key = function (r) { return r.cells[col] ? r.cells[col].textContent.trim() : ""; };
+      var numeric = rows.every(function (r) {
+        var k = key(r);
+        return k === "" || !isNaN(Number(k));
+      });
+      rows.sort(function (ra, rb) {
+        var a = key(ra), b = key(rb);
+        if (a === "" || b === "") { return (a === "") - (b === ""); }  // blanks last
+        var d = numeric ? Number(a) - Number(b) : a.localeCompare(b, undefined, {numeric: true});
+        return asc ? d : -d;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+"""
+"""sorts a ``table.sortable`` by the clicked column (numbers numerically, blanks last)"""
 
 
 def format_cell(value: Any) -> str:
@@ -43,8 +73,16 @@ def plot_text(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, css: Sequence[str] = ()) -> str:
-    """An HTML table; ``css`` gives an optional class per column (e.g. "error")."""
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    css: Sequence[str] = (),
+    sortable: bool = False,
+    table_id: str | None = None,
+) -> str:
+    """An HTML table; ``css`` gives an optional class per column (e.g. "error"). A ``sortable``
+    table sorts by a column when its header is clicked (script in :func:`page`)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
@@ -53,7 +91,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, css: Sequenc
             cls = f' class="{html.escape(css[i])}"' if i < len(css) and css[i] else ""
             cells.append(f"<td{cls}>{format_cell(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    attrs = (" class='sortable'" if sortable else "") + (
+        f" id='{html.escape(table_id)}'" if table_id else ""
+    )
+    return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def page(title: str, parts: Iterable[str]) -> str:
@@ -63,7 +104,7 @@ def page(title: str, parts: Iterable[str]) -> str:
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
         f"<title>{t}</title><style>{_STYLE}</style></head>\n<body>\n"
         + "\n".join(parts)
-        + "\n</body></html>\n"
+        + f"\n<script>{_SORT_JS}</script>\n</body></html>\n"
     )
 
 

@@ -1,24 +1,35 @@
-"""One self-contained HTML dashboard per sweep: the law fit, per-prompt-set curves, tables.
+"""One self-contained HTML dashboard per sweep: the law and its checks, residuals, per-prompt-set
+curves, training-loss curves, the paper beside us, a sortable trial table.
 
-Reads the sweep's trial table and its :class:`analysis.laws.LogLinearFit`; never loads models.
-plotly.js is inlined once, so the page works offline (no CDN).
+Reads the sweep's trial table, its :class:`analysis.review.LawReview` and training series;
+never loads models. plotly.js is inlined once, so the page works offline (no CDN).
 """
 
 from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from analysis.laws import PAPER_CONSTANTS, LogLinearFit, baseline_summary
+from analysis.review import LawReview
 from dashboards._html import page, plot_text, table
+from dashboards.review_tables import paper_table, review_table
 
 _LINE_POINTS = 60
 """points on the fitted curve between the smallest and largest fitted x (log-spaced)"""
+
+LOSS_SERIES = ("pretrain/loss", "sft/loss")
+"""training series drawn as loss curves (per optimiser step), one panel each"""
+
+Curves = Mapping[str, Mapping[str, Sequence[float]]]
+"""trial key -> series name -> values per step"""
 
 
 def write_sweep_dashboard(
@@ -26,48 +37,65 @@ def write_sweep_dashboard(
     *,
     sweep_name: str,
     trials: pd.DataFrame,
-    fit: LogLinearFit | None,
+    review: LawReview | None,
     x: str = "pretrain.tokens",
     y: str = "acceptance_length",
     per_set_prefix: str = "acceptance_length/",
     extra: list[tuple[str, go.Figure]] | None = None,
+    curves: Curves | None = None,
 ) -> Path:
     """Write the sweep's dashboard to ``path`` (one HTML file, plotly.js inlined) and return it.
 
     ``trials`` is the wide trial table: ``trial_key``, ``state``, optional ``error``, override
     columns (``x``, ``seed``, ...) and metric columns (``y`` and ``per_set_prefix + set``).
-    Only ``state == "completed"`` rows are plotted; every row is listed. The first figure is
-    ``y`` vs ``x`` on a log axis with the fitted ``a*log_base(x) + b`` and its confidence band
-    (Scylla, arXiv 2505.07858, Thm 1.1/1.2) and the x == 0 SFT-only baseline as a dashed line;
-    the second is ``y`` per prompt set vs ``x``; ``extra`` (heading, figure) pairs follow.
+    Only ``state == "completed"`` rows are plotted; every row is listed in a sortable table.
+    Figures (div ids): ``fit`` -- ``y`` vs ``x`` on a log axis with the fitted
+    ``a*log_base(x) + b`` (Scylla, arXiv 2505.07858, Thm 1.1/1.2), its HC3 confidence band,
+    the prediction band of one new trial, the saturating alternative and the x == 0 SFT-only
+    baseline; ``residuals``; ``per-set`` -- ``y`` per prompt set; ``loss`` -- training loss
+    per step from ``curves``; then ``extra`` (heading, figure) pairs. Tables: the fit and its
+    checks, the paper's constants beside ours, the trials.
     """
     done = trials[trials["state"] == "completed"] if "state" in trials.columns else trials[:0]
     n_failed = int((trials["state"] == "failed").sum()) if "state" in trials.columns else 0
-    fig_fit = _fit_figure(done, fit, x, y)
-    fig_sets = _per_set_figure(done, x, per_set_prefix)
+    fit = review.fit if review is not None else None
+    figures: list[tuple[str, str, go.Figure | None, str]] = [
+        ("fit", f"{y} vs {x}", _fit_figure(done, review, x, y), ""),
+        ("residuals", "Residuals of the fit", _residual_figure(fit, x), "No fit, no residuals."),
+        (
+            "per-set",
+            f"{y} per prompt set",
+            _per_set_figure(done, x, per_set_prefix),
+            f"No columns starting with {per_set_prefix}.",
+        ),
+        (
+            "loss",
+            "Training loss",
+            _loss_figure(curves or {}, done, x),
+            "No training-loss series recorded for these trials.",
+        ),
+        *[(f"extra-{i}", title, f, "") for i, (title, f) in enumerate(extra or [])],
+    ]
+    counts = review.counts.text() if review is not None else ""
     parts = [
         f"<h1>Sweep {html.escape(sweep_name)}</h1>",
         f"<p class='note'>{len(trials)} trials, {len(done)} completed, {n_failed} failed. "
-        f"Only completed trials are plotted; trials at {html.escape(x)} = 0 (SFT-only "
-        "baseline) cannot sit on a log axis and are drawn as a horizontal line.</p>",
-        f"<h2>{html.escape(y)} vs {html.escape(x)}</h2>",
-        fig_fit.to_html(full_html=False, include_plotlyjs=True, div_id="fit"),
-        f"<h2>{html.escape(y)} per prompt set</h2>",
-        (
-            fig_sets.to_html(full_html=False, include_plotlyjs=False, div_id="per-set")
-            if fig_sets is not None
-            else f"<p class='note'>No columns starting with {html.escape(per_set_prefix)}.</p>"
-        ),
-        *[
-            f"<h2>{html.escape(title)}</h2>"
-            + f.to_html(full_html=False, include_plotlyjs=False, div_id=f"extra-{i}")
-            for i, (title, f) in enumerate(extra or [])
-        ],
-        "<h2>Fit</h2>",
-        _fit_table(fit),
-        "<h2>Trials</h2>",
-        trial_table(trials, x, y),
+        f"{html.escape(counts)}. Only completed trials are plotted; trials at "
+        f"{html.escape(x)} = 0 (SFT-only baseline) cannot sit on a log axis and are drawn as "
+        "a horizontal line.</p>",
     ]
+    js = True
+    for div_id, title, fig, empty in figures:
+        parts.append(f"<h2>{html.escape(title)}</h2>")
+        if fig is None:
+            parts.append(f"<p class='note'>{html.escape(empty)}</p>")
+            continue
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=js, div_id=div_id))
+        js = False
+    parts += ["<h2>Fit and checks</h2>", _fit_table(review)]
+    if review is not None and review.paper is not None:
+        parts += ["<h2>The paper beside us</h2>", paper_table(review.paper)]
+    parts += ["<h2>Trials</h2>", trial_table(trials, x, y)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(f"Sweep {sweep_name}", parts), encoding="utf-8")
     return path
@@ -105,7 +133,8 @@ def _numeric(frame: pd.DataFrame, column: str) -> np.ndarray:
     return pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
 
 
-def _fit_figure(done: pd.DataFrame, fit: LogLinearFit | None, x: str, y: str) -> go.Figure:
+def _fit_figure(done: pd.DataFrame, review: LawReview | None, x: str, y: str) -> go.Figure:
+    fit = review.fit if review is not None else None
     fig = go.Figure()
     xs, ys = _numeric(done, x), _numeric(done, y)
     on_axis = (xs > 0) & np.isfinite(ys)
@@ -129,6 +158,18 @@ def _fit_figure(done: pd.DataFrame, fit: LogLinearFit | None, x: str, y: str) ->
     )
     if fit is not None and fit.ok:
         add_fit_line(fig, fit)
+    if review is not None and review.saturating.ok and fit is not None:
+        sat = review.saturating
+        grid = fit_line(fit)["x"].to_numpy()
+        fig.add_trace(
+            go.Scatter(
+                x=grid.tolist(),
+                y=np.round(sat.predict(grid), 6).tolist(),
+                mode="lines",
+                line={"color": "rgb(44, 160, 44)", "dash": "dot"},
+                name=f"saturating: c - A*x^-alpha (ΔAIC {review.forms.delta:+.2f})",
+            )
+        )
     _add_baseline(fig, done, x, y)
     fig.update_layout(
         title={"text": fit_title(fit, x, y), "font": {"size": 13}},
@@ -140,20 +181,34 @@ def _fit_figure(done: pd.DataFrame, fit: LogLinearFit | None, x: str, y: str) ->
     return fig
 
 
-def add_fit_line(fig: go.Figure, fit: LogLinearFit, name: str | None = None) -> None:
-    """Add the fitted curve (named ``name``, default its form) and its confidence band."""
+def add_fit_line(
+    fig: go.Figure, fit: LogLinearFit, name: str | None = None, rgb: str = "214, 39, 40"
+) -> None:
+    """Add the fitted curve (named ``name``, default its form, colour ``rgb`` as "r, g, b"),
+    its confidence band and the prediction band of one new trial."""
     line = fit_line(fit)
     level = round(100 * (1 - fit.alpha))
     band_x = line["x"].tolist()
     fig.add_trace(
         go.Scatter(
             x=band_x + band_x[::-1],
-            y=line["mean_hi"].tolist() + line["mean_lo"].tolist()[::-1],
+            y=line["obs_hi"].tolist() + line["obs_lo"].tolist()[::-1],
             fill="toself",
-            fillcolor="rgba(214, 39, 40, 0.15)",
+            fillcolor=f"rgba({rgb}, 0.06)",
             line={"width": 0},
             hoverinfo="skip",
-            name=f"{level}% CI of the mean",
+            name=f"{level}% prediction interval (one trial)",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=band_x + band_x[::-1],
+            y=line["mean_hi"].tolist() + line["mean_lo"].tolist()[::-1],
+            fill="toself",
+            fillcolor=f"rgba({rgb}, 0.15)",
+            line={"width": 0},
+            hoverinfo="skip",
+            name=f"{level}% CI of the mean ({fit.cov_type})",
         )
     )
     fig.add_trace(
@@ -161,7 +216,7 @@ def add_fit_line(fig: go.Figure, fit: LogLinearFit, name: str | None = None) -> 
             x=band_x,
             y=line["mean"].tolist(),
             mode="lines",
-            line={"color": "rgb(214, 39, 40)"},
+            line={"color": f"rgb({rgb})"},
             name=plot_text(name or f"fit: a*log{fit.log_base}(x) + b"),
         )
     )
@@ -213,17 +268,18 @@ def _per_set_figure(done: pd.DataFrame, x: str, prefix: str) -> go.Figure | None
     return fig
 
 
-def _fit_table(fit: LogLinearFit | None) -> str:
-    if fit is None:
+def _fit_table(review: LawReview | None) -> str:
+    if review is None:
         return "<p class='note'>No fit was made for this sweep.</p>"
-    return table(["field", "value"], fit_rows(fit, "7B-class targets on GPUs"))
+    return review_table(review)
 
 
 def fit_rows(fit: LogLinearFit, paper_setting: str) -> list[list[object]]:
     """(field, value) rows of a fit, plus the paper's constants for its law measured on
     ``paper_setting`` (e.g. "7B-class targets on GPUs") when the paper has that law."""
     d = fit.to_dict()
-    names = ["law", "form", "status", "a", "a_ci", "b", "b_ci", "r2", "n", "excluded", "alpha"]
+    names = ["law", "form", "status", "a", "a_ci", "b", "b_ci", "r2", "r2_adj", "n", "excluded"]
+    names += ["cov_type", "alpha"]
     rows: list[list[object]] = [[k, d[k]] for k in names]
     paper = PAPER_CONSTANTS.get(fit.law)
     if paper is not None:
@@ -238,6 +294,8 @@ def fit_rows(fit: LogLinearFit, paper_setting: str) -> list[list[object]]:
 
 
 def trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
+    """Every trial as a sortable table (id "trials"): key, state, x, seed, the other overrides,
+    the metrics, the error text."""
     first = [c for c in ("trial_key", "state", x, "seed") if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "error"]
     overrides = [c for c in rest if isinstance(c, str) and "." in c and c != y]
@@ -245,7 +303,7 @@ def trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
     columns = first + overrides + metrics + (["error"] if "error" in trials.columns else [])
     rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
     css = ["error" if c == "error" else "" for c in columns]
-    return table([str(c) for c in columns], rows, css=css)
+    return table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
 
 
 def _cell(value: object) -> object:
@@ -254,3 +312,57 @@ def _cell(value: object) -> object:
     if value is pd.NA or value is pd.NaT:
         return None
     return value
+
+
+def _residual_figure(fit: LogLinearFit | None, x: str) -> go.Figure | None:
+    if fit is None or not fit.ok:
+        return None
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=list(fit.x), y=[round(r, 6) for r in fit.residuals], mode="markers", name="residual"
+        )
+    )
+    fig.add_hline(y=0, line_color="gray")
+    fig.update_layout(
+        title={
+            "text": "y - fitted, per trial (a pattern means the form is wrong)",
+            "font": {"size": 13},
+        },
+        xaxis={"type": "log", "title": {"text": plot_text(f"{x} (log scale)")}},
+        yaxis={"title": {"text": "residual"}},
+        template="plotly_white",
+        height=320,
+    )
+    return fig
+
+
+def _loss_figure(curves: Curves, done: pd.DataFrame, x: str) -> go.Figure | None:
+    panels = [name for name in LOSS_SERIES if any(name in c for c in curves.values())]
+    if not panels:
+        return None
+    x_of = dict(zip(done.get("trial_key", []), _numeric(done, x), strict=False))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels)
+    for col, name in enumerate(panels, start=1):
+        for key, series in curves.items():
+            values = series.get(name)
+            if not values:
+                continue
+            xv = x_of.get(key, math.nan)
+            label = f"{plot_text(key)} ({plot_text(x)} = {xv:.6g})"
+            fig.add_trace(
+                go.Scatter(
+                    x=list(range(1, len(values) + 1)),
+                    y=[None if not math.isfinite(v) else round(v, 6) for v in values],
+                    mode="lines",
+                    name=label,
+                    legendgroup=key,
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
+        fig.update_xaxes(title_text="optimiser step", row=1, col=col)
+    fig.update_yaxes(title_text="loss", type="log", row=1, col=1)
+    fig.update_layout(template="plotly_white", height=420)
+    return fig

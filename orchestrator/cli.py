@@ -1,4 +1,5 @@
-"""``orchestrator``: submit sweeps, show their trials, refit their laws, export drafts.
+"""``orchestrator``: submit sweeps, show their trials, refit their laws, rebuild and compare
+dashboards, export drafts.
 
 Every user mistake ends in one line on stderr and exit code 2, never a traceback.
 """
@@ -18,8 +19,12 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator._secrets import redact
+from orchestrator.cli_options import DbUrl, RunRoot, TrackingUri
+from orchestrator.cli_options import find_sweep as _find_sweep
+from orchestrator.cli_options import open_store as _store
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.export_cmd import export
+from orchestrator.report_cmd import compare, report
 from orchestrator.roofline_cmd import roofline
 from orchestrator.spec import MAX_TRIALS
 
@@ -34,30 +39,6 @@ out = Console()
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-RunRoot = Annotated[
-    Path,
-    typer.Option(
-        "--run-root", help="folder for the SQLite DB, MLflow, cache, trial artifacts and dashboards"
-    ),
-]
-DbUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--db-url",
-        envvar="SPECSCALE_DB_URL",
-        help="results DB URL (default: SQLite under the run "
-        "root), e.g. postgresql://user@host:5432/db",
-    ),
-]
-TrackingUri = Annotated[
-    str | None,
-    typer.Option(
-        "--tracking-uri",
-        envvar="MLFLOW_TRACKING_URI",
-        help="MLflow tracking URI (default: SQLite under the run root), e.g. http://host:5000",
-    ),
-]
 
 Address = Annotated[
     str | None,
@@ -109,27 +90,6 @@ def _loopback_ray(address: str | None) -> None:
     """
     if not address:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-
-def _store(run_root: Path, db_url: str | None, *, must_exist: bool = False) -> Any:
-    from orchestrator.store import ResultsStore
-
-    if db_url:
-        return ResultsStore(db_url)
-    if must_exist and not (run_root / "results.db").exists():
-        raise OrchestratorError(
-            f"no results DB at {run_root / 'results.db'}. Fix: pass the --run-root (or --db-url) "
-            "the sweep was submitted with"
-        )
-    return ResultsStore.sqlite_under(run_root)
-
-
-def _find_sweep(store: Any, name: str) -> Any:
-    info = store.get_sweep(name)
-    if info is None:
-        names = ", ".join(s.name for s in store.list_sweeps()) or "none"
-        raise OrchestratorError(f"no sweep named {name!r} in {store.url}; sweeps: {names}")
-    return info
 
 
 def _tracker(run_root: Path, tracking_uri: str | None) -> Any:
@@ -535,21 +495,38 @@ def _run_with_progress(
 
 
 def _print_fit(rep: Any) -> None:
-    f = rep.fit
+    f, rv = rep.fit, rep.review
     if f is None:
         pass
     elif not f.ok:
         out.print(f"fit: {f.status}")
     else:
         out.print(
-            f"fit: {f.form}: a = {f.a:.4f} [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], "
-            f"b = {f.b:.4f} [{f.b_ci[0]:.4f}, {f.b_ci[1]:.4f}], R² = {f.r2:.3f}, n = {f.n}"
+            f"fit: {f.form}: a = {f.a:.4f} [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}] (95% CI, "
+            f"{f.cov_type}), b = {f.b:.4f} [{f.b_ci[0]:.4f}, {f.b_ci[1]:.4f}], "
+            f"R² = {f.r2:.3f} (adjusted {f.r2_adj:.3f}), n = {f.n}"
         )
+    if rv is not None:
+        out.print(rv.counts.text())
+    if rv is not None and f is not None and f.ok:
+        from dashboards.review_tables import review_rows
+
+        for check, value in review_rows(rv)[3:]:
+            if not str(check).startswith(("a (95% CI", "b (95% CI", "R²", "n (")):
+                out.print(f"  {check}: {value}")
+        if rv.paper is not None:
+            p = rv.paper
+            out.print(
+                f"  paper ({p.source}): a = {p.paper_a:g}; ours / paper = {p.slope_ratio:.3g}; "
+                f"our CI {'covers' if p.ci_covers_paper else 'does not cover'} the paper's a"
+            )
     for line in rep.lines:
         out.print(line)
     b = rep.baseline
     if b.get("n"):
         out.print(f"SFT-only baseline: acceptance_length = {b['mean']:.4f} (n = {b['n']})")
+    if getattr(rep, "index", None) is not None:
+        out.print(f"index of all sweeps: {rep.index}")
 
 
 def _print_trials(
@@ -772,6 +749,8 @@ def cancel(
 
 app.command("roofline")(_one_line_errors(roofline))
 app.command("export")(_one_line_errors(export))
+app.command("report")(_one_line_errors(report))
+app.command("compare")(_one_line_errors(compare))
 
 
 def main() -> None:

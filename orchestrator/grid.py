@@ -65,9 +65,7 @@ def expand(spec: SweepSpec) -> list[TrialSpec]:
     seeds innermost; duplicates dropped. A variant's trials record ``variant: <name>``."""
     axes = list(spec.grid)
     trials: dict[str, TrialSpec] = {}
-    variants: list[tuple[str | None, dict[str, Any]]] = list(spec.variants.items()) or [
-        (None, {})
-    ]
+    variants: list[tuple[str | None, dict[str, Any]]] = list(spec.variants.items()) or [(None, {})]
     for name, recipe in variants:
         base = merge_overrides(spec.base, recipe)
         for point in itertools.product(*(spec.grid[a] for a in axes)):

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from analysis.laws import LogLinearFit, baseline_summary, fit_log_linear
+from analysis.laws import LogLinearFit, baseline_summary
+from analysis.review import LawReview, review_law
 from analysis.variants import variant_summary
-from dashboards.sweep_page import write_sweep_dashboard
+from dashboards.sweep_page import LOSS_SERIES, write_sweep_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
 from dashboards.variant_page import write_variant_dashboard
 from orchestrator.report_decode import fit_decode_sweep, fit_record
 from orchestrator.store import ResultsStore
+from orchestrator.sweep_index import write_run_index
 from orchestrator.tracking import Tracker
 
 X, Y = "pretrain.tokens", "acceptance_length"
@@ -53,10 +55,14 @@ class Report:
 
     fit: LogLinearFit | None
     """None for a sweep of variants (compared side by side, no law)"""
+    review: LawReview | None
+    """the fit with its checks (bootstrap, extrapolation, LOO, AIC, paper); None without law"""
     baseline: dict[str, float | int]
     dashboard: Path
     lines: list[str] = field(default_factory=list)
     """further summary lines for the console"""
+    index: Path | None = None
+    """the run root's index page, when it was rewritten"""
 
 
 def trials_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
@@ -74,18 +80,41 @@ def fit_sweep(
     dashboard: Path,
     tracker: Tracker | None = None,
     parent_run: str | None = None,
+    *,
+    persist: bool = True,
 ) -> Report:
     """Fit the sweep's law, store and plot it: Thm 1.1 over completed ``draft_train`` trials
-    with tokens > 0 (all seeds); for ``decode_bench`` sweeps Thm 1.3 and Eq. 4
-    (:func:`orchestrator.report_decode.fit_decode_sweep`).
+    with tokens > 0 (all seeds) with its checks (:func:`analysis.review.review_law`); for
+    ``decode_bench`` sweeps Thm 1.3 and Eq. 4 (:func:`orchestrator.report_decode.fit_decode_sweep`).
+    With ``persist=False`` nothing is written but the dashboard (``orchestrator report``).
 
     Raises:
         StoreError, TrackingError: the DB or MLflow failed.
     """
+    rep = _fit_sweep(store, sweep_id, sweep_name, dashboard, tracker, parent_run, persist)
+    if not persist:
+        return rep
+    index = write_run_index(store, dashboard.parent.parent, {sweep_name: rep.fit})
+    return replace(rep, index=index)
+
+
+def _fit_sweep(
+    store: ResultsStore,
+    sweep_id: int,
+    sweep_name: str,
+    dashboard: Path,
+    tracker: Tracker | None,
+    parent_run: str | None,
+    persist: bool,
+) -> Report:
+    if not persist:
+        tracker = None
     info = store.get_sweep(sweep_name)
     if info is not None and info.workload == "decode_bench":
-        peak, lines = fit_decode_sweep(store, sweep_id, sweep_name, dashboard, tracker, parent_run)
-        return Report(fit=peak, baseline={}, dashboard=dashboard, lines=lines)
+        peak, lines = fit_decode_sweep(
+            store, sweep_id, sweep_name, dashboard, tracker, parent_run, persist=persist
+        )
+        return Report(fit=peak, review=None, baseline={}, dashboard=dashboard, lines=lines)
     df = trials_frame(store, sweep_id)
     spec_yaml = info.spec_yaml if info is not None else ""
     if info is not None and info.workload == "sleep":
@@ -93,36 +122,65 @@ def fit_sweep(
     if "variant" in df.columns:
         return _report_variants(df, sweep_name, dashboard, tracker, parent_run)
     x, law = law_axis(spec_yaml)
-    done = df[df["state"] == "completed"] if "state" in df else df
-    if x not in done or Y not in done:
-        done = pd.DataFrame({x: [], Y: []})
-    fit = fit_log_linear(done, x, Y, law=law)
+    table = df if x in df and Y in df else pd.DataFrame({x: [], Y: [], "state": []})
+    review = review_law(table, x, Y, law=law)
+    fit = review.fit
+    done = table[table["state"] == "completed"]
     base = baseline_summary(done, x, Y)
-    record = fit_record(
-        law,
-        fit,
-        {
+    if persist:
+        details = {
             "excluded": fit.excluded,
             "residuals": fit.residuals,
             "baseline": base,
             "failed_trials": int((df.get("state") == "failed").sum()) if len(df) else 0,
-        },
-    )
-    store.save_fit(sweep_id, record)
+            **review.details(),
+        }
+        store.save_fit(sweep_id, fit_record(law, fit, details))
     if tracker is not None and parent_run is not None:
-        numbers = ("a", "b", "a_lo", "a_hi", "b_lo", "b_hi", "r2", "n")
-        values = {f"fit.{law}.{k}": float(record[k]) for k in numbers}
-        values["baseline.acceptance_length"] = float(base.get("mean", math.nan))
-        tracker.log_metrics(parent_run, values)
+        tracker.log_metrics(parent_run, review_metrics(review, base))
     dashboard.parent.mkdir(parents=True, exist_ok=True)
     tradeoff = depth_tradeoff_figure(done) if law == "layers" else None
     extra = [("Gain and cost of depth", tradeoff)] if tradeoff is not None else None
     write_sweep_dashboard(
-        dashboard, sweep_name=sweep_name, trials=df, fit=fit, x=x, y=Y, extra=extra
+        dashboard,
+        sweep_name=sweep_name,
+        trials=df,
+        review=review,
+        x=x,
+        y=Y,
+        extra=extra,
+        curves=store.sweep_series(sweep_id, LOSS_SERIES),
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
-    return Report(fit=fit, baseline=base, dashboard=dashboard)
+    return Report(fit=fit, review=review, baseline=base, dashboard=dashboard)
+
+
+def review_metrics(review: LawReview, base: dict[str, float | int]) -> dict[str, float]:
+    """The review as parent-run metrics ``fit.<law>.*`` (NaN where there is no number)."""
+    f, law = review.fit, review.fit.law
+    values = {
+        "a": f.a,
+        "b": f.b,
+        "a_lo": f.a_ci[0],
+        "a_hi": f.a_ci[1],
+        "b_lo": f.b_ci[0],
+        "b_hi": f.b_ci[1],
+        "r2": f.r2,
+        "r2_adj": f.r2_adj,
+        "n": float(f.n),
+        "a_boot_lo": review.bootstrap.a_ci[0],
+        "a_boot_hi": review.bootstrap.a_ci[1],
+        "extrapolation_error": review.extrapolation.error,
+        "loo_rmse": review.loo.rmse,
+        "aic_delta_saturating": review.forms.delta,
+        "excluded_trials": float(review.counts.total - review.counts.used),
+    }
+    if review.paper is not None:
+        values["slope_ratio_paper"] = review.paper.slope_ratio
+    out = {f"fit.{law}.{k}": float(v) for k, v in values.items()}
+    out["baseline.acceptance_length"] = float(base.get("mean", math.nan))
+    return out
 
 
 def _report_table(
@@ -138,13 +196,14 @@ def _report_table(
     grid = (data.get("grid") or {}) if isinstance(data, dict) else {}
     x = next(iter(grid), "seed")
     write_sweep_dashboard(
-        dashboard, sweep_name=sweep_name, trials=df, fit=None, x=x, y="sleep.seconds"
+        dashboard, sweep_name=sweep_name, trials=df, review=None, x=x, y="sleep.seconds"
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
     n_done = int((df["state"] == "completed").sum()) if len(df) else 0
     return Report(
         fit=None,
+        review=None,
         baseline={},
         dashboard=dashboard,
         lines=[f"diagnostic sweep: {n_done} of {len(df)} trials completed"],
@@ -174,4 +233,4 @@ def _report_variants(
     write_variant_dashboard(dashboard, sweep_name=sweep_name, trials=df, metrics=VARIANT_METRICS)
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
-    return Report(fit=None, baseline={}, dashboard=dashboard, lines=lines)
+    return Report(fit=None, review=None, baseline={}, dashboard=dashboard, lines=lines)

@@ -98,8 +98,11 @@ def fit_decode_sweep(
     dashboard: Path,
     tracker: Tracker | None = None,
     parent_run: str | None = None,
+    *,
+    persist: bool = True,
 ) -> tuple[LogLinearFit, list[str]]:
-    """Fit Thm 1.3 and Eq. 4 over completed trials, store them, write the dashboard.
+    """Fit Thm 1.3 and Eq. 4 over completed trials, store them (unless ``persist=False``),
+    write the dashboard.
 
     Returns:
         The Thm 1.3 fit and summary lines for the console (best k per b, speedups, roofline).
@@ -119,8 +122,9 @@ def fit_decode_sweep(
         cfg.get("target", {}).get("model", DEFAULT_TARGET),
         4 if dtype in ("float32", "auto") else 2,
     )
-    store.save_fit(sweep_id, fit_record("batch", peak, {"best": best.to_dict("records")}))
-    store.save_fit(sweep_id, fit_record("k_opt", kfit.log2, {"eq4": kfit.eq4.to_dict()}))
+    if persist:
+        store.save_fit(sweep_id, fit_record("batch", peak, {"best": best.to_dict("records")}))
+        store.save_fit(sweep_id, fit_record("k_opt", kfit.log2, {"eq4": kfit.eq4.to_dict()}))
     if tracker is not None and parent_run is not None:
         numbers = {"a": peak.a, "b": peak.b, "r2": peak.r2, "n": float(peak.n)}
         tracker.log_metrics(parent_run, {f"fit.batch.{k}": float(v) for k, v in numbers.items()})

@@ -202,9 +202,7 @@ class SweepSpec(BaseModel):
     def _variant_names(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         for name, overrides in v.items():
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)):
-                raise ValueError(
-                    f"variant name {name!r} must be letters, digits, '.', '_' or '-'"
-                )
+                raise ValueError(f"variant name {name!r} must be letters, digits, '.', '_' or '-'")
             if not isinstance(overrides, dict) or not overrides:
                 raise ValueError(
                     f"variant {name!r} needs a mapping of dotted fields to values, "

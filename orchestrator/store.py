@@ -794,6 +794,26 @@ class ResultsStore:
         with self._session() as s:
             return [_decode_metric(v, nf) for v, nf in s.execute(stmt).all()]
 
+    @_reconnecting
+    def sweep_series(
+        self, sweep_id: int, names: Sequence[str]
+    ) -> dict[str, dict[str, list[float]]]:
+        """Series ``names`` of every trial of a sweep in one query: trial key -> name -> values
+        ordered by step. Trials without any of them are absent."""
+        stmt = (
+            select(TrialRow.trial_key, MetricRow.name, MetricRow.value, MetricRow.nonfinite)
+            .join(TrialRow, TrialRow.id == MetricRow.trial_id)
+            .where(TrialRow.sweep_id == sweep_id, MetricRow.name.in_(list(names)))
+            .order_by(TrialRow.id, MetricRow.name, MetricRow.step)
+        )
+        out: dict[str, dict[str, list[float]]] = {}
+        with self._session() as s:
+            for key, name, value, nonfinite in s.execute(stmt).all():
+                out.setdefault(key, {}).setdefault(name, []).append(
+                    _decode_metric(value, nonfinite)
+                )
+        return out
+
     def _metric_row(self, trial_id: int, name: str, value: float, step: int) -> dict[str, Any]:
         if len(name) > _METRIC_NAME_LEN:
             raise ValueError(f"metric name {name[:40]!r}... is longer than {_METRIC_NAME_LEN}")

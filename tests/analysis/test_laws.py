@@ -75,9 +75,26 @@ def test_noisy_fit_cis_contain_truth_and_match_statsmodels() -> None:
     assert fit.a_ci[0] < 0.5 < fit.a_ci[1]
     assert fit.b_ci[0] < 2.0 < fit.b_ci[1]
     assert 0.9 < fit.r2 < 1.0
-    ref = sm.OLS(ys, sm.add_constant(np.log10(xs))).fit()
+    ref = sm.OLS(ys, sm.add_constant(np.log10(xs))).fit(cov_type="HC3", use_t=True)
+    assert fit.cov_type == "HC3"
     assert fit.r2 == pytest.approx(ref.rsquared)
+    assert fit.r2_adj == pytest.approx(ref.rsquared_adj)
     assert fit.a_ci == pytest.approx(tuple(ref.conf_int()[1]))
+    assert fit.b_ci == pytest.approx(tuple(ref.conf_int()[0]))
+    assert fit.a_se == pytest.approx(ref.bse[1])
+    classic = sm.OLS(ys, sm.add_constant(np.log10(xs))).fit()
+    assert fit.a_se != pytest.approx(classic.bse[1], rel=1e-6)  # robust, not the classical SE
+
+
+def test_hc3_widens_the_ci_under_heteroskedastic_noise() -> None:
+    rng = np.random.default_rng(3)
+    xs = np.repeat([1e3, 1e4, 1e5, 1e6, 1e7], 6)
+    noise = rng.normal(0, 1, size=xs.size) * np.where(xs >= 1e6, 0.3, 0.01)
+    ys = 0.1 * np.log10(xs) + 1.0 + noise
+    fit = fit_log_linear(_frame(xs.tolist(), ys.tolist()), "pretrain.tokens", "acceptance_length",
+                         law="t")  # fmt: skip
+    classic = sm.OLS(ys, sm.add_constant(np.log10(xs))).fit()
+    assert fit.a_se > 1.2 * classic.bse[1]
 
 
 def test_fewer_than_three_distinct_x_is_a_status_not_an_error() -> None:
@@ -132,13 +149,16 @@ def test_predict_band_contains_mean_and_matches_statsmodels() -> None:
     )
     grid = [1.0, 1.5, 3.0, 7.0, 10.0]
     band = fit.predict(grid)
-    assert list(band.columns) == ["x", "mean", "mean_lo", "mean_hi"]
+    assert list(band.columns) == ["x", "mean", "mean_lo", "mean_hi", "obs_lo", "obs_hi"]
     assert (band["mean_lo"] < band["mean"]).all() and (band["mean"] < band["mean_hi"]).all()
-    ref = sm.OLS(ys, sm.add_constant(np.log10(xs))).fit()
+    assert (band["obs_lo"] < band["mean_lo"]).all() and (band["mean_hi"] < band["obs_hi"]).all()
+    ref = sm.OLS(ys, sm.add_constant(np.log10(xs))).fit(cov_type="HC3", use_t=True)
     frame = ref.get_prediction(sm.add_constant(np.log10(grid))).summary_frame(alpha=0.05)
     assert band["mean"].to_numpy() == pytest.approx(frame["mean"].to_numpy())
     assert band["mean_lo"].to_numpy() == pytest.approx(frame["mean_ci_lower"].to_numpy())
     assert band["mean_hi"].to_numpy() == pytest.approx(frame["mean_ci_upper"].to_numpy())
+    assert band["obs_lo"].to_numpy() == pytest.approx(frame["obs_ci_lower"].to_numpy())
+    assert band["obs_hi"].to_numpy() == pytest.approx(frame["obs_ci_upper"].to_numpy())
     assert fit.predict([0.0, -2.0])["mean"].isna().all()
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis.laws import fit_log_linear
+from analysis.review import review_law
 from dashboards._html import plot_text
 from dashboards.sweep_page import write_sweep_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
@@ -126,11 +126,15 @@ def _sweep_trials(x: str = "pretrain.tokens", y: str = "acceptance_length") -> p
 
 def test_sweep_page(tmp_path: Path) -> None:
     trials = _sweep_trials()
-    fit = fit_log_linear(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    review = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
     tradeoff = depth_tradeoff_figure(trials)
     assert tradeoff is not None
     out = write_sweep_dashboard(
-        tmp_path / "d.html", sweep_name=SCRIPT, trials=trials, fit=fit, extra=[(IMG, tradeoff)]
+        tmp_path / "d.html",
+        sweep_name=SCRIPT,
+        trials=trials,
+        review=review,
+        extra=[(IMG, tradeoff)],
     )
     # per-set legend name and hover data (trial key, seed)
     _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[SCRIPT, IMG])
@@ -139,9 +143,9 @@ def test_sweep_page(tmp_path: Path) -> None:
 def test_sweep_page_with_payload_axis_names(tmp_path: Path) -> None:
     x, y = f"x {SCRIPT}", f"y {IMG}"
     trials = _sweep_trials(x, y)
-    fit = fit_log_linear(trials, x, y, law="tokens")
+    review = review_law(trials, x, y, law="tokens")
     out = write_sweep_dashboard(
-        tmp_path / "d.html", sweep_name="s", trials=trials, fit=fit, x=x, y=y
+        tmp_path / "d.html", sweep_name="s", trials=trials, review=review, x=x, y=y
     )
     # axis titles and the fit form in the figure title
     _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[x, y])
@@ -149,9 +153,10 @@ def test_sweep_page_with_payload_axis_names(tmp_path: Path) -> None:
 
 def test_sweep_page_with_payload_in_a_failed_fit_status(tmp_path: Path) -> None:
     trials = _sweep_trials()
-    fit = fit_log_linear(trials, "pretrain.tokens", "acceptance_length", law="tokens")
-    fit = replace(fit, status=f"not ok: {SCRIPT}")
-    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name="s", trials=trials, fit=fit)
+    review = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    fit = replace(review.fit, status=f"not ok: {SCRIPT}")
+    review = replace(review, fit=fit)
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name="s", trials=trials, review=review)
     _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[fit.status])
 
 
@@ -160,7 +165,7 @@ def test_tradeoff_axis_name(tmp_path: Path) -> None:
     fig = depth_tradeoff_figure(trials, x=SCRIPT)
     assert fig is not None
     out = write_sweep_dashboard(
-        tmp_path / "d.html", sweep_name="s", trials=trials, fit=None, extra=[("t", fig)]
+        tmp_path / "d.html", sweep_name="s", trials=trials, review=None, extra=[("t", fig)]
     )
     _assert_renders_as_text(out.read_text(encoding="utf-8"), in_figures=[SCRIPT])
 

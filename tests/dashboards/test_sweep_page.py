@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.laws import fit_log_linear
+from analysis.review import LawReview, review_law
 from dashboards.sweep_page import fit_line, write_sweep_dashboard
 
 SWEEP = "tokens-smoke"
@@ -44,9 +44,8 @@ def _trials() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _fit(trials: pd.DataFrame):
-    done = trials[trials["state"] == "completed"]
-    return fit_log_linear(done, "pretrain.tokens", "acceptance_length", law="tokens")
+def _review(trials: pd.DataFrame) -> LawReview:
+    return review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
 
 
 def _no_external_scripts(text: str) -> None:
@@ -56,9 +55,10 @@ def _no_external_scripts(text: str) -> None:
 
 def test_writes_self_contained_page_with_fit(tmp_path: Path) -> None:
     trials = _trials()
-    fit = _fit(trials)
+    review = _review(trials)
+    fit = review.fit
     out = write_sweep_dashboard(
-        tmp_path / "s" / "dashboard.html", sweep_name=SWEEP, trials=trials, fit=fit
+        tmp_path / "s" / "dashboard.html", sweep_name=SWEEP, trials=trials, review=review
     )
     assert out == tmp_path / "s" / "dashboard.html" and out.is_file()
     text = out.read_text(encoding="utf-8")
@@ -73,11 +73,15 @@ def test_writes_self_contained_page_with_fit(tmp_path: Path) -> None:
     assert "<boom>" not in text
     assert "humaneval" in text and "sharegpt" in text
     _no_external_scripts(text)
-    assert text.count("Plotly.newPlot") == 2
+    assert text.count("Plotly.newPlot") == 3  # fit, residuals, per prompt set (no loss curves)
+    assert "prediction interval" in text and "HC3" in text and "bootstrap" in text
+    assert "The paper beside us" in text and "slope ratio" in text
 
 
 def test_fit_none(tmp_path: Path) -> None:
-    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=_trials(), fit=None)
+    out = write_sweep_dashboard(
+        tmp_path / "d.html", sweep_name=SWEEP, trials=_trials(), review=None
+    )
     text = out.read_text(encoding="utf-8")
     assert "no fit" in text
     _no_external_scripts(text)
@@ -86,9 +90,9 @@ def test_fit_none(tmp_path: Path) -> None:
 def test_not_ok_fit_says_so_and_has_no_line(tmp_path: Path) -> None:
     trials = _trials()
     trials = trials[trials["pretrain.tokens"].isin([0, 1e4, 3e4])]
-    fit = _fit(trials)
-    assert not fit.ok
-    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, fit=fit)
+    review = _review(trials)
+    assert not review.fit.ok
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, review=review)
     text = out.read_text(encoding="utf-8")
     assert "no fit line" in text
     assert "not enough points" in text
@@ -99,7 +103,7 @@ def test_sweep_name_is_escaped(tmp_path: Path) -> None:
     trials = _trials()
     name = "<script>alert(1)</script>"
     out = write_sweep_dashboard(
-        tmp_path / "d.html", sweep_name=name, trials=trials, fit=_fit(trials)
+        tmp_path / "d.html", sweep_name=name, trials=trials, review=_review(trials)
     )
     text = out.read_text(encoding="utf-8")
     assert name not in text
@@ -115,7 +119,7 @@ def test_minimal_table_without_error_or_per_set_columns(tmp_path: Path) -> None:
             "acceptance_length": [1.0, 1.1, None],
         }
     )
-    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, fit=None)
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, review=None)
     text = out.read_text(encoding="utf-8")
     assert "No columns starting with acceptance_length/" in text
     assert "cancelled" in text
@@ -131,6 +135,6 @@ def test_baseline_only(tmp_path: Path, n_base: int) -> None:
             "acceptance_length": [1.0 + 0.1 * i for i in range(n_base)],
         }
     )
-    fit = fit_log_linear(trials, "pretrain.tokens", "acceptance_length", law="tokens")
-    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, fit=fit)
+    review = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, review=review)
     assert "SFT-only baseline" in out.read_text(encoding="utf-8")

@@ -1,0 +1,124 @@
+"""Out-of-sample checks of a log-linear law: extrapolation to the largest x and leave-one-out.
+
+A scaling law is used to extrapolate, so the check that matters is whether a fit on the smaller
+budgets predicts the largest one. Leave-one-out (LOO) predicts each trial from a fit without it;
+its residuals are the PRESS residuals ``e_i / (1 - h_ii)`` (statsmodels ``OLSInfluence``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+from statsmodels.stats.outliers_influence import OLSInfluence
+
+from analysis.laws import fit_log_linear
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """A fit on every x below the largest, predicting the mean y at the largest x."""
+
+    x_heldout: float
+    """the largest x (x units); its trials are held out"""
+    n_train: int
+    """trials fitted (x < x_heldout)"""
+    n_heldout: int
+    observed: float
+    """mean y of the held-out trials"""
+    predicted: float
+    """the smaller-budget fit's mean at x_heldout"""
+    pred_lo: float
+    """(1 - alpha) prediction interval of the mean of n_heldout new trials at x_heldout"""
+    pred_hi: float
+    error: float
+    """predicted - observed (y units)"""
+    rel_error: float
+    """error / observed"""
+    covered: bool
+    """observed within [pred_lo, pred_hi]"""
+    status: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (NaN becomes None)."""
+        return _safe(asdict(self))
+
+
+@dataclass(frozen=True)
+class LeaveOneOut:
+    """Leave-one-out prediction errors over the fitted trials (y units)."""
+
+    n: int
+    rmse: float
+    mae: float
+    max_abs: float
+    status: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (NaN becomes None)."""
+        return _safe(asdict(self))
+
+
+def extrapolate_largest(
+    x: Sequence[float], y: Sequence[float], *, law: str, log_base: int = 10, alpha: float = 0.05
+) -> Extrapolation:
+    """Fit ``y = a*log_base(x) + b`` on the trials with x below the largest x and predict the
+    largest. Needs 3 distinct x below it (4 in all); otherwise ``status`` says why and the
+    numbers are NaN. ``x`` > 0 and finite, ``y`` finite, shape (n,)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    nan = math.nan
+    if xs.size == 0:
+        return Extrapolation(nan, 0, 0, nan, nan, nan, nan, nan, nan, False, "no trials")
+    top = float(xs.max())
+    held = xs == top
+    fit = fit_log_linear(
+        pd.DataFrame({"x": xs[~held], "y": ys[~held]}), "x", "y", law=law, log_base=log_base
+    )
+    observed = float(ys[held].mean())
+    if not fit.ok:
+        status = f"{fit.status} below the largest x"
+        return Extrapolation(
+            top, fit.n, int(held.sum()), observed, nan, nan, nan, nan, nan, False, status
+        )
+    row = fit.predict([top], alpha=alpha, n_obs=int(held.sum())).iloc[0]
+    pred, lo, hi = float(row["mean"]), float(row["obs_lo"]), float(row["obs_hi"])
+    return Extrapolation(
+        x_heldout=top,
+        n_train=fit.n,
+        n_heldout=int(held.sum()),
+        observed=observed,
+        predicted=pred,
+        pred_lo=lo,
+        pred_hi=hi,
+        error=pred - observed,
+        rel_error=(pred - observed) / observed if observed else nan,
+        covered=bool(lo <= observed <= hi),
+        status="ok",
+    )
+
+
+def leave_one_out(x: Sequence[float], y: Sequence[float], *, log_base: int = 10) -> LeaveOneOut:
+    """LOO errors of ``y = a*log_base(x) + b`` over the trials: each trial predicted by the fit
+    on all the others. Needs 3 distinct x; otherwise ``status`` says why (NaN numbers)."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(np.unique(xs)) < 3:
+        nan = math.nan
+        return LeaveOneOut(int(xs.size), nan, nan, nan, "not enough points: need >= 3 distinct x")
+    model = sm.OLS(ys, sm.add_constant(np.log(xs) / math.log(log_base))).fit()
+    press = np.asarray(OLSInfluence(model).resid_press, dtype=float)
+    return LeaveOneOut(
+        n=int(xs.size),
+        rmse=float(np.sqrt(np.mean(press**2))),
+        mae=float(np.mean(np.abs(press))),
+        max_abs=float(np.max(np.abs(press))),
+        status="ok",
+    )
+
+
+def _safe(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in d.items()}

@@ -1,0 +1,127 @@
+"""Tables of a law review: the fit and its checks, and the paper's constants beside ours.
+
+Shared by the sweep dashboard and ``orchestrator compare``; text only, no figures.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analysis.paper import PaperComparison
+from analysis.review import LawReview
+from dashboards._html import table
+
+
+def _g(value: float, digits: int = 4) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+
+
+def _ci(ci: tuple[float, float], digits: int = 4) -> str:
+    return f"[{_g(ci[0], digits)}, {_g(ci[1], digits)}]"
+
+
+def review_rows(review: LawReview) -> list[list[object]]:
+    """(check, value) rows: the fit (HC3 and bootstrap CIs, R², adjusted R²), extrapolation,
+    leave-one-out, the saturating alternative and the AIC comparison."""
+    f, bt, ex, lo, sat, fm = (
+        review.fit,
+        review.bootstrap,
+        review.extrapolation,
+        review.loo,
+        review.saturating,
+        review.forms,
+    )
+    level = round(100 * (1 - f.alpha))
+    rows: list[list[object]] = [
+        ["law", f.form],
+        ["status", f.status],
+        ["trials", review.counts.text()],
+    ]
+    if not f.ok:
+        return rows
+    rows += [
+        [f"a ({level}% CI, {f.cov_type}, t with {f.df_resid:.0f} df)", f"{_g(f.a)} {_ci(f.a_ci)}"],
+        [
+            f"a ({level}% bootstrap CI)",
+            f"{_ci(bt.a_ci)} ({bt.n_valid} of {bt.n_resamples} resamples of trials, "
+            f"seed {bt.seed})",
+        ],
+        [f"b ({level}% CI, {f.cov_type})", f"{_g(f.b)} {_ci(f.b_ci)}"],
+        [f"b ({level}% bootstrap CI)", _ci(bt.b_ci)],
+        ["R² / adjusted R²", f"{_g(f.r2, 3)} / {_g(f.r2_adj, 3)}"],
+        ["n (trials fitted) / residual sd", f"{f.n} / {_g(math.sqrt(f.scale), 3)}"],
+    ]
+    if ex.status == "ok":
+        verdict = "inside" if ex.covered else "OUTSIDE"
+        rows.append(
+            [
+                "extrapolation to the largest x",
+                f"fit on x < {_g(ex.x_heldout, 6)} ({ex.n_train} trials) predicts "
+                f"{_g(ex.predicted)} {_ci((ex.pred_lo, ex.pred_hi))}; observed mean "
+                f"{_g(ex.observed)} (n = {ex.n_heldout}); error {ex.error:+.4g} "
+                f"({100 * ex.rel_error:+.2f}%), {verdict} the {level}% prediction interval",
+            ]
+        )
+    else:
+        rows.append(["extrapolation to the largest x", ex.status])
+    rows.append(
+        [
+            "leave-one-out error",
+            f"RMSE {_g(lo.rmse)}, MAE {_g(lo.mae)}, max |error| {_g(lo.max_abs)} (n = {lo.n})"
+            if lo.status == "ok"
+            else lo.status,
+        ]
+    )
+    rows.append(
+        [
+            "saturating form y = c - A*(x/x0)^-alpha",
+            f"c = {_g(sat.c)}, A = {_g(sat.A)}, alpha = {_g(sat.alpha)}, x0 = {_g(sat.x0, 6)}"
+            if sat.ok
+            else sat.status,
+        ]
+    )
+    rows.append(
+        [
+            "AIC log-linear / saturating",
+            f"{_g(fm.aic_log_linear)} / {_g(fm.aic_saturating)}, delta {_g(fm.delta, 3)}: "
+            f"{fm.preferred}",
+        ]
+    )
+    return rows
+
+
+def review_table(review: LawReview) -> str:
+    """:func:`review_rows` as an HTML table (id "review")."""
+    return table(["check", "value"], review_rows(review), table_id="review")
+
+
+def paper_rows(cmp: PaperComparison) -> list[list[object]]:
+    """(quantity, paper, ours) rows of :class:`analysis.paper.PaperComparison`."""
+    boot = (
+        "n/a"
+        if cmp.boot_covers_paper is None
+        else ("yes" if cmp.boot_covers_paper else "no") + f" {_ci(cmp.boot_ci or (math.nan,) * 2)}"
+    )
+    return [
+        ["source", cmp.source, "this sweep"],
+        ["slope a", _g(cmp.paper_a), f"{_g(cmp.ours_a)} {_ci(cmp.ours_a_ci)}"],
+        ["slope ratio (ours / paper)", "1", _g(cmp.slope_ratio, 3)],
+        ["our CI covers the paper's a", "", "yes" if cmp.ci_covers_paper else "no"],
+        ["our bootstrap CI covers the paper's a", "", boot],
+        [
+            "intercept b (our x unit)",
+            f"{_g(cmp.paper_b_ours)} (published {_g(cmp.paper_b)})",
+            _g(cmp.ours_b),
+        ],
+        ["R²", _g(cmp.paper_r2, 3), _g(cmp.ours_r2, 3)],
+    ]
+
+
+def paper_table(cmp: PaperComparison) -> str:
+    """:func:`paper_rows` as an HTML table (id "paper"), with the caveat of scale."""
+    note = (
+        "<p class='note'>The paper's laws come from 7B-class targets and GPU-scale budgets "
+        "(Thm 1.3: Qwen2.5-72B on H800); a CPU sweep of a 135M target is compared for the "
+        "shape of the law, not expected to reproduce its constants.</p>"
+    )
+    return note + table(["quantity", "paper", "ours"], paper_rows(cmp), table_id="paper")

@@ -1,0 +1,134 @@
+"""``orchestrator report`` and ``orchestrator compare``: dashboards rebuilt from the DB alone.
+
+``report`` rewrites every sweep's page (or one sweep's) and the index under ``--out``; it reads
+the results DB only (trials, metrics, training series) and writes nothing to the DB or MLflow.
+``compare`` puts two sweeps' laws side by side (console table and one HTML page). Registered in
+:mod:`orchestrator.cli`, which turns :class:`orchestrator.errors.OrchestratorError` into one line
+and exit code 2.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.cli_options import DbUrl, RunRoot, find_sweep, open_store
+
+console = Console()
+
+
+def report(
+    sweep: Annotated[
+        str | None, typer.Argument(help="sweep name (default: every sweep in the DB)")
+    ] = None,
+    *,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="folder for index.html and <sweep>/dashboard.html (default: the run root)"
+        ),
+    ] = None,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+) -> None:
+    """Rebuild the dashboards (index and per-sweep pages) from the results DB alone."""
+    from orchestrator import report as rep_mod
+    from orchestrator.sweep_index import write_run_index
+
+    run_root = run_root.resolve()
+    store = open_store(run_root, db_url, must_exist=True)
+    out_dir = (out or run_root).resolve()
+    infos = [find_sweep(store, sweep)] if sweep else store.list_sweeps()
+    fresh = {}
+    t0 = time.perf_counter()
+    for i, info in enumerate(infos, start=1):
+        page = out_dir / info.name / "dashboard.html"
+        r = rep_mod.fit_sweep(store, info.id, info.name, page, persist=False)
+        fresh[info.name] = r.fit
+        law = ""
+        if r.fit is not None and r.fit.ok:
+            law = f", a = {r.fit.a:.4g} [{r.fit.a_ci[0]:.4g}, {r.fit.a_ci[1]:.4g}]"
+        console.print(f"[{i}/{len(infos)}] {info.name} ({info.workload}{law}): {page}")
+    index = write_run_index(store, out_dir, fresh)
+    console.print(f"index: {index} ({len(infos)} pages in {time.perf_counter() - t0:.1f} s)")
+
+
+def compare(
+    sweep_a: Annotated[str, typer.Argument(help="first sweep (A)")],
+    sweep_b: Annotated[str, typer.Argument(help="second sweep (B)")],
+    *,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="HTML page to write (default: <run root>/compare/<A>--vs--<B>.html)"
+        ),
+    ] = None,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+) -> None:
+    """Compare two sweeps' laws: fits, checks and slope difference side by side, mean per x."""
+    from analysis.compare import per_x_means, slope_difference
+    from dashboards.compare_page import side_by_side_rows, write_compare_page
+    from orchestrator.errors import OrchestratorError
+    from orchestrator.law_tables import law_table
+
+    run_root = run_root.resolve()
+    store = open_store(run_root, db_url, must_exist=True)
+    a = law_table(store, find_sweep(store, sweep_a))
+    b = law_table(store, find_sweep(store, sweep_b))
+    if (a.x, a.y, a.log_base) != (b.x, b.y, b.log_base):
+        raise OrchestratorError(
+            f"{sweep_a} fits {a.y} vs log{a.log_base}({a.x}) but {sweep_b} fits {b.y} vs "
+            f"log{b.log_base}({b.x}); compare two sweeps of the same law"
+        )
+    diff = slope_difference(a.review.fit, b.review.fit)
+    means = per_x_means(a.table, b.table, a.x, a.y)
+    grid = Table(title=f"{a.y} = a*log{a.log_base}({a.x}) + b")
+    for col in ("check", sweep_a, sweep_b):
+        grid.add_column(col, overflow="fold")
+    for row in side_by_side_rows(a.review, b.review):
+        grid.add_row(*(str(v) for v in row))
+    console.print(grid)
+    if diff.status == "ok":
+        verdict = "the slopes differ" if diff.excludes_zero else "no detectable difference"
+        console.print(
+            f"slope difference a(B) - a(A) = {diff.diff:+.4g} [{diff.lo:+.4g}, {diff.hi:+.4g}] "
+            f"(95% CI, HC3): {verdict}"
+        )
+    else:
+        console.print(f"slope difference: {diff.status}")
+    mt = Table(title=f"mean {a.y} per {a.x}")
+    for col in (a.x, f"{sweep_a} (n)", f"{sweep_b} (n)", "delta B - A"):
+        mt.add_column(col, justify="right")
+    for r in means.itertuples(index=False):
+        mt.add_row(
+            f"{r.x:.6g}",
+            _mean(r.mean_a, r.sd_a, r.n_a),
+            _mean(r.mean_b, r.sd_b, r.n_b),
+            "" if math.isnan(r.delta) else f"{r.delta:+.4f}",
+        )
+    console.print(mt)
+    page = (out or run_root / "compare" / f"{sweep_a}--vs--{sweep_b}.html").resolve()
+    write_compare_page(
+        page,
+        names=(sweep_a, sweep_b),
+        reviews=(a.review, b.review),
+        x=a.x,
+        y=a.y,
+        means=means,
+        slope_diff=diff,
+    )
+    console.print(f"comparison page: {page}")
+
+
+def _mean(mean: float, sd: float, n: int) -> str:
+    if n == 0 or math.isnan(mean):
+        return "-"
+    spread = "" if math.isnan(sd) else f" ± {sd:.4f}"
+    return f"{mean:.4f}{spread} ({n})"
