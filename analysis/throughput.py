@@ -32,6 +32,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from analysis.laws import LogLinearFit, _json_safe, _r2, fit_log_linear
+from analysis.paper import reference
 
 KNOBS = ("batch_size", "num_draft_tokens", "depth", "topk", "seed")
 """the ``decode_bench`` knobs as plain column names"""
@@ -66,13 +67,14 @@ MIN_DISTINCT_B_EQ4 = 4
 PAPER_K_OPT: dict[str, Any] = {
     "source": "Scylla (arXiv 2505.07858) Eq. 4",
     "form": "k_opt = A*sqrt(1 + B/b) - C",
-    "A": 27904.0,
-    "B": 0.034,
-    "C": 27897.0,
+    "A": float(reference()["eq4"]["A"]),
+    "B": float(reference()["eq4"]["B"]),
+    "C": float(reference()["eq4"]["C"]),
     "conditions": "Qwen2.5-72B, 10K-token prefill, one H800 (roofline-derived)",
 }
-"""The paper's Eq. 4 constants. They belong to a 72B target on an H800; a reference for the
-shape of k_opt(b), not numbers a small model on a CPU should reproduce."""
+"""The paper's Eq. 4 constants (from ``analysis/reference/scylla_2505_07858.yaml``). They
+belong to a 72B target on an H800; a reference for the shape of k_opt(b), not numbers a small
+model on a CPU should reproduce."""
 
 BEST_COLUMNS = (
     "batch_size",

@@ -76,6 +76,11 @@ def review_rows(review: LawReview) -> list[list[object]]:
         [
             "saturating form y = c - A*(x/x0)^-alpha",
             f"c = {_g(sat.c)}, A = {_g(sat.A)}, alpha = {_g(sat.alpha)}, x0 = {_g(sat.x0, 6)}"
+            + (
+                " (alpha near 0: the curve is log-linear over this range, no ceiling in view)"
+                if sat.alpha < 0.01
+                else ""
+            )
             if sat.ok
             else sat.status,
         ]

@@ -1,0 +1,117 @@
+"""``orchestrator report`` (dashboards from the DB alone) and ``orchestrator compare``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.report import fit_sweep
+from orchestrator.store import ResultsStore
+from workloads.config import DraftTrainConfig
+
+SPEC = "name: {name}\ngrid:\n  pretrain.tokens: [0, 8192, 32768, 131072, 524288]\n"
+
+
+def _token_sweep(store: ResultsStore, name: str, slope: float, seed: int) -> int:
+    """A stored token sweep: 5 budgets x 2 seeds (x = 0 is the baseline), one failed trial,
+    loss series per trial; acceptance_length = slope*log10(tokens) + 0.7 + noise."""
+    rng = np.random.default_rng(seed)
+    sweep_id = store.upsert_sweep(name, "draft_train", SPEC.format(name=name), f"{name}.yaml")
+    cfg = DraftTrainConfig().model_dump(mode="json")
+    grid = [(t, s) for t in (0, 8192, 32768, 131072, 524288) for s in (0, 1)]
+    store.add_trials(
+        sweep_id,
+        [(f"{name}-{i:04d}", cfg, {"pretrain.tokens": t, "seed": s}) for i, (t, s) in
+         enumerate(grid)] + [(f"{name}-fail", cfg, {"pretrain.tokens": 524288, "seed": 2})],
+    )  # fmt: skip
+    for trial in store.trials(sweep_id):
+        tokens = trial.overrides["pretrain.tokens"]
+        if trial.key.endswith("fail"):
+            store.mark_failed(trial.id, "RuntimeError: out of memory", 1.0)
+            continue
+        tau = 1.2 if tokens == 0 else slope * math.log10(tokens) + 0.7 + rng.normal(0, 0.005)
+        store.log_metrics(trial.id, {"acceptance_length": tau})
+        store.log_metric_series(trial.id, "pretrain/loss", [5.0, 4.0, 3.5][: 1 + (tokens > 0) * 2])
+        store.log_metric_series(trial.id, "sft/loss", [3.0, 2.5])
+        store.mark_completed(trial.id, 1.0)
+    return sweep_id
+
+
+@pytest.fixture
+def run_root(tmp_path: Path) -> Path:
+    store = ResultsStore.sqlite_under(tmp_path / "runs")
+    _token_sweep(store, "tok-a", 0.10, 0)
+    _token_sweep(store, "tok-b", 0.20, 1)
+    sid = store.upsert_sweep("diag", "sleep", "name: diag\ngrid:\n  seed: [0]\n", "d.yaml")
+    store.add_trials(sid, [("d0", {"sleep": {}}, {"seed": 0})])
+    store.close()
+    return tmp_path / "runs"
+
+
+def _cli(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, list(args))
+    return res.exit_code, " ".join(res.output.split())  # rich wraps at 80 columns here
+
+
+def test_report_rebuilds_every_page_and_the_index_from_the_db(run_root: Path, tmp_path: Path):
+    out = tmp_path / "site"
+    code, text = _cli("report", "--run-root", str(run_root), "--out", str(out))
+    assert code == 0, text
+    assert "[1/3]" in text and "[3/3]" in text and f"{out / 'index.html'}" in text.replace(" ", "")
+    index = (out / "index.html").read_text()
+    for name in ("tok-a", "tok-b", "diag"):
+        assert f"href='{name}/dashboard.html'" in index
+        assert (out / name / "dashboard.html").is_file()
+    page = (out / "tok-b" / "dashboard.html").read_text()
+    assert "8 of 11 trials fitted; left out: 1 not completed" in page
+    assert "bootstrap" in page and "extrapolation to the largest x" in page
+    assert "Training loss" in page and "pretrain/loss" in page
+    # read-only: no fit row and no dashboard under the run root were written
+    store = ResultsStore.sqlite_under(run_root)
+    info = store.get_sweep("tok-a")
+    assert info is not None and store.fits(info.id) == []
+    assert not (run_root / "tok-a").exists()
+
+
+def test_report_one_sweep_and_bad_names(run_root: Path, tmp_path: Path) -> None:
+    code, text = _cli("report", "tok-a", "--run-root", str(run_root), "--out", str(tmp_path / "o"))
+    assert code == 0, text
+    assert (tmp_path / "o" / "tok-a" / "dashboard.html").is_file()
+    assert not (tmp_path / "o" / "tok-b").exists()
+    assert "tok-b" in (tmp_path / "o" / "index.html").read_text()  # the index lists them all
+    code, text = _cli("report", "nope", "--run-root", str(run_root))
+    assert code == 2 and "no sweep named 'nope'" in text and "tok-a" in text
+    code, text = _cli("report", "--run-root", str(tmp_path / "empty"))
+    assert code == 2 and "no results DB" in text and "Fix:" in text
+
+
+def test_compare_two_token_sweeps(run_root: Path, tmp_path: Path) -> None:
+    page = tmp_path / "cmp.html"
+    code, text = _cli("compare", "tok-a", "tok-b", "--run-root", str(run_root), "--out", str(page))
+    assert code == 0, text
+    assert "slope difference a(B) - a(A) = +0.09" in text and "the slopes differ" in text
+    assert "mean acceptance_length per pretrain.tokens" in text
+    html = page.read_text()
+    assert "side-by-side" in html and "tok-a: a = 0.1" in html and "tok-b: a = 0.19" in html
+    code, text = _cli("compare", "tok-a", "diag", "--run-root", str(run_root))
+    assert code == 2 and "fits no law" in text
+
+
+def test_fit_sweep_stores_the_review_and_writes_the_index(run_root: Path) -> None:
+    store = ResultsStore.sqlite_under(run_root)
+    info = store.get_sweep("tok-a")
+    assert info is not None
+    rep = fit_sweep(store, info.id, "tok-a", run_root / "tok-a" / "dashboard.html")
+    assert rep.index == run_root / "index.html" and rep.index.is_file()
+    assert rep.review is not None and rep.review.fit.ok
+    details = store.fits(info.id)[0]["details"]
+    assert details["cov_type"] == "HC3" and details["bootstrap"]["n_resamples"] >= 1000
+    assert details["counts"]["not_completed"] == 1 and details["counts"]["nonpositive_x"] == 2
+    assert details["extrapolation"]["status"] == "ok" and details["loo"]["status"] == "ok"
+    assert details["paper"]["paper_a"] == 0.08
+    assert store.sweep_series(info.id, ["sft/loss"])["tok-a-0000"] == {"sft/loss": [3.0, 2.5]}
