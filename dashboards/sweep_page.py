@@ -110,7 +110,7 @@ def fit_title(fit: LogLinearFit | None, x: str, y: str) -> str:
     level = round(100 * (1 - fit.alpha))
     return (
         f"{plot_text(fit.form)}<br>a = {fit.a:.4g} [{fit.a_ci[0]:.4g}, {fit.a_ci[1]:.4g}], "
-        f"b = {fit.b:.4g} [{fit.b_ci[0]:.4g}, {fit.b_ci[1]:.4g}] ({level}% CI), "
+        f"b = {fit.b:.4g} [{fit.b_ci[0]:.4g}, {fit.b_ci[1]:.4g}] ({level}% CI, {fit.cov_type}), "
         f"R² = {fit.r2:.3f}, n = {fit.n}"
     )
 

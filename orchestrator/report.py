@@ -66,8 +66,10 @@ class Report:
 
 
 def trials_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
-    """Wide table of a sweep's trials (overrides, state, metrics) with the error text."""
+    """Wide table of a sweep's trials (overrides, state, metrics) with the error text; series
+    (loss curves) are left out: their step-0 value is not a trial metric."""
     df = store.metrics_frame(sweep_id)
+    df = df.drop(columns=[c for c in store.series_names(sweep_id) if c in df.columns])
     errors = {t.key: t.error for t in store.trials(sweep_id)}
     df["error"] = df["trial_key"].map(errors)
     return df

@@ -795,6 +795,18 @@ class ResultsStore:
             return [_decode_metric(v, nf) for v, nf in s.execute(stmt).all()]
 
     @_reconnecting
+    def series_names(self, sweep_id: int) -> set[str]:
+        """Names of the metrics logged as series (at a step > 0) by any trial of the sweep."""
+        stmt = (
+            select(MetricRow.name)
+            .join(TrialRow, TrialRow.id == MetricRow.trial_id)
+            .where(TrialRow.sweep_id == sweep_id, MetricRow.step > 0)
+            .distinct()
+        )
+        with self._session() as s:
+            return set(s.scalars(stmt).all())
+
+    @_reconnecting
     def sweep_series(
         self, sweep_id: int, names: Sequence[str]
     ) -> dict[str, dict[str, list[float]]]:

@@ -70,7 +70,7 @@ def test_report_rebuilds_every_page_and_the_index_from_the_db(run_root: Path, tm
     page = (out / "tok-b" / "dashboard.html").read_text()
     assert "8 of 11 trials fitted; left out: 1 not completed" in page
     assert "bootstrap" in page and "extrapolation to the largest x" in page
-    assert "Training loss" in page and "pretrain/loss" in page
+    assert "Training loss" in page and "pretrain\\u002floss" in page  # JSON-escaped "/"
     # read-only: no fit row and no dashboard under the run root were written
     store = ResultsStore.sqlite_under(run_root)
     info = store.get_sweep("tok-a")
