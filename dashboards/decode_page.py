@@ -22,6 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.laws import LogLinearFit
+from analysis.paper import compare_with_paper
 from analysis.throughput import (
     BEST_COLUMNS,
     KNOBS,
@@ -34,6 +35,7 @@ from analysis.throughput import (
     throughput_surface,
 )
 from dashboards._html import page, plot_text, table
+from dashboards.review_tables import paper_table
 from dashboards.sweep_page import add_fit_line, fit_rows, fit_title
 
 __all__ = ["RooflineData", "write_decode_dashboard"]
@@ -465,6 +467,9 @@ def _fits_html(peak_fit: LogLinearFit | None, k_fit: KOptFit | None) -> str:
         parts.append("<p class='note'>No fit was made.</p>")
     else:
         parts.append(table(["field", "value"], fit_rows(peak_fit, "Qwen2.5-72B on H800 GPUs")))
+        cmp = compare_with_paper(peak_fit)
+        if cmp is not None and peak_fit.ok:
+            parts += ["<h3>The paper beside us (Thm 1.3)</h3>", paper_table(cmp)]
     parts.append("<h3>Best k vs batch size (Eq. 4 and log2)</h3>")
     if k_fit is None:
         parts.append("<p class='note'>No fit was made.</p>")
@@ -496,7 +501,7 @@ def _trial_table(trials: pd.DataFrame) -> str:
     columns = first + knobs + metrics + rest + (["error"] if "error" in trials.columns else [])
     rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
     css = ["error" if c == "error" else "" for c in columns]
-    return table([str(c) for c in columns], rows, css=css)
+    return table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
 
 
 def _frame_table(frame: pd.DataFrame) -> str:

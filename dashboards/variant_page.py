@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.paper import table4_ratios
 from analysis.variants import variant_summary
 from dashboards._html import page, plot_text, table
 from dashboards.sweep_page import trial_table
@@ -48,9 +49,29 @@ def write_variant_dashboard(
         fig.to_html(full_html=False, include_plotlyjs=True, div_id="variants"),
         "<h2>Summary</h2>",
         table(list(summary.columns), rows),
+        *_table4(summary),
         "<h2>Trials</h2>",
         trial_table(trials, "variant", "acceptance_length"),
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(f"Sweep {sweep_name}", parts), encoding="utf-8")
     return path
+
+
+def _table4(summary: pd.DataFrame) -> list[str]:
+    """Our Scylla / EAGLE-2 acceptance-length ratio beside the paper's Table 4 ratios, when the
+    variants are named after them (e.g. ``eagle2`` and ``scylla``)."""
+    acc = summary[summary["metric"] == "acceptance_length"].set_index("variant")["mean"]
+    names = {str(v).lower().replace("-", "").replace("_", ""): v for v in acc.index}
+    eagle2, scylla = names.get("eagle2"), names.get("scylla")
+    if eagle2 is None or scylla is None:
+        return []
+    ours = float(acc[scylla] / acc[eagle2])
+    rows = [["this sweep (SmolLM2-135M target, CPU budgets)", f"{ours:.3f}"]]
+    rows += [[f"paper Table 4: {m}", f"{r:.3f}"] for m, r in table4_ratios().items()]
+    return [
+        "<h2>The paper beside us (Table 4)</h2>",
+        "<p class='note'>Mean acceptance length of Scylla over EAGLE-2; the paper's means are "
+        "over 6 benchmarks at T = 0 on 7B-class targets.</p>",
+        table(["setting", "Scylla / EAGLE-2"], rows, table_id="table4"),
+    ]

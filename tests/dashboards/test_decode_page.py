@@ -116,6 +116,8 @@ def test_full_page_has_every_figure_and_table(tmp_path: Path) -> None:
     assert "peak_tokens_per_s = a*log2(batch_size) + b" in text
     assert "fit: a*log2(b) + b0" in text  # the Thm 1.3 line was drawn
     assert "Scylla (arXiv 2505.07858) Thm 1.3" in text  # the paper's constants row
+    assert "The paper beside us (Thm 1.3)" in text and "slope ratio (ours / paper)" in text
+    assert "<table class='sortable' id='trials'>" in text
     assert "Measured best k vs roofline k_opt" in text
     assert "I_crit = 3.2 FLOP/byte" in text
     assert "SmolLM2-135M, fp32, prefix 256" in text

@@ -73,6 +73,8 @@ def test_variants_are_reported_side_by_side(tmp_path: Path) -> None:
     assert "n = 2" in scylla and "delta +0.2100" in scylla
     page = (tmp_path / "dash.html").read_text()
     assert "eagle2" in page and "scylla" in page and "worker died" in page
+    # beside the paper's Table 4 ratios (Vicuna-7B 6.32 / 4.68 = 1.350)
+    assert "Table 4" in page and f"{1.42 / 1.21:.3f}" in page and "1.350" in page
 
 
 def test_variant_summary_counts_only_completed_finite_values() -> None:
