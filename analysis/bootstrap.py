@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from analysis._json import dataclass_dict
 
 N_RESAMPLES = 2000
 """default number of resamples (the issue asks for at least 1000)"""
@@ -35,10 +37,7 @@ class BootstrapCI:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (NaN becomes None)."""
-        return {
-            k: [None if not math.isfinite(v) else v for v in val] if isinstance(val, tuple) else val
-            for k, val in asdict(self).items()
-        }
+        return dataclass_dict(self)
 
 
 def bootstrap_log_linear(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
+from analysis._json import dataclass_dict
 from analysis.paper import paper_constants
 
 MIN_DISTINCT_X = 3
@@ -103,7 +104,7 @@ class LogLinearFit:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
-        return {k: _json_safe(v) for k, v in asdict(self).items()}
+        return dataclass_dict(self)
 
     def predict(
         self, x_values: Iterable[float], alpha: float = 0.05, n_obs: int = 1
@@ -269,13 +270,3 @@ def _empty_fit(
         df_resid=nan,
         alpha=alpha,
     )
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, float | np.floating):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value

@@ -9,12 +9,14 @@ Table 4 means, Table 5). Pure functions: no I/O beyond reading that packaged fil
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from analysis._json import dataclass_dict
 
 if TYPE_CHECKING:
     from analysis.laws import LogLinearFit
@@ -77,7 +79,7 @@ class PaperComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (NaN becomes None)."""
-        return {k: _safe(v) for k, v in asdict(self).items()}
+        return dataclass_dict(self)
 
 
 def compare_with_paper(
@@ -117,11 +119,3 @@ def table4_ratios() -> dict[str, float]:
     """Scylla over EAGLE-2 mean acceptance length per target model (Table 4)."""
     means = reference()["table4"]["means"]
     return {m: v["Scylla"] / v["EAGLE-2"] for m, v in means.items()}
-
-
-def _safe(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis._json import dataclass_dict, json_safe
 from analysis.bootstrap import N_RESAMPLES, BootstrapCI, bootstrap_log_linear
 from analysis.laws import LogLinearFit, fit_log_linear
 from analysis.paper import PaperComparison, compare_with_paper
@@ -66,17 +67,9 @@ class LawReview:
 
     def details(self) -> dict[str, Any]:
         """JSON-safe dict of everything but the fit's own numbers (for the results store)."""
-        return {
-            "cov_type": self.fit.cov_type,
-            "r2_adj": None if math.isnan(self.fit.r2_adj) else self.fit.r2_adj,
-            "counts": self.counts.__dict__,
-            "bootstrap": self.bootstrap.to_dict(),
-            "extrapolation": self.extrapolation.to_dict(),
-            "loo": self.loo.to_dict(),
-            "saturating": self.saturating.to_dict(),
-            "forms": self.forms.to_dict(),
-            "paper": self.paper.to_dict() if self.paper is not None else None,
-        }
+        out = dataclass_dict(self)
+        del out["fit"]
+        return {"cov_type": self.fit.cov_type, "r2_adj": json_safe(self.fit.r2_adj), **out}
 
 
 def review_law(

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import optimize
+
+from analysis._json import dataclass_dict
 
 MIN_POINTS = 4
 """fewest trials for a 3-coefficient fit with a residual"""
@@ -54,10 +56,7 @@ class SaturatingFit:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (NaN becomes None)."""
-        return {
-            k: None if isinstance(v, float) and not math.isfinite(v) else v
-            for k, v in asdict(self).items()
-        }
+        return dataclass_dict(self)
 
 
 @dataclass(frozen=True)
@@ -73,10 +72,7 @@ class FormComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (NaN becomes None)."""
-        return {
-            k: None if isinstance(v, float) and not math.isfinite(v) else v
-            for k, v in asdict(self).items()
-        }
+        return dataclass_dict(self)
 
 
 def saturating(u: np.ndarray, c: float, a: float, alpha: float) -> np.ndarray:

@@ -24,14 +24,15 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from analysis.laws import LogLinearFit, _json_safe, _r2, fit_log_linear
+from analysis._json import dataclass_dict
+from analysis.laws import LogLinearFit, _r2, fit_log_linear
 from analysis.paper import reference
 
 KNOBS = ("batch_size", "num_draft_tokens", "depth", "topk", "seed")
@@ -181,7 +182,7 @@ class Eq4Fit:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
-        return {k: _json_safe(v) for k, v in asdict(self).items()}
+        return dataclass_dict(self)
 
 
 @dataclass(frozen=True)

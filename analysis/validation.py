@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ import pandas as pd
 import statsmodels.api as sm
 from statsmodels.stats.outliers_influence import OLSInfluence
 
+from analysis._json import dataclass_dict
 from analysis.laws import fit_log_linear
 
 
@@ -46,7 +47,7 @@ class Extrapolation:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (NaN becomes None)."""
-        return _safe(asdict(self))
+        return dataclass_dict(self)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class LeaveOneOut:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (NaN becomes None)."""
-        return _safe(asdict(self))
+        return dataclass_dict(self)
 
 
 def extrapolate_largest(
@@ -118,7 +119,3 @@ def leave_one_out(x: Sequence[float], y: Sequence[float], *, log_base: int = 10)
         max_abs=float(np.max(np.abs(press))),
         status="ok",
     )
-
-
-def _safe(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in d.items()}
