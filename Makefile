@@ -23,7 +23,14 @@ batch: $(BIN)/.installed                                 ## throughput vs batch 
 smoke: $(BIN)/.installed                                 ## the 4-trial smoke sweep (~2 min)
 	$(BIN)/orchestrator submit sweeps/smoke-tokens.yaml --run-root runs-smoke
 
-$(BIN)/.test-deps: $(BIN)/.installed                     ## test-only packages, not runtime deps
+ifeq ($(wildcard /usr/bin/chromium),)                    # missing: install again despite the stamp
+.PHONY: $(BIN)/.chromium
+endif
+$(BIN)/.chromium: $(BIN)/.installed                      ## Debian's Chromium for the browser tests (root)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
+	touch $@
+
+$(BIN)/.test-deps: $(BIN)/.installed $(BIN)/.chromium    ## test-only packages, not runtime deps
 	$(BIN)/python -m pip install -q --no-deps eagle-llm==1.2.1  # EAGLE-1/2 draft class (export tests); its pins clash
 	touch $@
 

@@ -4,10 +4,6 @@ SQLite run root, and on PostgreSQL with an ``mlflow server`` (PostgreSQL backend
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +12,7 @@ import pytest
 
 from orchestrator.store import ResultsStore
 from orchestrator.tracking import Tracker, default_tracking_uri
+from tests.orchestrator import servers
 from tests.orchestrator.pg import fresh_schema
 from tests.orchestrator.test_control import spec, start
 
@@ -72,49 +69,11 @@ def test_two_sweeps_at_once_on_a_new_sqlite_run_root(tmp_path: Path) -> None:
     _check_mlflow(Tracker(default_tracking_uri(run_root)), parents)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
     """``mlflow server`` on a free loopback port with a PostgreSQL backend (its own schema)."""
-    with fresh_schema("mlf") as (_schema, url):
-        port = _free_port()
-        backend = url.replace("postgresql://", "postgresql+psycopg://")
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "mlflow", "server",
-                "--backend-store-uri", backend,
-                "--artifacts-destination", str(tmp_path / "artifacts"),
-                "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        uri = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{uri}/health", timeout=5) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                assert proc.poll() is None, "mlflow server exited"
-                assert time.monotonic() < deadline, "mlflow server did not come up"
-                time.sleep(1)
-            yield uri
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with servers.mlflow_server(tmp_path / "artifacts") as uri:
+        yield uri
 
 
 @pytest.mark.postgres

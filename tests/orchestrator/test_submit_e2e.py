@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from orchestrator.tracking import Tracker, default_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def submit(run_root: Path, cache_dir: Path, *extra: str) -> str:
@@ -118,30 +116,7 @@ def test_status_prints_the_trial_table(sqlite_run: tuple[Path, str]) -> None:
     assert "4 completed" in res.stdout
 
 
-@pytest.mark.postgres
-def test_smoke_sweep_on_postgresql(tmp_path: Path, cache_dir: Path) -> None:
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(
-            "host=127.0.0.1 port=5432 user=postgres dbname=test", autocommit=True, connect_timeout=5
-        )
-    except psycopg.OperationalError:
-        pytest.skip("no PostgreSQL at 127.0.0.1:5432")
-    schema = f"e2e_{uuid.uuid4().hex[:10]}"
-    conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        url = f"{PG_URL}?options=-csearch_path%3D{schema}"
-        output = submit(tmp_path, cache_dir, "--db-url", url)
-        assert "4 completed, 0 already completed" in output
-        store = ResultsStore(url)
-        assert store.dialect == "postgresql"
-        check_store(store)
-        store.close()
-        row = conn.execute(f'SELECT count(*) FROM "{schema}".ss_trials').fetchone()
-        assert row is not None and row[0] == 4
-    finally:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        conn.close()
+# The smoke sweep on PostgreSQL (with an mlflow server and its web UI): test_mlflow_ui.py.
 
 
 def test_fit_command_refits_from_the_db(sqlite_run: tuple[Path, str]) -> None:

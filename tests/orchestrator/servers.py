@@ -1,0 +1,73 @@
+"""Servers the orchestrator tests start for themselves: an ``mlflow server`` on loopback.
+
+:func:`mlflow_server` is a context manager, so each test module wraps it in its own fixture
+(a fixture imported into a test module trips ruff's F811).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.orchestrator.pg import fresh_schema
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def mlflow_server(artifacts: Path, *, start_timeout_s: float = 180) -> Iterator[str]:
+    """``mlflow server`` on a free port of 127.0.0.1 (only) with a PostgreSQL backend in its own
+    schema and artifacts under ``artifacts``; yields its URI ``http://127.0.0.1:<port>`` once
+    ``/health`` answers, and stops it by its PID afterwards (SIGTERM; SIGKILL to its process
+    group if it has not exited after 30 s); the schema is dropped.
+
+    Skips the test when PostgreSQL is not reachable (:func:`tests.orchestrator.pg.fresh_schema`).
+    """
+    with fresh_schema("mlf") as (_schema, url):
+        port = free_port()
+        backend = url.replace("postgresql://", "postgresql+psycopg://")
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "mlflow", "server",
+                "--backend-store-uri", backend,
+                "--artifacts-destination", str(artifacts),
+                "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: uvicorn and job runners too
+        )  # fmt: skip
+        uri = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + start_timeout_s
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{uri}/health", timeout=5) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                assert proc.poll() is None, "mlflow server exited"
+                assert time.monotonic() < deadline, "mlflow server did not come up"
+                time.sleep(1)
+            yield uri
+        finally:
+            proc.terminate()  # the server stops its uvicorn and job-runner children itself
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group the server leads, children too
+                proc.wait()
