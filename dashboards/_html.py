@@ -21,6 +21,7 @@ th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; verti
 th { background: #f3f3f3; }
 td.error { color: #a00; white-space: pre-wrap; max-width: 40rem; }
 p.note { color: #555; font-size: 0.85rem; }
+div.scroll { overflow-x: auto; max-width: 100%; }
 table.sortable th { cursor: pointer; }
 table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }
 table.sortable th[aria-sort=descending]::after { content: " \\25BC"; }
@@ -94,7 +95,10 @@ def table(
     attrs = (" class='sortable'" if sortable else "") + (
         f" id='{html.escape(table_id)}'" if table_id else ""
     )
-    return f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    html_table = (
+        f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+    return f"<div class='scroll'>{html_table}</div>" if sortable else html_table
 
 
 def page(title: str, parts: Iterable[str]) -> str:

@@ -71,7 +71,7 @@ def write_sweep_dashboard(
         (
             "loss",
             "Training loss",
-            _loss_figure(curves or {}, done, x),
+            _loss_figure(curves or {}, trials, x),
             "No training-loss series recorded for these trials.",
         ),
         *[(f"extra-{i}", title, f, "") for i, (title, f) in enumerate(extra or [])],
@@ -337,12 +337,14 @@ def _residual_figure(fit: LogLinearFit | None, x: str) -> go.Figure | None:
     return fig
 
 
-def _loss_figure(curves: Curves, done: pd.DataFrame, x: str) -> go.Figure | None:
+def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | None:
     panels = [name for name in LOSS_SERIES if any(name in c for c in curves.values())]
     if not panels:
         return None
-    x_of = dict(zip(done.get("trial_key", []), _numeric(done, x), strict=False))
+    x_of = dict(zip(trials.get("trial_key", []), _numeric(trials, x), strict=False))
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels)
+    state = trials.get("state", pd.Series(dtype=str))
+    failed = set(trials.get("trial_key", pd.Series(dtype=str))[state == "failed"])
     for col, name in enumerate(panels, start=1):
         for key, series in curves.items():
             values = series.get(name)
@@ -350,6 +352,8 @@ def _loss_figure(curves: Curves, done: pd.DataFrame, x: str) -> go.Figure | None
                 continue
             xv = x_of.get(key, math.nan)
             label = f"{plot_text(key)} ({plot_text(x)} = {xv:.6g})"
+            if key in failed:
+                label += " (failed)"
             fig.add_trace(
                 go.Scatter(
                     x=list(range(1, len(values) + 1)),
@@ -363,6 +367,7 @@ def _loss_figure(curves: Curves, done: pd.DataFrame, x: str) -> go.Figure | None
                 col=col,
             )
         fig.update_xaxes(title_text="optimiser step", row=1, col=col)
-    fig.update_yaxes(title_text="loss", type="log", row=1, col=1)
+        fig.update_yaxes(type="log", row=1, col=col)
+    fig.update_yaxes(title_text="loss (log scale)", row=1, col=1)
     fig.update_layout(template="plotly_white", height=420)
     return fig

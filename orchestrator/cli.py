@@ -295,7 +295,19 @@ def _drive(
     )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
-    out.print(f"browse: mlflow ui --backend-store-uri {tracker.masked_uri}")
+    _print_browse(tracker)
+
+
+def _print_browse(tracker: Any) -> None:
+    """How to open the sweep in the MLflow UI (its runs table, not the default overview)."""
+    uri = tracker.masked_uri
+    if uri.startswith(("http://", "https://")):
+        out.print(f"browse: {uri.rstrip('/')}/#/experiments/{tracker.experiment_id}/runs")
+    else:
+        out.print(
+            f"browse: mlflow ui --backend-store-uri {uri} --host 127.0.0.1, then open "
+            f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs"
+        )
 
 
 def _check_folder(flag: str, folder: Path) -> None:
@@ -383,7 +395,7 @@ def _finish_search(
     )
     _print_best(sweep.search.metric, summary.best)
     out.print(f"dashboard: {rep.dashboard}")
-    out.print(f"browse: mlflow ui --backend-store-uri {tracker.masked_uri}")
+    _print_browse(tracker)
     if summary.error:
         raise OrchestratorError(summary.error)
 

@@ -103,6 +103,8 @@ def test_smoke_sweep_on_postgresql_in_the_mlflow_ui(
         "experiments/get-by-name?" + urllib.parse.urlencode({"experiment_name": EXPERIMENT}),
     )["experiment"]
     exp_id = experiment["experiment_id"]
+    # submit printed where to browse: the runs table of this experiment on the server
+    assert f"browse: {mlflow_server}/#/experiments/{exp_id}/runs" in " ".join(output.split())
     runs = _api(mlflow_server, "runs/search", {"experiment_ids": [exp_id], "max_results": 100})
     runs = runs["runs"]
     by_id = {r["info"]["run_id"]: r for r in runs}
