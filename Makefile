@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run batch smoke test test-slow lint bench bench-decode clean
+.PHONY: run batch smoke test test-slow lint bench bench-decode bench-report clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ bench: $(BIN)/.installed                                 ## wall time and peak m
 
 bench-decode: $(BIN)/.installed                          ## the decoding engine vs HF generate and its AR loop
 	$(BIN)/python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
+
+bench-report: $(BIN)/.installed                          ## fits with bootstrap + dashboards for 1,000 trials
+	$(BIN)/python benchmarks/report_bench.py --trials 1000
 
 clean:
 	rm -rf runs runs-smoke runs-bench runs-diag
