@@ -35,6 +35,8 @@ class TrialCounts:
     """completed trials whose x or y is NaN or infinite"""
     nonpositive_x: int
     """completed trials at x <= 0 (the SFT-only baseline at 0 tokens: no log)"""
+    unit: str = "trials"
+    """what a row is ("trials", or e.g. "batch sizes" for the best-per-batch table)"""
 
     def text(self) -> str:
         """One line, e.g. "16 of 18 trials fitted; left out: 2 not completed"."""
@@ -47,7 +49,7 @@ class TrialCounts:
             )
             if n
         ]
-        return f"{self.used} of {self.total} trials fitted" + (
+        return f"{self.used} of {self.total} {self.unit} fitted" + (
             "; left out: " + ", ".join(parts) if parts else ""
         )
 
@@ -82,6 +84,7 @@ def review_law(
     n_resamples: int = N_RESAMPLES,
     seed: int = 0,
     alpha: float = 0.05,
+    unit: str = "trials",
 ) -> LawReview:
     """Fit and check ``y = a*log_base(x) + b`` over the completed trials of ``trials``.
 
@@ -93,6 +96,7 @@ def review_law(
         log_base: 10 or 2.
         n_resamples, seed: of the case bootstrap (>= 1000 for a CI worth reading).
         alpha: 1 - confidence level of every interval.
+        unit: what a row of ``trials`` is, for the counts' text.
 
     Returns:
         The review; with fewer than 3 distinct x its parts say "not enough points" (NaN
@@ -116,6 +120,7 @@ def review_law(
         not_completed=len(trials) - len(done),
         nan=int((~finite).sum()),
         nonpositive_x=int((finite & (xs <= 0)).sum()),
+        unit=unit,
     )
     fit = fit_log_linear(done, x, y, law=law, log_base=log_base, alpha=alpha)
     fx, fy = fit.x, fit.y

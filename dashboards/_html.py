@@ -106,6 +106,7 @@ def page(title: str, parts: Iterable[str]) -> str:
     t = html.escape(title)
     return (
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+        "<meta name='generator' content='specscale'>"
         f"<title>{t}</title><style>{_STYLE}</style></head>\n<body>\n"
         + "\n".join(parts)
         + f"\n<script>{_SORT_JS}</script>\n</body></html>\n"

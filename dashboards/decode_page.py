@@ -98,6 +98,7 @@ def write_decode_dashboard(
         ),
     ]
     parts = [
+        "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Decode sweep {html.escape(sweep_name)}</h1>",
         f"<p class='note'>{len(trials)} trials, {n_done} completed, {n_failed} failed. Only "
         "completed trials are plotted. Throughput is generated tokens/s over the whole batch; "

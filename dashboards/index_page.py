@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pandas as pd
 
@@ -39,13 +39,17 @@ def write_index(path: Path, sweeps: pd.DataFrame, *, title: str = "Sweeps") -> P
     ``sweeps`` has one row per sweep with :data:`INDEX_COLUMNS` (``a``, ``a_lo``, ``a_hi``,
     ``r2``: the sweep's main law fit, NaN without one; ``other``: pending, running or cancelled
     trials). The table (id "sweeps") sorts by any column; each name links to the sweep's page
-    (:func:`dashboard_href`), which must sit beside it.
+    (:func:`dashboard_href`) when that page exists beside the index.
     """
     head = "".join(f"<th>{html.escape(c)}</th>" for c in INDEX_COLUMNS)
     body = []
     for row in sweeps.to_dict("records"):
         name = str(row["sweep"])
-        cells = [f"<td><a href='{html.escape(dashboard_href(name))}'>{html.escape(name)}</a></td>"]
+        href = dashboard_href(name)
+        if (path.parent / unquote(href)).is_file():
+            cells = [f"<td><a href='{html.escape(href)}'>{html.escape(name)}</a></td>"]
+        else:  # e.g. `orchestrator report OTHER --out DIR`: this sweep's page is not in DIR
+            cells = [f"<td>{html.escape(name)} <span class='note'>(no page here)</span></td>"]
         cells += [f"<td>{format_cell(row.get(c))}</td>" for c in INDEX_COLUMNS[1:]]
         body.append("<tr>" + "".join(cells) + "</tr>")
     parts = [

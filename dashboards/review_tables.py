@@ -39,6 +39,14 @@ def review_rows(review: LawReview) -> list[list[object]]:
     ]
     if not f.ok:
         return rows
+    if f.scale == 0.0:
+        rows.append(
+            [
+                "warning",
+                "every fitted point lies on the line (zero residuals, e.g. the "
+                "same y everywhere): the intervals have no width and R² may be undefined",
+            ]
+        )
     rows += [
         [f"a ({level}% CI, {f.cov_type}, t with {f.df_resid:.0f} df)", f"{_g(f.a)} {_ci(f.a_ci)}"],
         [
@@ -107,11 +115,15 @@ def paper_rows(cmp: PaperComparison) -> list[list[object]]:
         if cmp.boot_covers_paper is None
         else ("yes" if cmp.boot_covers_paper else "no") + f" {_ci(cmp.boot_ci or (math.nan,) * 2)}"
     )
+    fitted = math.isfinite(cmp.ours_a)
+    covers = ("yes" if cmp.ci_covers_paper else "no") if fitted else "n/a (no fit)"
+    if not fitted:
+        boot = "n/a (no fit)"
     return [
         ["source", cmp.source, "this sweep"],
         ["slope a", _g(cmp.paper_a), f"{_g(cmp.ours_a)} {_ci(cmp.ours_a_ci)}"],
         ["slope ratio (ours / paper)", "1", _g(cmp.slope_ratio, 3)],
-        ["our CI covers the paper's a", "", "yes" if cmp.ci_covers_paper else "no"],
+        ["our CI covers the paper's a", "", covers],
         ["our bootstrap CI covers the paper's a", "", boot],
         [
             "intercept b (our x unit)",

@@ -78,6 +78,7 @@ def write_sweep_dashboard(
     ]
     counts = review.counts.text() if review is not None else ""
     parts = [
+        "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Sweep {html.escape(sweep_name)}</h1>",
         f"<p class='note'>{len(trials)} trials, {len(done)} completed, {n_failed} failed. "
         f"{html.escape(counts)}. Only completed trials are plotted; trials at "
@@ -299,8 +300,15 @@ def trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
     first = [c for c in ("trial_key", "state", x, "seed") if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "error"]
     overrides = [c for c in rest if isinstance(c, str) and "." in c and c != y]
-    metrics = [c for c in rest if c not in overrides]
-    columns = first + overrides + metrics + (["error"] if "error" in trials.columns else [])
+    metrics = [c for c in rest if c not in overrides and c != y]
+    metrics = ([y] if y in trials.columns else []) + metrics
+    columns = (
+        first
+        + metrics[:1]
+        + overrides
+        + metrics[1:]
+        + (["error"] if "error" in trials.columns else [])
+    )
     rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
     css = ["error" if c == "error" else "" for c in columns]
     return table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
@@ -358,7 +366,7 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
                 go.Scatter(
                     x=list(range(1, len(values) + 1)),
                     y=[None if not math.isfinite(v) else round(v, 6) for v in values],
-                    mode="lines",
+                    mode="lines" if len(values) > 2 else "lines+markers",
                     name=label,
                     legendgroup=key,
                     showlegend=col == 1,

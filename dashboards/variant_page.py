@@ -43,6 +43,7 @@ def write_variant_dashboard(
     n_done = int((trials.get("state") == "completed").sum()) if len(trials) else 0
     rows = [[*r] for r in summary.itertuples(index=False)]
     parts = [
+        "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Sweep {html.escape(sweep_name)}</h1>",
         f"<p class='note'>{len(trials)} trials, {n_done} completed. Variants are compared "
         "by their completed trials; delta is each variant's mean minus the first's.</p>",

@@ -40,7 +40,7 @@ def open_store(run_root: Path, db_url: str | None, *, must_exist: bool = False) 
     from orchestrator.store import ResultsStore
 
     if db_url:
-        return ResultsStore(db_url)
+        return ResultsStore(db_url, create=not must_exist)
     if must_exist and not (run_root / "results.db").exists():
         raise OrchestratorError(
             f"no results DB at {run_root / 'results.db'}. Fix: pass the --run-root (or --db-url) "

@@ -42,12 +42,12 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
     """
     if info.workload == "decode_bench":
         best = best_per_batch(decode_frame(store, info.id)).assign(state="completed")
-        x, y, law, base = "batch_size", "peak_tokens_per_s", "batch", 2
+        x, y, law, base, unit = "batch_size", "peak_tokens_per_s", "batch", 2, "batch sizes"
         table = best
     elif info.workload == "draft_train":
         table = trials_frame(store, info.id)
         x, law = law_axis(info.spec_yaml)
-        y, base = Y, 10
+        y, base, unit = Y, 10, "trials"
         if "variant" in table.columns or x not in table.columns:
             raise OrchestratorError(
                 f"sweep {info.name!r} has no law axis (its grid has none of "
@@ -60,5 +60,5 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
         )
     if y not in table.columns:
         table = table.assign(**{y: float("nan")})
-    review = review_law(table, x, y, law=law, log_base=base)
+    review = review_law(table, x, y, law=law, log_base=base, unit=unit)
     return LawTable(info.name, table, x, y, law, base, review)

@@ -20,7 +20,45 @@ from rich.table import Table
 
 from orchestrator.cli_options import DbUrl, RunRoot, find_sweep, open_store
 
-console = Console()
+console = Console(soft_wrap=True)  # paths and commands stay on one line when piped
+
+_MARK = "<meta name='generator' content='specscale'>"
+"""every page this project writes carries it (dashboards._html.page): --out may replace those"""
+
+
+def _out_dir(out: Path) -> Path:
+    """``out`` as a folder to write pages into, created now so a mistake costs nothing."""
+    from orchestrator.errors import OrchestratorError
+
+    if out.exists() and not out.is_dir():
+        raise OrchestratorError(f"--out {out} is a file. Fix: give a folder for the pages")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OrchestratorError(f"cannot create --out {out}: {exc.strerror}") from exc
+    return out
+
+
+def _out_page(out: Path) -> Path:
+    """``out`` as the compare page to write: an .html file that is new or one of ours."""
+    from orchestrator.errors import OrchestratorError
+
+    if out.suffix != ".html":
+        raise OrchestratorError(f"--out {out} does not end in .html. Fix: e.g. --out cmp.html")
+    if out.is_dir():
+        raise OrchestratorError(f"--out {out} is a folder. Fix: give a file name ending in .html")
+    if out.exists():
+        head = out.read_bytes()[:400].decode("utf-8", "replace")
+        if _MARK not in head:
+            raise OrchestratorError(
+                f"--out {out} exists and was not written by orchestrator; not replacing it. "
+                "Fix: give a new file name"
+            )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OrchestratorError(f"cannot create {out.parent}: {exc.strerror}") from exc
+    return out
 
 
 def report(
@@ -39,24 +77,29 @@ def report(
 ) -> None:
     """Rebuild the dashboards (index and per-sweep pages) from the results DB alone."""
     from orchestrator import report as rep_mod
+    from orchestrator.errors import OrchestratorError
     from orchestrator.sweep_index import write_run_index
 
     run_root = run_root.resolve()
     store = open_store(run_root, db_url, must_exist=True)
-    out_dir = (out or run_root).resolve()
+    out_dir = _out_dir((out or run_root).resolve())
     infos = [find_sweep(store, sweep)] if sweep else store.list_sweeps()
     fresh = {}
     t0 = time.perf_counter()
     for i, info in enumerate(infos, start=1):
         page = out_dir / info.name / "dashboard.html"
-        r = rep_mod.fit_sweep(store, info.id, info.name, page, persist=False)
+        try:
+            r = rep_mod.fit_sweep(store, info.id, info.name, page, persist=False)
+        except OSError as exc:
+            raise OrchestratorError(f"cannot write {page}: {exc.strerror or exc}") from exc
         fresh[info.name] = r.fit
         law = ""
         if r.fit is not None and r.fit.ok:
             law = f", a = {r.fit.a:.4g} [{r.fit.a_ci[0]:.4g}, {r.fit.a_ci[1]:.4g}]"
         console.print(f"[{i}/{len(infos)}] {info.name} ({info.workload}{law}): {page}")
     index = write_run_index(store, out_dir, fresh)
-    console.print(f"index: {index} ({len(infos)} pages in {time.perf_counter() - t0:.1f} s)")
+    pages = f"{len(infos)} page{'s' if len(infos) != 1 else ''}"
+    console.print(f"index: {index} ({pages} in {time.perf_counter() - t0:.1f} s)")
 
 
 def compare(
@@ -79,6 +122,7 @@ def compare(
     from orchestrator.law_tables import law_table
 
     run_root = run_root.resolve()
+    page = _out_page((out or run_root / "compare" / f"{sweep_a}--vs--{sweep_b}.html").resolve())
     store = open_store(run_root, db_url, must_exist=True)
     a = law_table(store, find_sweep(store, sweep_a))
     b = law_table(store, find_sweep(store, sweep_b))
@@ -114,16 +158,18 @@ def compare(
             "" if math.isnan(r.delta) else f"{r.delta:+.4f}",
         )
     console.print(mt)
-    page = (out or run_root / "compare" / f"{sweep_a}--vs--{sweep_b}.html").resolve()
-    write_compare_page(
-        page,
-        names=(sweep_a, sweep_b),
-        reviews=(a.review, b.review),
-        x=a.x,
-        y=a.y,
-        means=means,
-        slope_diff=diff,
-    )
+    try:
+        write_compare_page(
+            page,
+            names=(sweep_a, sweep_b),
+            reviews=(a.review, b.review),
+            x=a.x,
+            y=a.y,
+            means=means,
+            slope_diff=diff,
+        )
+    except OSError as exc:
+        raise OrchestratorError(f"cannot write {page}: {exc.strerror or exc}") from exc
     console.print(f"comparison page: {page}")
 
 

@@ -157,6 +157,10 @@ class SearchSpec(BaseModel):
     """dotted field path of the trial config -> its distribution"""
 
 
+RESERVED_NAMES = frozenset({"index.html", "cache", "compare", "mlartifacts"})
+"""run-root entries a sweep's folder (``<run root>/<sweep>``) must not take"""
+
+
 class SweepSpec(BaseModel):
     """A validated sweep: what to run, over which grid (or search), with which resources."""
 
@@ -181,6 +185,18 @@ class SweepSpec(BaseModel):
     (before the grid point); one trial per variant x grid point x seed"""
     resources: Resources = Resources()
     """Ray resources of one trial"""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, v: str) -> str:
+        low = v.lower()
+        if low in RESERVED_NAMES or low.startswith(("results.db", "mlflow.db")) or "--vs--" in v:
+            taken = ", ".join(sorted(RESERVED_NAMES))
+            raise ValueError(
+                f"sweep name {v!r} is taken by the run root's own files ({taken}, results.db*, "
+                "mlflow.db*) or contains '--vs--' (compare pages); choose another name"
+            )
+        return v
 
     @field_validator("seeds")
     @classmethod

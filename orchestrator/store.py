@@ -47,6 +47,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    inspect,
     select,
     text,
     update,
@@ -372,7 +373,14 @@ class ResultsStore:
         ValueError: ``schema`` is not a plain identifier or is given for SQLite.
     """
 
-    def __init__(self, url: str, *, schema: str | None = None) -> None:
+    def __init__(self, url: str, *, schema: str | None = None, create: bool = True) -> None:
+        """Open (and migrate) the store at ``url``; with ``create=False`` (read-only commands)
+        a database without this project's tables is refused, never created.
+
+        Raises:
+            StoreError: the URL is wrong, the server unreachable, or (``create=False``) the
+                database has no results tables.
+        """
         self._url_text = mask_url(url)
         parsed = normalize_db_url(url)
         self._dialect = parsed.get_backend_name()
@@ -406,6 +414,8 @@ class ResultsStore:
             if self._dialect == "sqlite" and parsed.database not in (None, "", ":memory:")
             else None
         )
+        if not create:
+            self._require_tables(sqlite_file)
         try:
             if schema is not None:
                 with self._engine.begin() as conn:
@@ -426,6 +436,22 @@ class ResultsStore:
                 f"cannot reach the results database {self._url_text}: {_first_line(exc)}. "
                 f"{fix} (e.g. {_URL_EXAMPLE})"
             ) from exc
+
+    def _require_tables(self, sqlite_file: Path | None) -> None:
+        fix = "Fix: pass the --db-url (or --run-root) the sweeps were submitted with"
+        if sqlite_file is not None and not sqlite_file.is_file():
+            self._engine.dispose()
+            raise StoreError(f"no results DB at {sqlite_file}. {fix}")
+        try:
+            found = inspect(self._engine).has_table(SweepRow.__tablename__)
+        except SQLAlchemyError as exc:
+            self._engine.dispose()
+            raise StoreError(
+                f"cannot reach the results database {self._url_text}: {_first_line(exc)}"
+            ) from exc
+        if not found:
+            self._engine.dispose()
+            raise StoreError(f"{self._url_text} holds no results tables (no sweeps yet). {fix}")
 
     @classmethod
     def sqlite_under(cls, run_root: Path) -> ResultsStore:

@@ -115,3 +115,62 @@ def test_fit_sweep_stores_the_review_and_writes_the_index(run_root: Path) -> Non
     assert details["extrapolation"]["status"] == "ok" and details["loo"]["status"] == "ok"
     assert details["paper"]["paper_a"] == 0.08
     assert store.sweep_series(info.id, ["sft/loss"])["tok-a-0000"] == {"sft/loss": [3.0, 2.5]}
+
+
+def test_bad_out_is_refused_before_any_work(run_root: Path, tmp_path: Path) -> None:
+    afile = tmp_path / "notes.txt"
+    afile.write_text("keep me")
+    foreign = tmp_path / "page.html"
+    foreign.write_text("<html>someone else's page</html>")
+    cases = [
+        (("report", "--out", str(afile)), "is a file"),
+        (("report", "--out", "/proc/x/y"), "cannot create --out"),
+        (("compare", "tok-a", "tok-b", "--out", str(afile)), "does not end in .html"),
+        (("compare", "tok-a", "tok-b", "--out", str(tmp_path)), "does not end in .html"),
+        (("compare", "tok-a", "tok-b", "--out", str(foreign)), "was not written by orchestrator"),
+    ]
+    for args, message in cases:
+        code, text = _cli(*args, "--run-root", str(run_root))
+        assert code == 2 and message in text and "Traceback" not in text, (args, text)
+    assert afile.read_text() == "keep me" and "someone else" in foreign.read_text()
+    # a page of ours may be replaced
+    mine = tmp_path / "cmp.html"
+    for _ in range(2):
+        code, text = _cli("compare", "tok-a", "tok-b", "--run-root", str(run_root), "--out",
+                          str(mine))  # fmt: skip
+        assert code == 0, text
+
+
+def test_read_only_commands_create_no_database(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    for cmd in (("report",), ("compare", "a", "b"), ("status", "a"), ("fit", "a")):
+        code, text = _cli(*cmd, "--db-url", f"sqlite:///{missing}")
+        assert code == 2 and "no results DB at" in text, (cmd, text)
+    assert not missing.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.postgres
+def test_read_only_commands_create_no_tables_in_postgresql() -> None:
+    import psycopg
+
+    from tests.orchestrator.pg import PG_DSN, fresh_schema
+
+    with fresh_schema("ro") as (schema, url):
+        for cmd in (("report",), ("compare", "a", "b"), ("status", "a"), ("retry", "a", "--failed")):
+            code, text = _cli(*cmd, "--db-url", url)
+            assert code == 2 and "holds no results tables" in text, (cmd, text)
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                (schema,),
+            ).fetchall()
+        assert rows == []
+
+
+def test_one_sweep_report_links_only_the_pages_it_wrote(run_root: Path, tmp_path: Path) -> None:
+    out = tmp_path / "one"
+    code, text = _cli("report", "tok-b", "--run-root", str(run_root), "--out", str(out))
+    assert code == 0, text
+    index = (out / "index.html").read_text()
+    assert "href='tok-b/dashboard.html'" in index and "href='tok-a/dashboard.html'" not in index
+    assert "tok-a <span class='note'>(no page here)</span>" in index

@@ -180,3 +180,11 @@ def test_bad_variants_name_the_line(
     with pytest.raises(SpecError) as err:
         load_spec(p)
     assert f"v.yaml:{line}" in str(err.value) and needle in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["index.html", "cache", "Compare", "results.db-wal", "a--vs--b"])
+def test_names_taken_by_the_run_root_are_refused(name: str, tmp_path: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"name: {name}\nworkload: sleep\n")
+    with pytest.raises(SpecError, match=r"s\.yaml:1: name: sweep name .* is taken by"):
+        load_spec(spec)
