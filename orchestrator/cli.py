@@ -35,7 +35,7 @@ app = typer.Typer(
     help="Scaling-law sweeps for speculative decoding (draft training on Ray, "
     "tracked in MLflow and SQL, laws fitted, dashboards written).",
 )
-out = Console()
+out = Console(soft_wrap=True)  # paths and commands stay on one line when piped or logged
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
