@@ -179,8 +179,8 @@ def _surface_figure(trials: pd.DataFrame) -> go.Figure | None:
             x=[str(int(k)) for k in argmax.to_numpy()],
             y=[str(int(b)) for b in argmax.index],
             mode="markers",
-            marker={"symbol": "star", "size": 12, "color": "white", "line": {"width": 1}},
-            name="best k per b (mean over all trials at b, k)",
+            marker={"symbol": "square-open", "size": 34, "color": "white", "line": {"width": 3}},
+            name="best k per b (framed; mean over all trials at b, k)",
         )
     )
     fig.update_layout(
@@ -403,8 +403,8 @@ def _roofline_figure(roofline: RooflineData) -> go.Figure | None:
             y=roofline.i_crit,
             line_dash="dash",
             line_color="rgb(214, 39, 40)",
-            annotation_text=f"I_crit = {roofline.i_crit:.4g} FLOP/byte "
-            f"({plot_text(roofline.hardware)})",
+            annotation_text=f"I_crit = {roofline.i_crit:.4g} FLOP/byte: "
+            f"{plot_text(roofline.hardware)}",
             annotation_position="top left",
         )
     fig.update_layout(
