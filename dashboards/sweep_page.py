@@ -76,17 +76,21 @@ def write_sweep_dashboard(
         ),
         *[(f"extra-{i}", title, f, "") for i, (title, f) in enumerate(extra or [])],
     ]
-    counts = review.counts.text() if review is not None else ""
+    note = f"{len(trials)} trials, {len(done)} completed, {n_failed} failed."
+    if review is not None:  # a law page; without one (a diagnostic sweep) no baseline talk
+        note += (
+            f" {review.counts.text()}. Only completed trials are plotted; trials at {x} = 0 "
+            "(SFT-only baseline) cannot sit on a log axis and are drawn as a horizontal line."
+        )
     parts = [
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Sweep {html.escape(sweep_name)}</h1>",
-        f"<p class='note'>{len(trials)} trials, {len(done)} completed, {n_failed} failed. "
-        f"{html.escape(counts)}. Only completed trials are plotted; trials at "
-        f"{html.escape(x)} = 0 (SFT-only baseline) cannot sit on a log axis and are drawn as "
-        "a horizontal line.</p>",
+        f"<p class='note'>{html.escape(note)}</p>",
     ]
     js = True
     for div_id, title, fig, empty in figures:
+        if fig is None and review is None and div_id != "fit":
+            continue  # a diagnostic sweep's page lists what it has, not what it lacks
         parts.append(f"<h2>{html.escape(title)}</h2>")
         if fig is None:
             parts.append(f"<p class='note'>{html.escape(empty)}</p>")

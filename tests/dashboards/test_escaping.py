@@ -47,6 +47,8 @@ ALLOWED_TAGS = {
     "tr",
     "th",
     "td",
+    "a",  # the pages' own link back to the index (a fixed href)
+    "span",
 }
 
 
