@@ -76,6 +76,7 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
         yield uri
 
 
+@pytest.mark.slow  # PostgreSQL + mlflow server submits stay in CI via test_mlflow_ui
 @pytest.mark.postgres
 def test_two_sweeps_at_once_on_postgresql_and_an_mlflow_server(
     tmp_path: Path, mlflow_server: str

@@ -156,7 +156,8 @@ def test_read_only_commands_create_no_tables_in_postgresql() -> None:
     from tests.orchestrator.pg import PG_DSN, fresh_schema
 
     with fresh_schema("ro") as (schema, url):
-        for cmd in (("report",), ("compare", "a", "b"), ("status", "a"), ("retry", "a", "--failed")):
+        cmds = [("report",), ("compare", "a", "b"), ("status", "a"), ("retry", "a", "--failed")]
+        for cmd in cmds:
             code, text = _cli(*cmd, "--db-url", url)
             assert code == 2 and "holds no results tables" in text, (cmd, text)
         with psycopg.connect(PG_DSN, autocommit=True) as conn:

@@ -352,6 +352,7 @@ base:                         # the smallest trial (as in test_submit_e2e)
 """
 
 
+@pytest.mark.slow  # a full submit; the redaction and run-id checks have unit tests here
 @pytest.mark.postgres
 def test_cli_submit_with_foreign_mlflow_run_id_and_db_password(
     tmp_path: Path, cache_dir: Path
@@ -417,7 +418,7 @@ def test_cli_submit_with_foreign_mlflow_run_id_and_db_password(
 def test_dashboards_with_nan_and_inf_metrics(tmp_path: Path) -> None:
     """NaN and inf reach the dashboards as such from SQL: pages are written, plotly gets strict
     JSON (null, never NaN/Infinity), the trial table shows inf and leaves NaN empty."""
-    from analysis.laws import fit_log_linear
+    from analysis.review import review_law
     from dashboards.sweep_page import write_sweep_dashboard
     from dashboards.tradeoff import depth_tradeoff_figure
     from dashboards.variant_page import write_variant_dashboard
@@ -436,7 +437,7 @@ def test_dashboards_with_nan_and_inf_metrics(tmp_path: Path) -> None:
             "draft.ms_per_step": [math.nan] * 6,
         }
     )
-    fit = fit_log_linear(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    review = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
     tradeoff = depth_tradeoff_figure(trials)
     assert tradeoff is not None
     pages = [
@@ -444,7 +445,7 @@ def test_dashboards_with_nan_and_inf_metrics(tmp_path: Path) -> None:
             tmp_path / "sweep.html",
             sweep_name="nonfinite",
             trials=trials,
-            fit=fit,
+            review=review,
             extra=[("depth", tradeoff)],
         ),
         write_variant_dashboard(
@@ -459,7 +460,7 @@ def test_dashboards_with_nan_and_inf_metrics(tmp_path: Path) -> None:
         figures = _figures(text)
         assert figures, page
         assert ">inf<" in text
-    assert fit.excluded >= 3
+    assert review.fit.excluded >= 3 and review.counts.nan == 3
 
 
 def _figures(text: str) -> list[tuple[list[Any], dict[str, Any]]]:
