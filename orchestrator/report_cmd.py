@@ -121,6 +121,11 @@ def compare(
     from orchestrator.errors import OrchestratorError
     from orchestrator.law_tables import law_table
 
+    if sweep_a == sweep_b:
+        raise OrchestratorError(
+            f"both sweeps are {sweep_a!r}. Fix: name two different sweeps (`orchestrator fit "
+            f"{sweep_a}` shows one sweep's law and checks)"
+        )
     run_root = run_root.resolve()
     page = _out_page((out or run_root / "compare" / f"{sweep_a}--vs--{sweep_b}.html").resolve())
     store = open_store(run_root, db_url, must_exist=True)

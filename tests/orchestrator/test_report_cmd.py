@@ -100,6 +100,8 @@ def test_compare_two_token_sweeps(run_root: Path, tmp_path: Path) -> None:
     assert "side-by-side" in html and "tok-a: a = 0.1" in html and "tok-b: a = 0.19" in html
     code, text = _cli("compare", "tok-a", "diag", "--run-root", str(run_root))
     assert code == 2 and "fits no law" in text
+    code, text = _cli("compare", "tok-a", "tok-a", "--run-root", str(run_root))
+    assert code == 2 and "both sweeps are 'tok-a'" in text
 
 
 def test_fit_sweep_stores_the_review_and_writes_the_index(run_root: Path) -> None:
