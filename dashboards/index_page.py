@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -33,13 +34,16 @@ def dashboard_href(sweep: str) -> str:
     return quote(sweep, safe="") + "/dashboard.html"
 
 
-def write_index(path: Path, sweeps: pd.DataFrame, *, title: str = "Sweeps") -> Path:
+def write_index(
+    path: Path, sweeps: pd.DataFrame, *, title: str = "Sweeps", comparisons: Sequence[str] = ()
+) -> Path:
     """Write the index page (one HTML file, no script but the table sorter) and return it.
 
     ``sweeps`` has one row per sweep with :data:`INDEX_COLUMNS` (``a``, ``a_lo``, ``a_hi``,
     ``r2``: the sweep's main law fit, NaN without one; ``other``: pending, running or cancelled
     trials). The table (id "sweeps") sorts by any column; each name links to the sweep's page
-    (:func:`dashboard_href`) when that page exists beside the index.
+    (:func:`dashboard_href`) when that page exists beside the index. ``comparisons`` are
+    relative links to ``orchestrator compare`` pages, listed below the table.
     """
     head = "".join(f"<th>{html.escape(c)}</th>" for c in INDEX_COLUMNS)
     body = []
@@ -62,6 +66,12 @@ def write_index(path: Path, sweeps: pd.DataFrame, *, title: str = "Sweeps") -> P
         + "".join(body)
         + "</tbody></table>",
     ]
+    if comparisons:
+        items = "".join(
+            f"<li><a href='{html.escape(quote(c))}'>{html.escape(Path(c).stem)}</a></li>"
+            for c in comparisons
+        )
+        parts += ["<h2>Comparisons</h2>", f"<ul>{items}</ul>"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(title, parts), encoding="utf-8")
     return path

@@ -506,6 +506,11 @@ def _run_with_progress(
         )
 
 
+def _num(value: float, fmt: str) -> str:
+    """``value`` formatted, or "n/a" when it is NaN (e.g. R² of a constant response)."""
+    return "n/a" if value != value else format(value, fmt)
+
+
 def _print_fit(rep: Any) -> None:
     f, rv = rep.fit, rep.review
     if f is None:
@@ -516,7 +521,7 @@ def _print_fit(rep: Any) -> None:
         out.print(
             f"fit: {f.form}: a = {f.a:.4f} [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}] (95% CI, "
             f"{f.cov_type}), b = {f.b:.4f} [{f.b_ci[0]:.4f}, {f.b_ci[1]:.4f}], "
-            f"R² = {f.r2:.3f} (adjusted {f.r2_adj:.3f}), n = {f.n}"
+            f"R² = {_num(f.r2, '.3f')} (adjusted {_num(f.r2_adj, '.3f')}), n = {f.n}"
         )
     if rv is not None:
         out.print(rv.counts.text())
@@ -655,6 +660,7 @@ def fit(
     )
     _print_fit(rep)
     out.print(f"dashboard: {rep.dashboard}")
+    _print_browse(tracker)
 
 
 @app.command()

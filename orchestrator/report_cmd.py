@@ -176,6 +176,10 @@ def compare(
     except OSError as exc:
         raise OrchestratorError(f"cannot write {page}: {exc.strerror or exc}") from exc
     console.print(f"comparison page: {page}")
+    if page.parent == run_root / "compare" and (run_root / "index.html").is_file():
+        from orchestrator.sweep_index import write_run_index
+
+        console.print(f"index: {write_run_index(store, run_root)} (lists the comparison)")
 
 
 def _mean(mean: float, sd: float, n: int) -> str:

@@ -51,5 +51,9 @@ def index_frame(
 def write_run_index(
     store: ResultsStore, out_dir: Path, fresh: Mapping[str, LogLinearFit | None] | None = None
 ) -> Path:
-    """Write ``out_dir/index.html`` over every sweep in ``store`` and return its path."""
-    return write_index(out_dir / "index.html", index_frame(store, fresh), title="Sweeps")
+    """Write ``out_dir/index.html`` over every sweep in ``store`` (and the compare pages under
+    ``out_dir/compare/``) and return its path."""
+    pages = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.glob("compare/*.html"))
+    return write_index(
+        out_dir / "index.html", index_frame(store, fresh), title="Sweeps", comparisons=pages
+    )

@@ -177,3 +177,14 @@ def test_one_sweep_report_links_only_the_pages_it_wrote(run_root: Path, tmp_path
     index = (out / "index.html").read_text()
     assert "href='tok-b/dashboard.html'" in index and "href='tok-a/dashboard.html'" not in index
     assert "tok-a <span class='note'>(no page here)</span>" in index
+
+
+def test_the_index_lists_comparisons_under_the_run_root(run_root: Path) -> None:
+    code, text = _cli("report", "--run-root", str(run_root))
+    assert code == 0, text
+    code, text = _cli("compare", "tok-a", "tok-b", "--run-root", str(run_root))
+    assert code == 0 and "(lists the comparison)" in text, text
+    index = (run_root / "index.html").read_text()
+    assert "<h2>Comparisons</h2>" in index
+    assert "href='compare/tok-a--vs--tok-b.html'" in index
+    assert (run_root / "compare" / "tok-a--vs--tok-b.html").is_file()
