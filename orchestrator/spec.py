@@ -186,6 +186,16 @@ class SweepSpec(BaseModel):
     resources: Resources = Resources()
     """Ray resources of one trial"""
 
+    @field_validator("name", mode="before")
+    @classmethod
+    def _plain_name(cls, v: Any) -> Any:
+        if isinstance(v, str) and v and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):
+            raise ValueError(
+                f"sweep name {v!r} may use only ASCII letters, digits, '.', '_' and '-', and must "
+                "start with a letter or digit (it names a folder and an MLflow run), e.g. tokens-2"
+            )
+        return v
+
     @field_validator("name")
     @classmethod
     def _not_reserved(cls, v: str) -> str:

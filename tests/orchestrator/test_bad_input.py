@@ -86,7 +86,7 @@ CASES: dict[str, Case] = {
     "unknown-top-level-key": Case("name: t\nseed: [0]\n", "did you mean 'seeds'"),
     "wrong-type": Case("name: t\nbase:\n  sft:\n    tokens: [1, 2]\n", "valid integer"),
     "unknown-workload": Case("name: t\nworkload: draft_trian\n", "'decode_bench' or 'sleep'"),
-    "bad-sweep-name": Case("name: 'a b/c'\n", "should match pattern"),
+    "bad-sweep-name": Case("name: 'a b/c'\n", "may use only ASCII letters, digits"),
     # -- budgets --------------------------------------------------------------------------------
     "negative-budget": Case(
         "name: t\ngrid:\n  pretrain.tokens: [0, -5]\n", "greater than or equal to 0"
