@@ -123,11 +123,9 @@ class LogLinearFit:
         cov = np.asarray(self.cov, dtype=float)
         mean = self.a * lx + self.b
         var = cov[0, 0] * lx**2 + 2 * cov[0, 1] * lx + cov[1, 1]
-        if self.ok and self.df_resid > 0:
-            half = stats.t.ppf(1 - alpha / 2, self.df_resid) * np.sqrt(np.maximum(var, 0.0))
-        else:
-            half = np.full_like(xs, np.nan)
-        t = stats.t.ppf(1 - alpha / 2, self.df_resid) if self.df_resid > 0 else math.nan
+        ok = self.ok and self.df_resid > 0
+        t = float(stats.t.ppf(1 - alpha / 2, self.df_resid)) if ok else math.nan
+        half = t * np.sqrt(np.maximum(var, 0.0))
         obs = t * np.sqrt(np.maximum(var, 0.0) + self.scale / n_obs)
         return pd.DataFrame(
             {

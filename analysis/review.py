@@ -124,10 +124,11 @@ def review_law(
     )
     fit = fit_log_linear(done, x, y, law=law, log_base=log_base, alpha=alpha)
     fx, fy = fit.x, fit.y
-    boot = bootstrap_log_linear(
-        fx, fy, log_base=log_base, n_resamples=n_resamples, seed=seed, alpha=alpha
-    )
-    if not fit.ok:
+    if fit.ok:
+        boot = bootstrap_log_linear(
+            fx, fy, log_base=log_base, n_resamples=n_resamples, seed=seed, alpha=alpha
+        )
+    else:  # no law, no interval (and no resampling work)
         boot = BootstrapCI((math.nan,) * 2, (math.nan,) * 2, n_resamples, 0, seed, alpha)
     sat = fit_saturating(fx, fy)
     rss = float(np.sum(np.square(fit.residuals))) if fit.ok else math.nan

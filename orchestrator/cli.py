@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -508,7 +509,7 @@ def _run_with_progress(
 
 def _num(value: float, fmt: str) -> str:
     """``value`` formatted, or "n/a" when it is NaN (e.g. R² of a constant response)."""
-    return "n/a" if value != value else format(value, fmt)
+    return "n/a" if math.isnan(value) else format(value, fmt)
 
 
 def _print_fit(rep: Any) -> None:
