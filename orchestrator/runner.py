@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,10 +117,22 @@ def run_trials(
         StoreError: another live driver runs this sweep.
     """
     emit = on_event or (lambda *_: None)
+    with sweep_lease(store, sweep_id) as me:
+        return _run_claimed(store, tracker, spec, sweep_id, parent_run, paths, emit, states, me)
+
+
+@contextmanager
+def sweep_lease(store: ResultsStore, sweep_id: int) -> Iterator[str]:
+    """Hold the sweep's lease (claim, yield this driver's id, release) around a driver loop.
+
+    Raises:
+        StoreError: another live driver holds it (a stale one, silent for
+            :data:`STALE_AFTER_S`, is taken over).
+    """
     me = driver_id()
     store.claim_sweep(sweep_id, me, stale_after_s=STALE_AFTER_S)
     try:
-        return _run_claimed(store, tracker, spec, sweep_id, parent_run, paths, emit, states, me)
+        yield me
     finally:
         store.release_sweep(sweep_id, me)
 

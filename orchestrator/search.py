@@ -48,7 +48,6 @@ from orchestrator.store import (
     ResultsStore,
     TrialInfo,
     TrialState,
-    driver_id,
     mask_url,
     normalize_db_url,
 )
@@ -314,12 +313,8 @@ def run_search(
     Raises:
         StoreError, TrackingError: the DB or MLflow failed, or another driver runs the sweep.
     """
-    me = driver_id()
-    store.claim_sweep(sweep_id, me, stale_after_s=runner.STALE_AFTER_S)
-    try:
+    with runner.sweep_lease(store, sweep_id) as me:
         return _run_claimed(store, tracker, spec, sweep_id, parent_run, paths, study, on_event, me)
-    finally:
-        store.release_sweep(sweep_id, me)
 
 
 def _run_claimed(
