@@ -19,18 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
+from tests.orchestrator.test_spec import (
+    GOOD,  # a valid spec, for the cases whose bad input is a flag
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-GOOD = """\
-name: t
-seeds: [0, 1]
-grid:
-  pretrain.tokens: [0, 1024]
-base:
-  sft: {tokens: 512}
-"""
-"""a valid spec, for the cases whose bad input is a flag"""
 
 
 def _bomb(levels: int = 7) -> str:
