@@ -26,17 +26,33 @@ _MARK = "<meta name='generator' content='specscale'>"
 """every page this project writes carries it (dashboards._html.page): --out may replace those"""
 
 
-def _out_dir(out: Path) -> Path:
-    """``out`` as a folder to write pages into, created now so a mistake costs nothing."""
+def _out_dir(out: Path, sweeps: list[str]) -> Path:
+    """``out`` as a folder to write pages into, created now so a mistake costs nothing; an
+    index or sweep page there that orchestrator did not write is refused, not replaced."""
     from orchestrator.errors import OrchestratorError
 
-    if out.exists() and not out.is_dir():
-        raise OrchestratorError(f"--out {out} is a file. Fix: give a folder for the pages")
     try:
+        if out.exists() and not out.is_dir():
+            raise OrchestratorError(f"--out {out} is a file. Fix: give a folder for the pages")
+        for target in [out / "index.html", *(out / s / "dashboard.html" for s in sweeps)]:
+            _refuse_foreign(target)
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OrchestratorError(f"cannot create --out {out}: {exc.strerror}") from exc
+        raise OrchestratorError(f"cannot create --out {out}: {exc.strerror or exc}") from exc
     return out
+
+
+def _refuse_foreign(target: Path) -> None:
+    """Raise OrchestratorError when ``target`` exists and is not a page of ours."""
+    from orchestrator.errors import OrchestratorError
+
+    if target.is_dir() or (
+        target.exists() and _MARK not in target.read_bytes()[:400].decode("utf-8", "replace")
+    ):
+        raise OrchestratorError(
+            f"{target} exists and was not written by orchestrator; not replacing it. "
+            "Fix: give another --out"
+        )
 
 
 def _out_page(out: Path) -> Path:
@@ -45,19 +61,19 @@ def _out_page(out: Path) -> Path:
 
     if out.suffix != ".html":
         raise OrchestratorError(f"--out {out} does not end in .html. Fix: e.g. --out cmp.html")
-    if out.is_dir():
-        raise OrchestratorError(f"--out {out} is a folder. Fix: give a file name ending in .html")
-    if out.exists():
-        head = out.read_bytes()[:400].decode("utf-8", "replace")
-        if _MARK not in head:
-            raise OrchestratorError(
-                f"--out {out} exists and was not written by orchestrator; not replacing it. "
-                "Fix: give a new file name"
-            )
     try:
+        if out.is_dir():
+            raise OrchestratorError(f"--out {out} is a folder. Fix: give a file name (.html)")
+        if out.exists():
+            head = out.read_bytes()[:400].decode("utf-8", "replace")
+            if _MARK not in head:
+                raise OrchestratorError(
+                    f"--out {out} exists and was not written by orchestrator; not replacing it. "
+                    "Fix: give a new file name"
+                )
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OrchestratorError(f"cannot create {out.parent}: {exc.strerror}") from exc
+        raise OrchestratorError(f"cannot write --out {out}: {exc.strerror or exc}") from exc
     return out
 
 
@@ -82,8 +98,8 @@ def report(
 
     run_root = run_root.resolve()
     store = open_store(run_root, db_url, must_exist=True)
-    out_dir = _out_dir((out or run_root).resolve())
     infos = [find_sweep(store, sweep)] if sweep else store.list_sweeps()
+    out_dir = _out_dir((out or run_root).resolve(), [i.name for i in infos])
     fresh = {}
     t0 = time.perf_counter()
     for i, info in enumerate(infos, start=1):
@@ -127,10 +143,11 @@ def compare(
             f"{sweep_a}` shows one sweep's law and checks)"
         )
     run_root = run_root.resolve()
-    page = _out_page((out or run_root / "compare" / f"{sweep_a}--vs--{sweep_b}.html").resolve())
     store = open_store(run_root, db_url, must_exist=True)
-    a = law_table(store, find_sweep(store, sweep_a))
-    b = law_table(store, find_sweep(store, sweep_b))
+    info_a, info_b = find_sweep(store, sweep_a), find_sweep(store, sweep_b)
+    page = _out_page((out or run_root / "compare" / f"{sweep_a}--vs--{sweep_b}.html").resolve())
+    a = law_table(store, info_a)
+    b = law_table(store, info_b)
     if (a.x, a.y, a.log_base) != (b.x, b.y, b.log_base):
         raise OrchestratorError(
             f"{sweep_a} fits {a.y} vs log{a.log_base}({a.x}) but {sweep_b} fits {b.y} vs "

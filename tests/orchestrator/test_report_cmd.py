@@ -188,3 +188,18 @@ def test_the_index_lists_comparisons_under_the_run_root(run_root: Path) -> None:
     assert "<h2>Comparisons</h2>" in index
     assert "href='compare/tok-a--vs--tok-b.html'" in index
     assert (run_root / "compare" / "tok-a--vs--tok-b.html").is_file()
+
+
+def test_mistakes_create_no_folder_and_foreign_pages_are_kept(run_root: Path, tmp_path: Path):
+    code, text = _cli("report", "nope", "--run-root", str(run_root), "--out", str(tmp_path / "r"))
+    assert code == 2 and not (tmp_path / "r").exists()
+    code, text = _cli("compare", "nope", "tok-a", "--run-root", str(run_root))
+    assert code == 2 and not (run_root / "compare").exists()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<html>my precious page</html>")
+    code, text = _cli("report", "--run-root", str(run_root), "--out", str(site))
+    assert code == 2 and "not written by orchestrator" in text
+    assert "precious" in (site / "index.html").read_text()
+    code, text = _cli("report", "--run-root", str(run_root), "--out", "/tmp/" + "a" * 300)
+    assert code == 2 and "Traceback" not in text
