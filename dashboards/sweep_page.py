@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from analysis.laws import PAPER_CONSTANTS, LogLinearFit, baseline_summary
@@ -355,6 +356,9 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
         return None
     x_of = dict(zip(trials.get("trial_key", []), _numeric(trials, x), strict=False))
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels)
+    palette = qualitative.Plotly
+    colour = {k: palette[i % len(palette)] for i, k in enumerate(curves)}  # same in every panel
+    shown: set[str] = set()  # a trial's legend entry, once, from its first panel
     state = trials.get("state", pd.Series(dtype=str))
     failed = set(trials.get("trial_key", pd.Series(dtype=str))[state == "failed"])
     for col, name in enumerate(panels, start=1):
@@ -371,13 +375,15 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
                     x=list(range(1, len(values) + 1)),
                     y=[None if not math.isfinite(v) else round(v, 6) for v in values],
                     mode="lines" if len(values) > 2 else "lines+markers",
+                    line={"color": colour[key]},
                     name=label,
                     legendgroup=key,
-                    showlegend=col == 1,
+                    showlegend=key not in shown,
                 ),
                 row=1,
                 col=col,
             )
+            shown.add(key)
         fig.update_xaxes(title_text="optimiser step", row=1, col=col)
         fig.update_yaxes(type="log", row=1, col=col)
     fig.update_yaxes(title_text="loss (log scale)", row=1, col=1)
