@@ -24,7 +24,7 @@ import torch
 from workloads import _rows
 from workloads.data import read_sharegpt, split_conversations
 from workloads.draft_model import DraftArch, DraftModel
-from workloads.features import _target_hidden
+from workloads.features import target_hidden
 from workloads.step_cost import measure_step_cost
 from workloads.target import DEFAULT_TARGET, load_target
 from workloads.training import StageSettings, draft_loss, make_optimizer
@@ -44,11 +44,12 @@ def main() -> None:
     target = load_target(DEFAULT_TARGET, cache_dir=args.cache)
     model = target.model
     convs, _ = read_sharegpt()
-    ids, mask = _rows.pretrain_rows(
+    rows = _rows.pretrain_rows(
         target.tokenizer, split_conversations(convs)["pretrain"], {"sharegpt": 0.8, "stdlib": 0.2},
-        args.seq_len, 64,
+        args.seq_len, 64, packing="isolated",
     )  # fmt: skip
-    hidden = _target_hidden(model, ids[: args.batch_size], args.batch_size)
+    ids, mask, pos = rows.input_ids, rows.loss_mask, rows.position_ids
+    hidden = target_hidden(model, ids[: args.batch_size], pos[: args.batch_size], args.batch_size)
     vocab = model.config.vocab_size
     counts = torch.bincount(ids.flatten(), minlength=vocab)
     order = torch.argsort(-counts * vocab + torch.arange(vocab))
@@ -72,7 +73,7 @@ def main() -> None:
         for n, d in drafts.items():
             d.train()
             t0 = time.perf_counter()
-            loss, _ = draft_loss(d, *batch, w_reg=1.0, w_cls=0.1)
+            loss, _ = draft_loss(d, *batch, w_reg=1.0, w_cls=0.1, pos_bt=pos[: args.batch_size])
             opts[n].zero_grad(set_to_none=True)
             loss.backward()
             opts[n].step()

@@ -334,6 +334,8 @@ def _preflight(spec: Path, sweep: Any, configs: list[Any], run_root: Path) -> No
         SpecError: naming the spec and the fix.
     """
     _preflight_targets(spec, sweep, configs)
+    if sweep.workload == "draft_train":
+        _preflight_chat_template(spec, sweep, configs)
     if sweep.workload == "decode_bench":
         _preflight_decode(spec, sweep, configs, run_root)
 
@@ -358,6 +360,25 @@ def _preflight_targets(spec: Path, sweep: Any, configs: list[Any]) -> None:
             check_target_source(name, offline=offline, endpoint=endpoint)
     except ValueError as exc:
         raise SpecError(f"{spec}: {exc}") from exc
+
+
+def _preflight_chat_template(spec: Path, sweep: Any, configs: list[Any]) -> None:
+    """SFT renders chats with the target's chat template (and ``sft.responses: target`` asks
+    the target for its replies through it): a target without one is refused here."""
+    from orchestrator.spec import spec_line
+    from workloads.target_source import check_chat_template
+
+    if not configs:  # a search: the base's target
+        configs = [sweep.config_model.model_validate(sweep.base)]
+    names = {c.target.model for c in configs if c.sft.tokens > 0}
+    try:
+        for name in sorted(names):
+            check_chat_template(name)
+    except ValueError as exc:
+        line = spec_line(
+            spec, ("base", "target", "model"), ("base", "sft", "responses"), ("base", "sft")
+        )
+        raise SpecError(f"{spec}:{line}: {exc}") from exc
 
 
 def _preflight_decode(spec: Path, sweep: Any, configs: list[Any], run_root: Path) -> None:

@@ -332,6 +332,17 @@ def _key_node(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
     return _node_at(node, loc)[0]
 
 
+def spec_line(path: Path, *locs: tuple[str, ...]) -> int:
+    """The line of the first of ``locs`` (key paths, e.g. ``("base", "sft", "responses")``)
+    present in the spec file ``path``; 1 when none is (a check across fields that the spec
+    leaves at their defaults)."""
+    root = _compose(path, path.read_text(encoding="utf-8"))
+    for loc in locs:
+        if _node_at(root, loc)[1]:
+            return _key_node(root, loc).start_mark.line + 1
+    return 1
+
+
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """Field names (YAML spelling) of the nested model reached by ``loc`` (for did-you-mean).
 

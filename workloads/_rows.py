@@ -3,46 +3,65 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import torch
-
-from workloads.data import Conversation, iter_pretrain_documents, pack_documents, render_chat
+from workloads.data import (
+    Conversation,
+    PackedRows,
+    Packing,
+    iter_pretrain_documents,
+    pack_pretrain_rows,
+    pack_token_documents,
+    render_chat,
+)
+from workloads.regenerate import ResponseRegenerator
 
 
 def pretrain_rows(
-    tokenizer: Any, convs: Sequence[Conversation], mix: dict[str, float], seq_len: int, n: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    tokenizer: Any,
+    convs: Sequence[Conversation],
+    mix: dict[str, float],
+    seq_len: int,
+    n: int,
+    *,
+    packing: Packing,
+) -> PackedRows:
     """First ``n`` packed pretraining rows [n, L] (all tokens in the loss)."""
     docs = iter_pretrain_documents(mix=mix, seed=0, sharegpt_pretrain=convs)
-    ids = pack_documents(tokenizer, docs, seq_len=seq_len, n_sequences=n)
-    return ids, torch.ones_like(ids, dtype=torch.bool)
+    return pack_pretrain_rows(tokenizer, docs, seq_len=seq_len, n_sequences=n, packing=packing)
+
+
+def sft_order(convs: Sequence[Conversation]) -> list[Conversation]:
+    """The SFT conversations in their fixed shuffled order."""
+    order = list(range(len(convs)))
+    random.Random("sft:0").shuffle(order)
+    return [convs[i] for i in order]
 
 
 def sft_rows(
-    tokenizer: Any, convs: Sequence[Conversation], seq_len: int, n: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """First ``n`` packed SFT rows [n, L]: chats rendered with the chat template, joined end to
-    end in a fixed shuffled order; the mask marks assistant tokens.
+    tokenizer: Any,
+    convs: Sequence[Conversation],
+    seq_len: int,
+    n: int,
+    *,
+    packing: Packing,
+    regenerator: ResponseRegenerator | None = None,
+) -> PackedRows:
+    """First ``n`` packed SFT rows [n, L]: chats in :func:`sft_order`, each rendered with the
+    chat template (or, with a ``regenerator``, the first user turn and the target's own reply);
+    the mask marks assistant tokens.
 
     Raises:
         ValueError: the SFT split has fewer tokens than ``n * seq_len``.
     """
-    order = list(range(len(convs)))
-    random.Random("sft:0").shuffle(order)
-    need = n * seq_len
-    ids: list[int] = []
-    mask: list[int] = []
-    for i in order:
-        c_ids, c_mask = render_chat(tokenizer, convs[i], max_tokens=4 * seq_len)
-        ids += c_ids
-        mask += c_mask
-        if len(ids) >= need:
-            break
-    if len(ids) < need:
-        raise ValueError(f"the SFT split has {len(ids)} tokens, fewer than the {need} asked for")
-    return (
-        torch.tensor(ids[:need]).view(n, seq_len),
-        torch.tensor(mask[:need], dtype=torch.bool).view(n, seq_len),
-    )
+    ordered = sft_order(convs)
+    chats: Iterator[tuple[list[int], list[int]]]
+    if regenerator is not None:
+        chats = regenerator.chats(ordered, need_tokens=n * seq_len)
+    else:
+        chats = (render_chat(tokenizer, c, max_tokens=4 * seq_len) for c in ordered)
+    try:
+        return pack_token_documents(chats, seq_len=seq_len, n_rows=n, packing=packing)
+    except ValueError as exc:
+        raise ValueError(f"the SFT split is too small: {exc}") from None

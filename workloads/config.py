@@ -94,6 +94,10 @@ class PretrainConfig(_Frozen):
     in a short branch of its own (linear to 10%)"""
     decay_frac: float = Field(default=0.2, gt=0, le=1, json_schema_extra=NEW)
     """wsd-fork: share of a budget's pretraining steps in its decay branch"""
+    packing: Literal["isolated", "joined"] = "isolated"
+    """how documents share a packed row, in both stages, the target features and the draft:
+    isolated = each document attends only to itself, positions from 0, no loss target across a
+    boundary (as at inference); joined = documents end to end, one causal row (before issue 13)"""
 
     @model_validator(mode="after")
     def _check_mix(self) -> PretrainConfig:
@@ -118,6 +122,19 @@ class SFTConfig(_Frozen):
     """tokens per packed sequence"""
     lr: float = Field(default=1e-3, gt=0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
+    responses: Literal["dataset", "target"] = "dataset"
+    """assistant replies: dataset = ShareGPT's own (ChatGPT's); target = the first user turn of
+    each chat answered by the target itself (regenerated once, cached for every trial)"""
+    regen_temperature: float = Field(default=0.0, ge=0, le=10)
+    """responses 'target': 0 = greedy replies; > 0 = sampled at this temperature (seeded)"""
+    regen_max_new_tokens: int = Field(default=256, ge=1, le=8192)
+    """responses 'target': tokens per regenerated reply at most, capped at half of seq_len;
+    chats whose prompt does not fit in the rest of a row are skipped"""
+
+    @property
+    def regen_reply_tokens(self) -> int:
+        """Tokens per regenerated reply at most: ``regen_max_new_tokens``, at most seq_len/2."""
+        return min(self.regen_max_new_tokens, self.seq_len // 2)
 
 
 class DraftConfig(_Frozen):
@@ -153,6 +170,10 @@ class TrainConfig(_Frozen):
     """weight of SmoothL1(predicted hidden, target hidden) (EAGLE: 1.0)"""
     w_cls: float = Field(default=0.1, ge=0)
     """weight of cross-entropy against the target's next-token distribution (EAGLE: 0.1)"""
+    feature_noise: float = Field(default=0.2, ge=0, le=10)
+    """EAGLE's uniform noise on the draft's input hidden states in training, (U - 0.5) *
+    feature_noise * 512 / seq_len per element (EAGLE eagle/train/main.py AddUniformNoise,
+    train_config std 0.2); 0 = off; never applied at evaluation"""
     checkpoint_every: int = Field(default=100, ge=0, json_schema_extra=NEW)
     """optimiser steps between checkpoints in the trial folder; a retried trial resumes from
     the newest (0 = only at the end of each stage)"""

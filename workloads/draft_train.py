@@ -29,6 +29,7 @@ from workloads.data import (
 from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import TreeShape, evaluate
 from workloads.features import Features, ensure_features, feature_dir, tokenizer_fingerprint
+from workloads.regenerate import RegenSettings, ResponseRegenerator, regen_cache_file
 from workloads.result import Progress, TrialResult
 from workloads.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
 from workloads.step_cost import measure_step_cost
@@ -55,13 +56,50 @@ def _target(name: str, cache_dir: Path, dtype: str) -> Target:
     return load_target(name, cache_dir=cache_dir, dtype=dtype)
 
 
+def _regenerator(
+    cfg: DraftTrainConfig, target: Target, cache_dir: Path, say: Progress
+) -> ResponseRegenerator | None:
+    """The target's own SFT replies (``sft.responses: target``), or None for the dataset's."""
+    sft = cfg.sft
+    if sft.responses != "target":
+        return None
+    settings = RegenSettings(
+        max_new_tokens=sft.regen_reply_tokens,
+        temperature=sft.regen_temperature,
+        max_prompt_tokens=sft.seq_len - sft.regen_reply_tokens,
+    )
+    cache_file = regen_cache_file(
+        cache_dir,
+        target=cfg.target.model,
+        dtype=cfg.target.dtype,
+        tokenizer_fp=_tokenizer_id(target),
+        conversation_ids=[c.id for c in _rows.sft_order(_splits()["sft"])],
+        settings=settings,
+    )
+    return ResponseRegenerator(
+        target.model,
+        target.tokenizer,
+        target.eos_token_ids,
+        cache_file=cache_file,
+        settings=settings,
+        progress=say,
+    )
+
+
 def _stage_features(
-    cfg: DraftTrainConfig, target: Target, cache_dir: Path, stage: str, tokens: int
+    cfg: DraftTrainConfig,
+    target: Target,
+    cache_dir: Path,
+    stage: str,
+    tokens: int,
+    say: Progress,
 ) -> tuple[Features, dict[str, float]]:
     """Cached features of one stage covering ``tokens`` tokens (rounded up to whole rows)."""
     seq_len = cfg.pretrain.seq_len if stage == "pretrain" else cfg.sft.seq_len
+    packing = cfg.pretrain.packing
     n_rows = -(-tokens // seq_len)
     splits = _splits()
+    regen = None
     if stage == "pretrain":
         recipe = corpus_fingerprint(cfg.pretrain.mix, 0)
         build = functools.partial(
@@ -70,12 +108,23 @@ def _stage_features(
             splits["pretrain"],
             dict(cfg.pretrain.mix),
             seq_len,
+            packing=packing,
         )
     else:
         recipe = corpus_fingerprint({"sharegpt": 1.0}, 0) + "-sft"
-        build = functools.partial(_rows.sft_rows, target.tokenizer, splits["sft"], seq_len)
+        regen = _regenerator(cfg, target, cache_dir, say) if tokens else None
+        if regen is not None:  # the replies' recipe: its cache file's key
+            recipe += "-regen" + regen.cache_file.stem[:8]
+        build = functools.partial(
+            _rows.sft_rows, target.tokenizer, splits["sft"], seq_len,
+            packing=packing, regenerator=regen,
+        )  # fmt: skip
     folder = feature_dir(
-        cache_dir, target=cfg.target.model, stage=stage, recipe=recipe, seq_len=seq_len
+        cache_dir,
+        target=cfg.target.model,
+        stage=stage,
+        recipe=recipe if packing == "joined" else f"{recipe}-isolated",
+        seq_len=seq_len,
     )
     manifest = {
         "target": cfg.target.model,
@@ -85,6 +134,7 @@ def _stage_features(
         "seq_len": seq_len,
         "tokenizer": _tokenizer_id(target),
         "hidden": "last_hidden_state:float16",
+        "packing": packing,
     }
     feats, stats = ensure_features(
         folder,
@@ -94,12 +144,23 @@ def _stage_features(
         target_model=target.model,
         manifest=manifest,
     )
-    return feats, {
+    out = {
         f"features/{stage}_hits": stats.hits,
         f"features/{stage}_misses": stats.misses,
         f"features/{stage}_rebuilt": stats.rebuilt,
         f"wall_s/features_{stage}": stats.build_s,
     }
+    if regen is not None:
+        r = regen.stats
+        out |= {
+            "wall_s/regenerate": r.seconds,
+            "sft.regen_generated": r.generated,
+            "sft.regen_cached": r.cached,
+            "sft.regen_tokens": r.tokens,
+            "sft.regen_skipped": r.skipped,
+        }
+        out[f"wall_s/features_{stage}"] = stats.build_s - r.seconds
+    return feats, out
 
 
 @functools.lru_cache(maxsize=2)
@@ -131,11 +192,11 @@ def _vocab_rows(cfg: DraftTrainConfig, target: Target, pre: Features) -> torch.T
     if n_tokens is None or not cfg.draft.vocab_size:
         return pre.input_ids
     seq_len = cfg.pretrain.seq_len
-    ids, _ = _rows.pretrain_rows(
+    rows = _rows.pretrain_rows(
         target.tokenizer, _splits()["pretrain"], dict(cfg.pretrain.mix), seq_len,
-        -(-n_tokens // seq_len),
+        -(-n_tokens // seq_len), packing=cfg.pretrain.packing,
     )  # fmt: skip
-    return ids
+    return rows.input_ids
 
 
 def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
@@ -151,6 +212,7 @@ def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
         w_reg=t.w_reg,
         w_cls=t.w_cls,
         seed=cfg.seed,
+        feature_noise=t.feature_noise,
     )
 
 
@@ -276,8 +338,8 @@ def run(
     m = result.metrics
     target = _target(cfg.target.model, cache_dir, cfg.target.dtype)
     say(f"target {cfg.target.model} ready")
-    pre, pre_stats = _stage_features(cfg, target, cache_dir, "pretrain", cfg.pretrain.tokens)
-    sft, sft_stats = _stage_features(cfg, target, cache_dir, "sft", cfg.sft.tokens)
+    pre, pre_stats = _stage_features(cfg, target, cache_dir, "pretrain", cfg.pretrain.tokens, say)
+    sft, sft_stats = _stage_features(cfg, target, cache_dir, "sft", cfg.sft.tokens, say)
     m.update(pre_stats | sft_stats)
     say(f"features ready: pretrain {pre.tokens} tokens, sft {sft.tokens} tokens")
 

@@ -1,13 +1,21 @@
 """On-disk cache of target features: packed token rows with the target's last-layer hidden states.
 
-Features depend only on (target, corpus recipe, stage, sequence length, dtype), so they are
-computed once and shared by every trial of every sweep. Rows are stored in chunks of
+Features depend only on (target, corpus recipe, stage, sequence length, dtype, packing), so they
+are computed once and shared by every trial of every sweep. Rows carry their ``position_ids``:
+with document-isolated packing (:mod:`workloads.data.packing`) the target's hidden states of a
+document are computed with a block-diagonal causal mask and positions from 0, so they equal those
+of the document alone (SDPA/eager attention get the boolean mask; a target loaded with a
+flash-attention kernel gets the positions only, from which transformers derives the varlen
+boundaries of packed sequences). Rows are stored in chunks of
 ``rows_per_chunk`` rows (``chunk-NNNNN.safetensors``); a trial that needs ``n`` rows builds the
 missing chunks and reads the first ``n`` rows. Packing is streaming, so the rows of a smaller
 budget are a prefix of a larger one's: nested budgets share chunks.
 
 The folder's ``manifest.json`` holds the identity of the feature set (target, dtype, stage,
-corpus recipe, tokenizer fingerprint, sequence length, rows per chunk; a mismatch is refused)
+corpus recipe, tokenizer fingerprint, sequence length, packing, rows per chunk; a mismatch is
+refused). A manifest written before packing was part of the identity describes joined rows: it is
+upgraded in place (``packing: joined``) when joined rows are asked for, and refused with the fix
+when isolated rows are, so rows of the two packings are never mixed
 and what has been built: per chunk its row range, token count and the SHA-256 of its file, so
 ``token_range`` says which tokens of the stream are cached.
 
@@ -41,25 +49,36 @@ from filelock import FileLock, Timeout
 from safetensors import SafetensorError
 from safetensors.torch import load, save
 
+from workloads.data.packing import PackedRows, attention_allowed
+
 log = logging.getLogger(__name__)
 
-RowBuilder = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
-"""``n -> (input_ids [n, L] long, loss_mask [n, L] bool)``: the first n packed rows."""
+RowBuilder = Callable[[int], PackedRows]
+"""``n -> PackedRows``: the first n packed rows (ids, loss mask, positions)."""
 
 
 @dataclass(frozen=True)
 class Features:
     """Rows of one stage: ``input_ids`` [R, L] long, ``loss_mask`` [R, L] bool,
-    ``hidden`` [R, L, h] float16 (target last-layer hidden states, after the final norm)."""
+    ``hidden`` [R, L, h] float16 (target last-layer hidden states, after the final norm),
+    ``position_ids`` [R, L] long (None: every row is one document, positions ``0..L-1``)."""
 
     input_ids: torch.Tensor
     loss_mask: torch.Tensor
     hidden: torch.Tensor
+    position_ids: torch.Tensor | None = None
 
     @property
     def tokens(self) -> int:
         """Tokens in all rows."""
         return int(self.input_ids.numel())
+
+    def positions(self, rows: torch.Tensor) -> torch.Tensor:
+        """[len(rows), L] position ids of the rows at index ``rows``."""
+        if self.position_ids is not None:
+            return self.position_ids[rows]
+        length = int(self.input_ids.shape[1])
+        return torch.arange(length).expand(len(rows), length)
 
 
 @dataclass
@@ -92,13 +111,22 @@ def feature_dir(cache_dir: Path, *, target: str, stage: str, recipe: str, seq_le
 
 
 @torch.inference_mode()
-def _target_hidden(target_model: torch.nn.Module, ids_rl: torch.Tensor, batch: int) -> torch.Tensor:
-    """Last-layer hidden states [R, L, h] (float16) of the target for rows ``ids_rl``."""
+def target_hidden(
+    target_model: torch.nn.Module, ids_rl: torch.Tensor, pos_rl: torch.Tensor, batch: int = 4
+) -> torch.Tensor:
+    """Last-layer hidden states [R, L, h] (float16) of the target for rows ``ids_rl`` with
+    positions ``pos_rl`` [R, L]: each segment (positions from 0) sees only its own tokens."""
+    body = cast(torch.nn.Module, target_model.model)
+    param = next(target_model.parameters(), None)
+    dev = param.device if param is not None else torch.device("cpu")
+    config = getattr(target_model, "config", None)
+    flash = "flash" in str(getattr(config, "_attn_implementation", ""))
     outs = []
     for i in range(0, ids_rl.shape[0], batch):
-        body = cast(torch.nn.Module, target_model.model)
-        out = body(input_ids=ids_rl[i : i + batch]).last_hidden_state
-        outs.append(out.to(torch.float16))
+        ids, pos = ids_rl[i : i + batch].to(dev), pos_rl[i : i + batch].to(dev)
+        allowed = None if flash else attention_allowed(pos)
+        out = body(input_ids=ids, position_ids=pos, attention_mask=allowed).last_hidden_state
+        outs.append(out.to(torch.float16).cpu())
     hidden = torch.cat(outs)
     if not torch.isfinite(hidden).all():
         raise ValueError("target hidden states overflow float16; use a float32 cache")
@@ -138,14 +166,15 @@ def ensure_features(
     def build(c: int) -> bytes:
         """Build chunk c, write it atomically, record its checksum; its bytes."""
         t0 = time.perf_counter()
-        ids, mask = build_rows((c + 1) * rows_per_chunk)
+        rows = build_rows((c + 1) * rows_per_chunk)
         lo = c * rows_per_chunk
-        ids, mask = ids[lo:], mask[lo:]
-        hidden = _target_hidden(target_model, ids, batch)
+        ids, mask, pos = rows.input_ids[lo:], rows.loss_mask[lo:], rows.position_ids[lo:]
+        hidden = target_hidden(target_model, ids, pos, batch)
         raw = save(
             {
                 "input_ids": ids.to(torch.int32).contiguous(),
                 "loss_mask": mask.to(torch.uint8).contiguous(),
+                "position_ids": pos.to(torch.int32).contiguous(),
                 "hidden": hidden.contiguous(),
             }
         )
@@ -189,10 +218,16 @@ def ensure_features(
         assert tensors is not None, "a chunk just built parses"
         parts.append(tensors)
     stats.hits = n_chunks - stats.misses
+    length = int(parts[0]["input_ids"].shape[1])
+    positions = [  # a chunk from before positions were stored holds joined rows
+        p["position_ids"] if "position_ids" in p else torch.arange(length).expand_as(p["input_ids"])
+        for p in parts
+    ]
     feats = Features(
         input_ids=torch.cat([p["input_ids"] for p in parts])[:n_rows].long(),
         loss_mask=torch.cat([p["loss_mask"] for p in parts])[:n_rows].bool(),
         hidden=torch.cat([p["hidden"] for p in parts])[:n_rows],
+        position_ids=torch.cat(positions)[:n_rows].long(),
     )
     return feats, stats
 
@@ -267,12 +302,25 @@ def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
             return
         found = json.loads(path.read_text())
         if "identity" not in found:  # the first format: the identity only, no tokenizer
-            legacy = {k: v for k, v in want.items() if k != "tokenizer"}
-            if found == legacy:
+            legacy = {k: v for k, v in want.items() if k not in ("tokenizer", "packing")}
+            if found == legacy and want.get("packing", "joined") == "joined":
                 _write_json(path, {"identity": want, "chunks": {}, "token_range": [0, 0]})
                 _record_chunks_locked(folder, path)
                 return
             found = {"identity": found}
+        before = found["identity"]
+        if "packing" in want and "packing" not in before:  # built before packing was recorded
+            if before | {"packing": "joined"} == want:
+                found["identity"] = want
+                _write_json(path, found)
+                log.info("features: %s holds joined rows (built before packing was recorded)", path)
+                return
+            if before | {"packing": want["packing"]} == want:
+                raise ValueError(
+                    f"{folder} holds features built before document-isolated packing: their "
+                    f"rows are packed 'joined' and are never mixed with '{want['packing']}' rows. "
+                    "Fix: delete the folder to rebuild it, or set pretrain.packing: joined"
+                )
         if found["identity"] != want:
             raise ValueError(
                 f"{path} describes other features ({found['identity']}), not {want}; "

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import socket
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
@@ -112,3 +114,57 @@ def check_target_source(
         f"{DEFAULT_TARGET!r}, a local model folder, or download the hub id {name!r} with network "
         "access (HF_HUB_OFFLINE unset)"
     )
+
+
+_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
+
+
+def _has_template(read: Callable[[str], str | None]) -> bool | None:
+    """Whether a tokenizer folder has a chat template; None when its tokenizer config is not
+    there to read. ``read(name)`` gives a file's text, or None when it is missing."""
+    if any(read(name) is not None for name in _TEMPLATE_FILES):
+        return True
+    text = read("tokenizer_config.json")
+    if text is None:
+        return None
+    try:
+        return bool(json.loads(text).get("chat_template"))
+    except (json.JSONDecodeError, AttributeError):
+        return None
+
+
+def check_chat_template(name: str) -> None:
+    """Check, without loading anything, that target ``name``'s tokenizer has a chat template.
+
+    The builtin target's GGUF carries one. A local folder or a hub id in the local Hugging Face
+    cache is read (``chat_template.jinja``/``.json``, or ``chat_template`` in
+    ``tokenizer_config.json``); a hub id not yet downloaded is left to the trial.
+
+    Raises:
+        ValueError: the target has no chat template; the message names it and the fix.
+    """
+    if name == DEFAULT_TARGET:
+        return
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+
+        def read(file: str) -> str | None:
+            path = folder / file
+            return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+
+    elif _is_hub_id(name):
+        from huggingface_hub import try_to_load_from_cache
+
+        def read(file: str) -> str | None:
+            found = try_to_load_from_cache(name, file)
+            return Path(found).read_text(encoding="utf-8") if isinstance(found, str) else None
+
+    else:
+        return
+    if _has_template(read) is False:
+        raise ValueError(
+            f"target.model {name!r} has no chat template (no chat_template.jinja and no "
+            "chat_template in tokenizer_config.json), and SFT renders chats with it "
+            "(sft.responses 'target' also asks the target for its replies through it). Fix: use "
+            "a chat (instruct) target, or sft.tokens: 0 to train without SFT"
+        )

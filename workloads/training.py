@@ -4,7 +4,9 @@ Loss per position (EAGLE, arXiv 2401.15077 Sec. 3.2): ``w_reg * SmoothL1(f_t, h_
 w_cls * CE(p_target(x_{t+2}), p_draft(x_{t+2}))`` where ``f_t`` is the draft output at position t,
 ``h_{t+1}`` the target hidden state, and both distributions are taken over the draft vocabulary
 through the frozen LM head. Positions count where ``x_{t+2}`` is in the loss mask (all tokens
-in pretraining, assistant tokens in SFT).
+in pretraining, assistant tokens in SFT) and t..t+2 lie in one document of the packed row.
+Training adds EAGLE's uniform noise to the input hidden states (``feature_noise``), never
+evaluation.
 
 Shape legend: B batch, T positions, h hidden, N draft vocabulary.
 """
@@ -19,6 +21,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from workloads._kv import additive_mask
+from workloads.data.packing import attention_allowed, same_segment
 from workloads.draft_model import DraftModel
 from workloads.features import Features
 
@@ -69,6 +73,9 @@ class StageSettings:
     order: Literal["shuffle", "stream"] = "shuffle"
     """shuffle: a seeded permutation per epoch; stream: rows in corpus order, so the first n
     steps of a longer run see exactly the rows of a shorter one (a shared wsd trunk)"""
+    feature_noise: float = 0.0
+    """EAGLE's uniform noise on the input hidden states (see :func:`input_noise`); 0 = off.
+    Drawn from a generator seeded by (seed, step, rank), so a resumed run draws the same"""
 
 
 @dataclass
@@ -86,6 +93,71 @@ class StageLog:
         return asdict(self)
 
 
+def input_noise(
+    shape: torch.Size, amount: float, gen: torch.Generator, *, seq_len: int
+) -> torch.Tensor:
+    """EAGLE's uniform feature noise for input hidden states of ``shape`` [B, T-2, h].
+
+    ``(U[0, 1) - 0.5) * amount * 512 / T`` per element, T = ``seq_len`` (tokens per row):
+    EAGLE's ``AddUniformNoise`` in ``eagle/train/main.py`` (SafeAILab/EAGLE), with
+    ``train_config`` ``data_noise: True``, ``noise: "uniform"``, ``std: 0.2``; its
+    ``tensor.shape[1]`` is the training sequence length, here T. It makes the draft tolerate
+    its own predicted features at depth 2 and beyond. Drawn on the CPU from ``gen`` (the same
+    numbers on any device).
+    """
+    return (torch.rand(shape, generator=gen) - 0.5) * (amount * 512 / seq_len)
+
+
+def position_losses(
+    draft: DraftModel,
+    ids_bt: torch.Tensor,
+    mask_bt: torch.Tensor,
+    hid_bth: torch.Tensor,
+    pos_bt: torch.Tensor | None = None,
+    *,
+    noise_bth: torch.Tensor | None = None,
+    forward: nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-position EAGLE losses of a batch of rows (the alignment of EAGLE Sec. 3.2).
+
+    Input at position t is ``(h_t, x_{t+1})``; it predicts ``h_{t+1}`` (SmoothL1) and
+    ``x_{t+2}`` (cross-entropy against the target's distribution from ``h_{t+1}``). A position
+    counts (weight 1) where ``x_{t+2}`` is in the loss mask and t, t+1, t+2 are in one document
+    (segments from ``pos_bt``, see :mod:`workloads.data.packing`); the draft attends within
+    its document only, at the document's own positions.
+
+    Args:
+        ids_bt, mask_bt, hid_bth: [B, T] ids, [B, T] loss mask, [B, T, h] target hidden states.
+        pos_bt: [B, T] position ids; None = every row one document at ``0..T-1``.
+        noise_bth: [B, T-2, h] added to the input hidden states (training only; see
+            :func:`input_noise`).
+        forward: runs the draft's forward (default ``draft``; a DDP or DeepSpeed wrapper).
+
+    Returns:
+        ``reg``, ``cls`` (per-position losses, graph attached), ``agree`` (draft top-1 equals
+        the target's, no graph) and ``weight``, each [B, T-2] float.
+    """
+    dev = draft.embed_weight.device
+    ids_bt, mask_bt, hid = ids_bt.to(dev), mask_bt.to(dev), hid_bth.to(dev).float()
+    b, t = ids_bt.shape
+    pos_bt = (torch.arange(t).expand(b, t) if pos_bt is None else pos_bt).to(dev)
+    pos_in = pos_bt[:, :-2]
+    allowed = attention_allowed(pos_in)
+    mask = None if allowed is None else additive_mask(allowed[:, 0], hid.dtype)
+    hid_in = hid[:, :-2] if noise_bth is None else hid[:, :-2] + noise_bth.to(dev)
+    f_bth = (forward or draft)(hid_in, ids_bt[:, 1:-1], pos_in, attention_mask=mask)
+    target_h = hid[:, 1:-1]
+    weight = (mask_bt[:, 2:] & same_segment(pos_bt, 2)).float()
+    reg = nn.functional.smooth_l1_loss(f_bth, target_h, reduction="none").mean(-1)
+    with torch.no_grad():
+        p_target_btn = torch.softmax(draft.logits(target_h), -1)
+    logp_draft_btn = torch.log_softmax(draft.logits(f_bth), -1)
+    cls = -(p_target_btn * logp_draft_btn).sum(-1)
+    with torch.no_grad():
+        agree = (logp_draft_btn.argmax(-1) == p_target_btn.argmax(-1)).float()
+    return reg, cls, agree, weight
+
+
 def draft_loss(
     draft: DraftModel,
     ids_bt: torch.Tensor,
@@ -94,34 +166,26 @@ def draft_loss(
     *,
     w_reg: float,
     w_cls: float,
+    pos_bt: torch.Tensor | None = None,
+    noise_bth: torch.Tensor | None = None,
     denom: float | None = None,
     forward: nn.Module | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """EAGLE loss on a batch of rows; returns (loss, {loss_reg, loss_cls, top1}).
 
-    ``denom`` divides the summed per-position losses (default: this batch's weighted positions,
-    at least 1; a data-parallel rank passes the global batch's over the world size, see
-    :class:`DataParallel`). ``forward`` runs the draft's forward (default ``draft``; a DDP or
-    DeepSpeed wrapper of it). Inputs move to the draft's device.
+    The weighted sum of :func:`position_losses` (see there for ``pos_bt``, ``noise_bth`` and
+    ``forward``) divided by ``denom`` (default: this batch's weighted positions, at least 1; a
+    data-parallel rank passes the global batch's over the world size, see
+    :class:`DataParallel`). Inputs move to the draft's device.
     """
-    dev = draft.embed_weight.device
-    ids_bt, mask_bt, hid = ids_bt.to(dev), mask_bt.to(dev), hid_bth.to(dev).float()
-    b, t = ids_bt.shape
-    pos = torch.arange(t - 2, device=dev).expand(b, t - 2)
-    f_bth = (forward or draft)(hid[:, :-2], ids_bt[:, 1:-1], pos)
-    target_h = hid[:, 1:-1]
-    weight = mask_bt[:, 2:].float()
+    reg_bt, cls_bt, agree_bt, weight = position_losses(
+        draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward
+    )
     if denom is None:
         denom = float(weight.sum().clamp_min(1.0))
-    reg = (nn.functional.smooth_l1_loss(f_bth, target_h, reduction="none").mean(-1) * weight).sum()
-    with torch.no_grad():
-        p_target_btn = torch.softmax(draft.logits(target_h), -1)
-    logp_draft_btn = torch.log_softmax(draft.logits(f_bth), -1)
-    cls = (-(p_target_btn * logp_draft_btn).sum(-1) * weight).sum()
+    reg, cls = (reg_bt * weight).sum(), (cls_bt * weight).sum()
     loss = (w_reg * reg + w_cls * cls) / denom
-    with torch.no_grad():
-        agree = (logp_draft_btn.argmax(-1) == p_target_btn.argmax(-1)).float()
-        top1 = float((agree * weight).sum() / denom)
+    top1 = float((agree_bt * weight).sum() / denom)
     parts = {"loss_reg": float(reg.detach() / denom), "loss_cls": float(cls.detach() / denom)}
     return loss, parts | {"top1": top1}
 
@@ -186,7 +250,8 @@ def _share(
     weight = torch.tensor(len(mine) > 0)
     if len(mine) == 0:  # a short last batch: one row with zero weight joins the all-reduce
         mine = idx[:1]
-    positions = float(feats.loss_mask[idx][:, 2:].sum().clamp_min(1))
+    counted = feats.loss_mask[idx][:, 2:] & same_segment(feats.positions(idx), 2)
+    positions = float(counted.sum().clamp_min(1))
     return mine, weight, positions / par.world
 
 
@@ -254,13 +319,22 @@ def train_stage(
             group["lr"] = s.lr * lr_factor(step, total, s)
         idx = order(step)
         mine, weight, denom = _share(feats, idx, parallel)
+        hidden = feats.hidden[mine]
+        noise = None
+        if s.feature_noise > 0:
+            rank = parallel.rank if parallel else 0
+            gen = torch.Generator().manual_seed(s.seed * 1_000_003 + step * 1_009 + rank)
+            b, t, h = hidden.shape
+            noise = input_noise(torch.Size((b, t - 2, h)), s.feature_noise, gen, seq_len=t)
         loss, parts = draft_loss(
             draft,
             feats.input_ids[mine],
             feats.loss_mask[mine] & weight,
-            feats.hidden[mine],
+            hidden,
             w_reg=s.w_reg,
             w_cls=s.w_cls,
+            pos_bt=feats.positions(mine),
+            noise_bth=noise,
             denom=denom,
             forward=parallel.model if parallel else None,
         )

@@ -144,6 +144,18 @@ CASES: dict[str, Case] = {
         GOOD, "is a file, not a folder", args=("--cache-dir", "{tmp}/f/cache")
     ),
     "status-without-db": Case(None, "no results DB", args=("nope",), command="status"),
+    # -- the draft recipe (issue 13) ----------------------------------------------------------
+    "target-without-chat-template": Case(
+        "name: t\nbase:\n  target: {model: plain-lm}\n  sft: {responses: target}\n",
+        "sweep.yaml:3: target.model 'plain-lm' has no chat template",
+    ),
+    "negative-regen-temperature": Case(
+        "name: t\nbase:\n  sft:\n    responses: target\n    regen_temperature: -0.5\n",
+        "sweep.yaml:5:",
+    ),
+    "unknown-packing": Case(
+        "name: t\nbase:\n  pretrain:\n    packing: packed\n", "sweep.yaml:4:"
+    ),
 }
 
 ELSEWHERE = {
@@ -174,6 +186,8 @@ def _argv(case: Case, tmp: Path) -> list[str]:
     elif case.spec is not None:
         spec.write_text(case.spec)
     (tmp / "f").write_text("a file where a folder should be\n")
+    (tmp / "plain-lm").mkdir(exist_ok=True)  # a local target whose tokenizer has no chat template
+    (tmp / "plain-lm" / "tokenizer_config.json").write_text('{"model_max_length": 2048}\n')
     args = [a.replace("{tmp}", str(tmp)) for a in case.args]
     if case.command == "status":
         return ["status", *args, "--run-root", str(tmp / "runs")]

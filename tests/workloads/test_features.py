@@ -16,8 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
+from workloads.data import PackedRows
 from workloads.features import ensure_features
 
 L, H = 8, 4
@@ -29,14 +31,14 @@ class _StubTarget(nn.Module):
         self.calls = 0
         self.model = self._body
 
-    def _body(self, input_ids: torch.Tensor) -> SimpleNamespace:
+    def _body(self, input_ids: torch.Tensor, **_: object) -> SimpleNamespace:
         self.calls += 1
         return SimpleNamespace(last_hidden_state=input_ids[..., None].float().expand(-1, -1, H))
 
 
-def _rows(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _rows(n: int) -> PackedRows:
     ids = torch.arange(n * L).view(n, L) % 50
-    return ids, torch.ones_like(ids, dtype=torch.bool)
+    return PackedRows(ids, torch.ones_like(ids, dtype=torch.bool), torch.arange(L).expand(n, L))
 
 
 IDENTITY = {"target": "stub", "stage": "pretrain", "seq_len": L, "tokenizer": "abc"}
@@ -52,7 +54,7 @@ def _ensure(folder: Path, n_rows: int, target: nn.Module | None = None):  # noqa
 def test_manifest_records_identity_chunks_and_token_range(tmp_path: Path) -> None:
     feats, stats = _ensure(tmp_path, 5)
     assert (stats.hits, stats.misses) == (0, 3)
-    assert feats.input_ids.shape == (5, L) and torch.equal(feats.input_ids, _rows(5)[0])
+    assert feats.input_ids.shape == (5, L) and torch.equal(feats.input_ids, _rows(5).input_ids)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["identity"] == IDENTITY | {"rows_per_chunk": 2}
     assert manifest["token_range"] == [0, 6 * L]
@@ -168,3 +170,34 @@ def test_a_legacy_chunk_that_does_not_parse_is_rebuilt(tmp_path: Path) -> None:
     feats, stats = _ensure(tmp_path, 4)
     assert (stats.hits, stats.misses, stats.rebuilt) == (1, 1, 1)
     assert torch.equal(feats.input_ids, want.input_ids)
+
+
+def _legacy_cache(folder: Path) -> None:
+    """A feature folder as written before packing was recorded: no ``packing`` in the manifest's
+    identity, no ``position_ids`` in the chunks (joined rows)."""
+    _ensure(folder, 4)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["identity"].pop("packing", None)
+    for name, entry in manifest["chunks"].items():
+        tensors = load_file(str(folder / name))
+        del tensors["position_ids"]
+        save_file(tensors, str(folder / name))
+        entry["sha256"] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_an_old_feature_cache_is_never_mixed_with_isolated_packing(tmp_path: Path) -> None:
+    _legacy_cache(tmp_path)
+    with pytest.raises(ValueError, match="built before document-isolated packing.*Fix: delete"):
+        ensure_features(tmp_path, n_rows=4, rows_per_chunk=2, build_rows=_rows,
+                        target_model=_StubTarget(),
+                        manifest=IDENTITY | {"packing": "isolated"})  # fmt: skip
+    # asked for joined rows, the old cache is what it always was: upgraded in place and reused
+    target = _StubTarget()
+    feats, stats = ensure_features(tmp_path, n_rows=4, rows_per_chunk=2, build_rows=_rows,
+                                   target_model=target,
+                                   manifest=IDENTITY | {"packing": "joined"})  # fmt: skip
+    assert (stats.hits, stats.misses, target.calls) == (2, 0, 0)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["identity"]["packing"] == "joined"
+    assert feats.position_ids is not None and feats.position_ids.tolist() == [list(range(L))] * 4

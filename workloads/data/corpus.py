@@ -9,7 +9,8 @@ Sources (licenses in the README):
   without ``test``/``tests``/``idlelib``/``lib2to3``/``site-packages`` directories.
 
 :func:`iter_pretrain_documents` interleaves them so that the share of characters follows the mix;
-:func:`pack_documents` tokenizes and cuts the stream into fixed-length rows.
+:func:`pack_pretrain_rows` tokenizes and packs the stream into fixed-length rows, documents
+isolated or joined (see :mod:`workloads.data.packing`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from workloads.data.packing import PackedRows, Packing, pack_token_documents
 from workloads.data.sharegpt import (
     Conversation,
     default_sharegpt_path,
@@ -41,7 +43,9 @@ __all__ = [
     "corpus_fingerprint",
     "iter_pretrain_documents",
     "pack_documents",
+    "pack_pretrain_rows",
     "stdlib_files",
+    "tokenize_documents",
 ]
 
 log = logging.getLogger(__name__)
@@ -159,46 +163,91 @@ def iter_pretrain_documents(
         yield doc
 
 
+def tokenize_documents(
+    tokenizer: Any, docs: Iterable[Document], *, max_tokens: int | None = None
+) -> Iterator[tuple[list[int], list[int]]]:
+    """Token ids of each document followed by the EOS token, with an all-ones loss mask.
+
+    ``max_tokens`` (the tokens a packer can still use in all) lets a long file be tokenized only
+    as far as it can be used (>= 1 token per 16 characters is safe): the cut-off text always
+    yields more tokens than are left, so the cut never reaches a row.
+
+    Raises:
+        ValueError: the tokenizer has no EOS token.
+    """
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no eos_token_id. Fix: set tokenizer.eos_token.")
+    used = 0
+    for doc in docs:
+        text = doc.text if max_tokens is None else doc.text[: (max_tokens - used) * 16 + 16]
+        ids = list(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+        ids.append(eos)
+        used += len(ids)
+        yield ids, [1] * len(ids)
+
+
 def pack_documents(
     tokenizer: Any,
     docs: Iterable[Document],
     *,
     seq_len: int,
     n_sequences: int,
+    packing: Packing = "joined",
 ) -> torch.Tensor:
-    """Tokenize documents, join them with the EOS token, cut into fixed-length rows (no padding).
+    """Tokenize documents, each followed by the EOS token, and cut the stream into rows.
 
-    Each document is followed by ``tokenizer.eos_token_id``; the token stream is cut into
-    ``n_sequences`` rows of ``seq_len`` tokens and the remainder is discarded. Deterministic
-    for a deterministic ``docs``; consumes only as many documents as needed.
+    The token ids of :func:`pack_pretrain_rows` without the mask and positions (``joined`` by
+    default: the documents end to end).
 
     Returns:
         ``torch.LongTensor`` of shape ``[n_sequences, seq_len]`` (token ids).
 
     Raises:
+        ValueError: see :func:`pack_pretrain_rows`.
+    """
+    rows = pack_pretrain_rows(
+        tokenizer, docs, seq_len=seq_len, n_sequences=n_sequences, packing=packing
+    )
+    return rows.input_ids
+
+
+def pack_pretrain_rows(
+    tokenizer: Any,
+    docs: Iterable[Document],
+    *,
+    seq_len: int,
+    n_sequences: int,
+    packing: Packing,
+) -> PackedRows:
+    """Tokenize documents, each followed by the EOS token, and pack them into rows (no padding).
+
+    The token stream is cut into ``n_sequences`` rows of ``seq_len`` tokens and the remainder is
+    discarded; every token is in the loss. ``isolated`` packing makes each document (and each
+    piece of a document cut by a row end) a segment of its own, positions from 0 (see
+    :mod:`workloads.data.packing`). Deterministic for a deterministic ``docs``; consumes only
+    as many documents as needed.
+
+    Raises:
         ValueError: ``seq_len`` or ``n_sequences`` < 1, no EOS token, or the documents run out
-            before ``n_sequences * seq_len`` tokens.
+            before ``n_sequences * seq_len`` tokens (Fix: fewer sequences or more sources).
     """
     if seq_len < 1 or n_sequences < 1:
         raise ValueError(f"seq_len={seq_len}, n_sequences={n_sequences}: both must be >= 1.")
-    eos = tokenizer.eos_token_id
-    if eos is None:
-        raise ValueError("the tokenizer has no eos_token_id. Fix: set tokenizer.eos_token.")
     need = seq_len * n_sequences
-    out: list[int] = []
-    for doc in docs:
-        # Long files: tokenize only what can still be used (>= 1 token per 16 chars is safe).
-        text = doc.text[: (need - len(out)) * 16 + 16]
-        out.extend(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
-        out.append(eos)
-        if len(out) >= need:
-            break
-    if len(out) < need:
-        raise ValueError(
-            f"the documents gave {len(out)} tokens, fewer than n_sequences * seq_len = {need}. "
-            "Fix: ask for fewer sequences or add sources to the mix."
+    try:
+        return pack_token_documents(
+            tokenize_documents(tokenizer, docs, max_tokens=need),
+            seq_len=seq_len,
+            n_rows=n_sequences,
+            packing=packing,
         )
-    return torch.tensor(out[:need], dtype=torch.long).view(n_sequences, seq_len)
+    except ValueError as exc:
+        if "fewer than" not in str(exc):
+            raise
+        raise ValueError(
+            f"{exc}. Fix: ask for fewer sequences or add sources to the mix."
+        ) from None
 
 
 def corpus_fingerprint(mix: Mapping[str, float] = DEFAULT_MIX, seed: int = 0) -> str:

@@ -1,0 +1,76 @@
+"""EAGLE's feature noise (issue 13): seeded, of EAGLE's size, applied in training only.
+
+A tiny random target and draft (seconds); the real recipe runs in the ablation sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from tests.workloads.test_stages import S, _draft, _feats, _same, _weights
+from workloads import training
+from workloads.draft_model import DraftArch, DraftModel
+from workloads.training import input_noise, train_stage
+from workloads.tree_decode import speculative_generate
+
+
+def test_noise_is_seeded_uniform_and_of_eagles_size() -> None:
+    shape = torch.Size((2, 254, 8))
+    a = input_noise(shape, 0.2, torch.Generator().manual_seed(3), seq_len=256)
+    b = input_noise(shape, 0.2, torch.Generator().manual_seed(3), seq_len=256)
+    c = input_noise(shape, 0.2, torch.Generator().manual_seed(4), seq_len=256)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    half_width = 0.2 * 512 / 256 / 2  # (U - 0.5) * std * 512 / T, EAGLE's AddUniformNoise
+    assert float(a.abs().max()) <= half_width and float(a.abs().max()) > 0.9 * half_width
+    assert abs(float(a.mean())) < 0.01
+
+
+def test_training_with_noise_is_reproducible_and_differs_from_without() -> None:
+    feats = _feats(8)
+    noisy = replace(S, feature_noise=0.5)
+    runs = []
+    for s in (noisy, noisy, S):
+        d = _draft()
+        train_stage(d, feats, s)
+        runs.append(_weights(d))
+    assert _same(runs[0], runs[1])
+    assert not _same(runs[0], runs[2])
+
+
+def test_noise_is_never_applied_at_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = training.input_noise
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "input_noise", counting)
+    train_stage(_draft(), _feats(4), replace(S, feature_noise=0.2, epochs=1))
+    assert len(calls) == 2  # one draw per optimiser step
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=64, max_position_embeddings=128,
+    )  # fmt: skip
+    target = LlamaForCausalLM(cfg).eval()
+    draft = DraftModel(
+        DraftArch.from_target(cfg, layers=1, output_norm=True),
+        embed_weight=target.get_input_embeddings().weight,
+        lm_head_weight=target.get_output_embeddings().weight,
+    ).eval()
+    outs = [
+        speculative_generate(
+            target, draft, [1, 5, 9, 2], max_new_tokens=12, depth=3, topk=2,
+            num_draft_tokens=5, eos_ids=frozenset({0}),
+        )  # fmt: skip
+        for _ in range(2)
+    ]
+    assert len(calls) == 2  # evaluation drew no noise
+    assert outs[0].tokens == outs[1].tokens
+    assert outs[0].accept_lengths == outs[1].accept_lengths
