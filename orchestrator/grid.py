@@ -26,13 +26,20 @@ def _key_dump(config: BaseModel) -> dict[str, Any]:
     """The config as JSON, minus fields marked ``key_omits_default`` that hold their default.
 
     Fields added after a workload first shipped carry that mark, so adding them did not change
-    the keys of trials recorded before (their results stay reachable on resubmit).
+    the keys of trials recorded before (their results stay reachable on resubmit). A field whose
+    default changed the behaviour (``key_omits: <value>``) is left out only at the value that
+    reproduces the behaviour from before it existed: the old recipe keeps its keys, the new
+    default gets new ones.
     """
     out = config.model_dump(mode="json")
     for name, info in type(config).model_fields.items():
         value = getattr(config, name)
         extra = info.json_schema_extra
-        if isinstance(extra, dict) and extra.get("key_omits_default") and value == info.default:
+        omitted = isinstance(extra, dict) and (
+            (extra.get("key_omits_default") and value == info.default)
+            or ("key_omits" in extra and value == extra["key_omits"])
+        )
+        if omitted:
             del out[name]
         elif isinstance(value, BaseModel):
             out[name] = _key_dump(value)

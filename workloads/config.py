@@ -13,6 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 
+def before(value: object) -> JsonDict:
+    """Mark of a field added with a new default behaviour: at ``value`` (the behaviour before
+    it existed) it is left out of the trial key, so trials recorded with the old behaviour keep
+    their keys, and trials at any other value (the new default included) get new ones."""
+    return {"key_omits": value}  # type: ignore[dict-item]
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -94,7 +101,9 @@ class PretrainConfig(_Frozen):
     in a short branch of its own (linear to 10%)"""
     decay_frac: float = Field(default=0.2, gt=0, le=1, json_schema_extra=NEW)
     """wsd-fork: share of a budget's pretraining steps in its decay branch"""
-    packing: Literal["isolated", "joined"] = "isolated"
+    packing: Literal["isolated", "joined"] = Field(
+        default="isolated", json_schema_extra=before("joined")
+    )
     """how documents share a packed row, in both stages, the target features and the draft:
     isolated = each document attends only to itself, positions from 0, no loss target across a
     boundary (as at inference); joined = documents end to end, one causal row (before issue 13)"""
@@ -122,12 +131,14 @@ class SFTConfig(_Frozen):
     """tokens per packed sequence"""
     lr: float = Field(default=1e-3, gt=0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
-    responses: Literal["dataset", "target"] = "dataset"
+    responses: Literal["dataset", "target"] = Field(
+        default="dataset", json_schema_extra=before("dataset")
+    )
     """assistant replies: dataset = ShareGPT's own (ChatGPT's); target = the first user turn of
     each chat answered by the target itself (regenerated once, cached for every trial)"""
-    regen_temperature: float = Field(default=0.0, ge=0, le=10)
+    regen_temperature: float = Field(default=0.0, ge=0, le=10, json_schema_extra=NEW)
     """responses 'target': 0 = greedy replies; > 0 = sampled at this temperature (seeded)"""
-    regen_max_new_tokens: int = Field(default=256, ge=1, le=8192)
+    regen_max_new_tokens: int = Field(default=256, ge=1, le=8192, json_schema_extra=NEW)
     """responses 'target': tokens per regenerated reply at most, capped at half of seq_len;
     chats whose prompt does not fit in the rest of a row are skipped"""
 
@@ -170,7 +181,7 @@ class TrainConfig(_Frozen):
     """weight of SmoothL1(predicted hidden, target hidden) (EAGLE: 1.0)"""
     w_cls: float = Field(default=0.1, ge=0)
     """weight of cross-entropy against the target's next-token distribution (EAGLE: 0.1)"""
-    feature_noise: float = Field(default=0.2, ge=0, le=10)
+    feature_noise: float = Field(default=0.2, ge=0, le=10, json_schema_extra=before(0.0))
     """EAGLE's uniform noise on the draft's input hidden states in training, (U - 0.5) *
     feature_noise * 512 / seq_len per element (EAGLE eagle/train/main.py AddUniformNoise,
     train_config std 0.2); 0 = off; never applied at evaluation"""

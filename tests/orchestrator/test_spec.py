@@ -138,9 +138,13 @@ def test_bad_runtime_input_is_one_line_exit_2_and_writes_nothing(
 
 
 def test_trial_keys_recorded_before_new_config_fields_are_kept() -> None:
-    # keys computed by the code before draft.input_norm, pretrain.schedule, ... existed
-    keys = [t.key for t in expand(load_spec(SWEEPS[0].parent / "tokens.yaml"))][:3]
+    # keys computed by the code before draft.input_norm, pretrain.schedule, ... and the issue-13
+    # recipe fields existed: the old recipe, spelled out, keeps them
+    keys = [t.key for t in expand(load_spec(SWEEPS[0].parent / "tokens-before.yaml"))][:3]
     assert keys == ["fa830070eecb3425", "68f6450e5c0f4473", "39dba5954a015628"]
+    # the new default recipe (isolated packing, feature noise) is another trial: a new key
+    new = [t.key for t in expand(load_spec(SWEEPS[0].parent / "tokens.yaml"))][:3]
+    assert not set(new) & set(keys)
 
 
 VARIANTS = GOOD.replace(
