@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.factorial import FactorEffect
 from analysis.paper import table4_ratios
 from analysis.variants import variant_summary
 from dashboards._html import page, plot_text, table
@@ -15,11 +16,18 @@ from dashboards.sweep_page import trial_table
 
 
 def write_variant_dashboard(
-    path: Path, *, sweep_name: str, trials: pd.DataFrame, metrics: list[str]
+    path: Path,
+    *,
+    sweep_name: str,
+    trials: pd.DataFrame,
+    metrics: list[str],
+    effects: list[FactorEffect] | None = None,
 ) -> Path:
     """Write one self-contained HTML page: acceptance length per variant and prompt set (bars:
-    mean over completed trials, error bars: sample sd, points: each trial), the summary table of
-    ``metrics`` (see :func:`analysis.variants.variant_summary`) and every trial."""
+    mean over completed trials, error bars: sample sd, points: each trial), the main effects of
+    two-level factors with their 95% CIs (``effects``, see :mod:`analysis.factorial`), the
+    summary table of ``metrics`` (see :func:`analysis.variants.variant_summary`) and every
+    trial."""
     per_set = sorted(c for c in trials.columns if str(c).startswith("acceptance_length/"))
     summary = variant_summary(trials, ["acceptance_length", *per_set, *metrics])
     fig = go.Figure()
@@ -48,6 +56,7 @@ def write_variant_dashboard(
         f"<p class='note'>{len(trials)} trials, {n_done} completed. Variants are compared "
         "by their completed trials; delta is each variant's mean minus the first's.</p>",
         fig.to_html(full_html=False, include_plotlyjs=True, div_id="variants"),
+        *_effects(effects or []),
         "<h2>Summary</h2>",
         table(list(summary.columns), rows),
         *_table4(summary),
@@ -75,4 +84,21 @@ def _table4(summary: pd.DataFrame) -> list[str]:
         "<p class='note'>Mean acceptance length of Scylla over EAGLE-2; the paper's means are "
         "over 6 benchmarks at T = 0 on 7B-class targets.</p>",
         table(["setting", "Scylla / EAGLE-2"], rows, table_id="table4"),
+    ]
+
+
+def _effects(effects: list[FactorEffect]) -> list[str]:
+    """The main-effects section (nothing without two-level factors)."""
+    if not effects:
+        return []
+    rows = [
+        [e.factor, f"{e.low} → {e.high}", e.metric, e.effect, e.ci[0], e.ci[1], e.p, e.n]
+        for e in effects
+    ]
+    return [
+        "<h2>Main effects of the factors</h2>",
+        "<p class='note'>Each factor's effect is the change of the metric from the first "
+        "variant's level to the other, averaged over the other factors (OLS over the completed "
+        "trials, 95% CI; analysis/factorial.py).</p>",
+        table(["factor", "levels", "metric", "effect", "CI low", "CI high", "p", "n"], rows),
     ]

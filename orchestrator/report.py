@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from analysis.factorial import factor_effects
 from analysis.laws import LogLinearFit, baseline_summary
 from analysis.review import LawReview, review_law
 from analysis.variants import variant_summary
@@ -122,7 +123,7 @@ def _fit_sweep(
     if info is not None and info.workload == "sleep":
         return _report_table(df, sweep_name, spec_yaml, dashboard, tracker, parent_run)
     if "variant" in df.columns:
-        return _report_variants(df, sweep_name, dashboard, tracker, parent_run)
+        return _report_variants(df, sweep_name, spec_yaml, dashboard, tracker, parent_run)
     x, law = law_axis(spec_yaml)
     table = df if x in df and Y in df else pd.DataFrame({x: [], Y: [], "state": []})
     review = review_law(table, x, Y, law=law)
@@ -215,24 +216,41 @@ def _report_table(
 def _report_variants(
     df: pd.DataFrame,
     sweep_name: str,
+    spec_yaml: str,
     dashboard: Path,
     tracker: Tracker | None,
     parent_run: str | None,
 ) -> Report:
-    """Variants side by side: summary lines, parent-run metrics and the variant dashboard."""
+    """Variants side by side: summary lines, the main effect of each two-level factor
+    (:mod:`analysis.factorial`), parent-run metrics and the variant dashboard."""
     summary = variant_summary(df, ["acceptance_length", *VARIANT_METRICS])
     lines = []
     for r in summary[summary["metric"].isin(["acceptance_length", "speedup"])].itertuples():
         delta = "" if math.isnan(r.delta) else f", delta {r.delta:+.4f}"
         lines.append(f"{r.variant}: {r.metric} = {r.mean:.4f} ± {r.sd:.4f} (n = {r.n}{delta})")
+    data = yaml.safe_load(spec_yaml) if spec_yaml else {}
+    variants = (data.get("variants") or {}) if isinstance(data, dict) else {}
+    per_set = sorted(c for c in df.columns if str(c).startswith("acceptance_length/"))
+    effects = [e for m in ["acceptance_length", *per_set] for e in factor_effects(df, variants, m)]
+    for e in effects:
+        if e.metric == "acceptance_length":
+            lines.append(
+                f"effect of {e.factor} {e.low} -> {e.high} on {e.metric}: {e.effect:+.4f} "
+                f"(95% CI {e.ci[0]:+.4f} to {e.ci[1]:+.4f}, p = {e.p:.3g}, n = {e.n})"
+            )
     if tracker is not None and parent_run is not None:
         values = {
             f"variant.{r.variant}.{r.metric}.mean": float(r.mean)
             for r in summary.itertuples()
             if not math.isnan(r.mean)
         }
+        for e in effects:
+            key = f"effect.{e.factor}.{e.metric}"
+            values |= {key: e.effect, f"{key}.lo": e.ci[0], f"{key}.hi": e.ci[1]}
         tracker.log_metrics(parent_run, values)
-    write_variant_dashboard(dashboard, sweep_name=sweep_name, trials=df, metrics=VARIANT_METRICS)
+    write_variant_dashboard(
+        dashboard, sweep_name=sweep_name, trials=df, metrics=VARIANT_METRICS, effects=effects
+    )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
     return Report(fit=None, review=None, baseline={}, dashboard=dashboard, lines=lines)

@@ -6,7 +6,7 @@ with document-isolated packing (:mod:`workloads.data.packing`) the target's hidd
 document are computed with a block-diagonal causal mask and positions from 0, so they equal those
 of the document alone (SDPA/eager attention get the boolean mask; a target loaded with a
 flash-attention kernel gets the positions only, from which transformers derives the varlen
-boundaries of packed sequences). Rows are stored in chunks of
+boundaries of packed sequences, all rows of a batch as one sequence). Rows are stored in chunks of
 ``rows_per_chunk`` rows (``chunk-NNNNN.safetensors``); a trial that needs ``n`` rows builds the
 missing chunks and reads the first ``n`` rows. Packing is streaming, so the rows of a smaller
 budget are a prefix of a larger one's: nested budgets share chunks.
@@ -124,9 +124,15 @@ def target_hidden(
     outs = []
     for i in range(0, ids_rl.shape[0], batch):
         ids, pos = ids_rl[i : i + batch].to(dev), pos_rl[i : i + batch].to(dev)
-        allowed = None if flash else attention_allowed(pos)
-        out = body(input_ids=ids, position_ids=pos, attention_mask=allowed).last_hidden_state
-        outs.append(out.to(torch.float16).cpu())
+        if flash:  # varlen: one packed sequence of all rows, boundaries where positions are 0
+            b, length = ids.shape
+            out = body(input_ids=ids.reshape(1, -1), position_ids=pos.reshape(1, -1))
+            hidden = out.last_hidden_state.reshape(b, length, -1)
+        else:
+            allowed = attention_allowed(pos)
+            out = body(input_ids=ids, position_ids=pos, attention_mask=allowed)
+            hidden = out.last_hidden_state
+        outs.append(hidden.to(torch.float16).cpu())
     hidden = torch.cat(outs)
     if not torch.isfinite(hidden).all():
         raise ValueError("target hidden states overflow float16; use a float32 cache")
