@@ -1,0 +1,139 @@
+"""Benchmark: what each part of the issue-13 draft recipe costs, as ratios from one run.
+
+On the real target (SmolLM2-135M-Instruct) and real packed pretraining rows, in one process:
+- target features: ms per batch of rows with isolated packing (block-diagonal mask, positions
+  restarting per document) vs joined packing (plain causal attention), same tokens;
+- draft training: ms per optimiser step (EAGLE loss, backward, AdamW) isolated vs joined rows,
+  and with EAGLE's feature noise (0.2) vs without;
+- regeneration: the target's own SFT replies, tokens/s of the engine's batched AR loop at the
+  batch size the recipe uses (16) against one prompt at a time (the same loop at b = 1).
+Medians over repeats, interleaved so that drift hits every variant alike.
+
+    python benchmarks/recipe_cost.py --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+import torch
+
+from workloads import _rows
+from workloads.ar_decode import ar_generate
+from workloads.data import chat_prompt_ids, read_sharegpt, split_conversations
+from workloads.draft_model import DraftArch, DraftModel
+from workloads.features import target_hidden
+from workloads.target import DEFAULT_TARGET, load_target
+from workloads.training import StageSettings, draft_loss, input_noise, make_optimizer
+
+
+def _median_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(repeats + 1):  # round 0 warms up
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if r:
+                times[k].append(1000 * (time.perf_counter() - t0))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=4, help="rows per target batch and draft step")
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--regen-prompts", type=int, default=16)
+    ap.add_argument("--regen-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cache", type=Path, default=Path("runs/cache"))
+    args = ap.parse_args()
+    if args.rows < 1 or args.seq_len < 16 or args.repeats < 1 or args.regen_prompts < 1:
+        ap.error("--rows, --repeats and --regen-prompts must be >= 1, --seq-len >= 16")
+    torch.set_num_threads(args.threads)
+    target = load_target(DEFAULT_TARGET, cache_dir=args.cache)
+    model, tok = target.model, target.tokenizer
+    splits = split_conversations(read_sharegpt()[0])
+    mix = {"sharegpt": 0.8, "stdlib": 0.2}
+    rows = {
+        p: _rows.pretrain_rows(tok, splits["pretrain"], mix, args.seq_len, args.rows, packing=p)
+        for p in ("isolated", "joined")
+    }
+    docs = int((rows["isolated"].position_ids == 0).sum())
+    feats = _median_ms(
+        {
+            p: lambda r=r: target_hidden(model, r.input_ids, r.position_ids, args.rows)
+            for p, r in rows.items()
+        },
+        args.repeats,
+    )
+    hidden = {
+        p: target_hidden(model, r.input_ids, r.position_ids, args.rows) for p, r in rows.items()
+    }
+    torch.manual_seed(0)
+    arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
+    draft = DraftModel(
+        arch,
+        embed_weight=cast(torch.Tensor, model.get_input_embeddings().weight),
+        lm_head_weight=cast(torch.Tensor, model.get_output_embeddings().weight),
+    )
+    s = StageSettings(epochs=1, batch_size=args.rows, lr=1e-3, warmup_steps=0, weight_decay=0.0,
+                      grad_clip=0.5, w_reg=1.0, w_cls=0.1, seed=0)  # fmt: skip
+    opt = make_optimizer(draft, s)
+    gen = torch.Generator().manual_seed(0)
+
+    def step(packing: str, noise: float) -> None:
+        r = rows[packing]
+        h = hidden[packing]
+        b, t, width = h.shape
+        n = input_noise(torch.Size((b, t - 2, width)), noise, gen, seq_len=t) if noise else None
+        loss, _ = draft_loss(draft, r.input_ids, r.loss_mask, h, w_reg=1.0, w_cls=0.1,
+                             pos_bt=r.position_ids, noise_bth=n)  # fmt: skip
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    train = _median_ms(
+        {
+            "joined": lambda: step("joined", 0.0),
+            "isolated": lambda: step("isolated", 0.0),
+            "isolated+noise": lambda: step("isolated", 0.2),
+        },
+        args.repeats,
+    )
+    prompts = [chat_prompt_ids(tok, c.first_user_text) for c in splits["sft"]]
+    prompts = [p for p in prompts if len(p) <= 256][: args.regen_prompts]
+    eos = target.eos_token_ids
+
+    def regen(batch: int) -> tuple[int, float]:
+        t0, generated = time.perf_counter(), 0
+        for i in range(0, len(prompts), batch):
+            out = ar_generate(model, prompts[i : i + batch], max_new_tokens=args.regen_tokens,
+                              eos_ids=eos)  # fmt: skip
+            generated += out.generated
+        return generated, time.perf_counter() - t0
+
+    batched, single = regen(16), regen(1)
+    fast, slow = batched[0] / batched[1], single[0] / single[1]
+    tokens = args.rows * args.seq_len
+    print(f"{args.rows} rows x {args.seq_len} tokens ({docs} documents when isolated), "
+          f"{args.threads} threads, medians of {args.repeats}")  # fmt: skip
+    print(f"target features  joined {feats['joined']:8.1f} ms  isolated "
+          f"{feats['isolated']:8.1f} ms  isolated/joined {feats['isolated'] / feats['joined']:.2f}x"
+          f"  ({tokens / feats['isolated'] * 1000:.0f} tokens/s isolated)")  # fmt: skip
+    print(f"draft train step joined {train['joined']:8.1f} ms  isolated {train['isolated']:8.1f} ms"
+          f"  isolated+noise {train['isolated+noise']:8.1f} ms  isolated/joined "
+          f"{train['isolated'] / train['joined']:.2f}x  noise/none "
+          f"{train['isolated+noise'] / train['isolated']:.2f}x")  # fmt: skip
+    print(f"regeneration     b=16 {fast:6.1f} tokens/s  b=1 {slow:6.1f} tokens/s  "
+          f"({len(prompts)} prompts, <= {args.regen_tokens} tokens each)  batched/single "
+          f"{fast / slow:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
