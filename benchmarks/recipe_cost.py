@@ -65,13 +65,11 @@ def main() -> None:
         for p in ("isolated", "joined")
     }
     docs = int((rows["isolated"].position_ids == 0).sum())
-    feats = _median_ms(
-        {
-            p: lambda r=r: target_hidden(model, r.input_ids, r.position_ids, args.rows)
-            for p, r in rows.items()
-        },
-        args.repeats,
-    )
+    def features(packing: str) -> Callable[[], object]:
+        r = rows[packing]
+        return lambda: target_hidden(model, r.input_ids, r.position_ids, args.rows)
+
+    feats = _median_ms({p: features(p) for p in rows}, args.repeats)
     hidden = {
         p: target_hidden(model, r.input_ids, r.position_ids, args.rows) for p, r in rows.items()
     }
