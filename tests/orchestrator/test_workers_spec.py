@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from orchestrator.errors import SpecError
@@ -31,8 +32,17 @@ def spec_file(tmp_path: Path, train: str, resources: str = "", grid: str = "") -
     return p
 
 
-def test_new_fields_keep_old_trial_keys() -> None:
-    assert [t.key for t in expand(load_spec(SWEEPS / "smoke-tokens.yaml"))] == SMOKE_KEYS
+def test_new_fields_keep_old_trial_keys(tmp_path: Path) -> None:
+    # the smoke sweep with the draft recipe from before issue 13 spelled out: its old keys
+    spec = yaml.safe_load((SWEEPS / "smoke-tokens.yaml").read_text())
+    spec["base"]["pretrain"]["packing"] = "joined"
+    spec["base"]["train"]["feature_noise"] = 0.0
+    spec["base"]["sft"]["responses"] = "dataset"
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(spec))
+    assert [t.key for t in expand(load_spec(tmp_path / "old.yaml"))] == SMOKE_KEYS
+    # the new default recipe (isolated packing, feature noise) is other trials
+    new = [t.key for t in expand(load_spec(SWEEPS / "smoke-tokens.yaml"))]
+    assert not set(new) & set(SMOKE_KEYS)
 
 
 def test_workers_change_the_key_and_one_worker_does_not(tmp_path: Path) -> None:
