@@ -67,8 +67,8 @@ class RegenSettings:
 
 @dataclass
 class RegenStats:
-    """What one regenerator did: conversations generated here and found cached, new reply
-    tokens, skipped prompts, and generation seconds."""
+    """What one regenerator did: distinct conversations generated here and found cached, new
+    reply tokens, skipped prompts, and generation seconds."""
 
     generated: int = 0
     cached: int = 0
@@ -132,6 +132,7 @@ class ResponseRegenerator:
         self.cache_file, self.s = cache_file, settings
         self.say = progress or (lambda msg: log.info("%s", msg))
         self.stats = RegenStats()
+        self._cached: set[str] = set()
 
     def chats(
         self, convs: Sequence[Conversation], *, need_tokens: int
@@ -166,7 +167,8 @@ class ResponseRegenerator:
         with FileLock(str(self.cache_file) + ".lock"):
             cached = self._read()
             if all(cid in cached for cid, _ in prompts):
-                self.stats.cached += len(prompts)
+                self._cached.update(cid for cid, _ in prompts)
+                self.stats.cached = len(self._cached)
                 return [cached[cid] for cid, _ in prompts]
             t0 = time.perf_counter()
             gen = torch.Generator(device=self.target.device)
@@ -189,6 +191,8 @@ class ResponseRegenerator:
                     f.write((json.dumps({"id": cid, "reply": reply}) + "\n").encode())
             dt = time.perf_counter() - t0
         self.stats.generated += len(prompts)
+        self._cached.difference_update(cid for cid, _ in prompts)
+        self.stats.cached = len(self._cached)
         self.stats.tokens += out.generated
         self.stats.seconds += dt
         done = len(cached) + len(prompts)
