@@ -132,7 +132,7 @@ class SFTConfig(_Frozen):
     lr: float = Field(default=1e-3, gt=0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
     responses: Literal["dataset", "target"] = Field(
-        default="dataset", json_schema_extra=before("dataset")
+        default="target", json_schema_extra=before("dataset")
     )
     """assistant replies: dataset = ShareGPT's own (ChatGPT's); target = the first user turn of
     each chat answered by the target itself (regenerated once, cached for every trial)"""
