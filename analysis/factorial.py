@@ -96,6 +96,8 @@ def factor_effects(
         return []  # confounded: some factor never varies independently of the others
     fit = sm.OLS(y, x).fit()
     ci = fit.conf_int(0.05)
+    exact = float(fit.ssr) <= 1e-12 * max(1.0, float(np.sum((y - y.mean()) ** 2)))
+    nan2 = (math.nan, math.nan)
     return [
         FactorEffect(
             factor=field,
@@ -103,8 +105,9 @@ def factor_effects(
             high=str(high),
             metric=metric,
             effect=float(fit.params[field]),
-            ci=(float(ci.loc[field, 0]), float(ci.loc[field, 1])),
-            p=float(fit.pvalues[field]) if math.isfinite(fit.pvalues[field]) else math.nan,
+            # no residual variation (e.g. identical trials): no interval and no test
+            ci=nan2 if exact else (float(ci.loc[field, 0]), float(ci.loc[field, 1])),
+            p=math.nan if exact else float(fit.pvalues[field]),
             n=len(y),
         )
         for field, (low, high) in factors.items()

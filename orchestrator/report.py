@@ -234,9 +234,14 @@ def _report_variants(
     effects = [e for m in ["acceptance_length", *per_set] for e in factor_effects(df, variants, m)]
     for e in effects:
         if e.metric == "acceptance_length":
+            ci = (
+                "no residual variation: no CI"
+                if math.isnan(e.ci[0])
+                else f"95% CI {e.ci[0]:+.4f} to {e.ci[1]:+.4f}, p = {e.p:.3g}"
+            )
             lines.append(
                 f"effect of {e.factor} {e.low} -> {e.high} on {e.metric}: {e.effect:+.4f} "
-                f"(95% CI {e.ci[0]:+.4f} to {e.ci[1]:+.4f}, p = {e.p:.3g}, n = {e.n})"
+                f"({ci}, n = {e.n})"
             )
     if tracker is not None and parent_run is not None:
         values = {

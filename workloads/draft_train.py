@@ -150,7 +150,7 @@ def _stage_features(
         f"features/{stage}_rebuilt": stats.rebuilt,
         f"wall_s/features_{stage}": stats.build_s,
     }
-    if regen is not None:
+    if regen is not None and (regen.stats.generated or regen.stats.cached):  # chunks built
         r = regen.stats
         out |= {
             "wall_s/regenerate": r.seconds,

@@ -133,6 +133,7 @@ class ResponseRegenerator:
         self.say = progress or (lambda msg: log.info("%s", msg))
         self.stats = RegenStats()
         self._cached: set[str] = set()
+        self._chat_tokens = 0
 
     def chats(
         self, convs: Sequence[Conversation], *, need_tokens: int
@@ -142,6 +143,7 @@ class ResponseRegenerator:
 
         ``need_tokens`` only scales the progress bar.
         """
+        self._chat_tokens = 0  # tokens of the chats handed out so far (the progress bar)
         prompts: list[tuple[str, list[int]]] = []
         for conv in convs:
             ids = chat_prompt_ids(self.tokenizer, conv.first_user_text)
@@ -160,6 +162,7 @@ class ResponseRegenerator:
     ) -> Iterator[tuple[list[int], list[int]]]:
         replies = self._replies(prompts, need_tokens)
         for (_, ids), reply in zip(prompts, replies, strict=True):
+            self._chat_tokens += len(ids) + len(reply)
             yield ids + reply, [0] * len(ids) + [1] * len(reply)
 
     def _replies(self, prompts: list[tuple[str, list[int]]], need_tokens: int) -> list[list[int]]:
@@ -196,10 +199,11 @@ class ResponseRegenerator:
         self.stats.tokens += out.generated
         self.stats.seconds += dt
         done = len(cached) + len(prompts)
+        chat_tokens = self._chat_tokens + sum(len(ids) for _, ids in prompts) + out.generated
         self.say(
-            f"regenerating SFT replies with the target {_bar(self.stats.tokens, need_tokens)} "
-            f"{done} chats, {self.stats.tokens:,} new reply tokens "
-            f"({out.generated / dt:.0f} tokens/s)"
+            f"regenerating SFT replies with the target {_bar(chat_tokens, need_tokens)} "
+            f"{min(chat_tokens, need_tokens):,}/{need_tokens:,} chat tokens, {done} chats, "
+            f"{self.stats.tokens:,} new reply tokens ({out.generated / dt:.0f} tokens/s)"
         )
         return out.tokens
 

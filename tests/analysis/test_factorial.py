@@ -64,3 +64,11 @@ def test_no_effects_without_residual_degrees_of_freedom_or_factors() -> None:
     assert factor_effects(_trials(seeds=1).iloc[:4], VARIANTS, "acceptance_length") == []
     assert factor_effects(_trials(), {"a": {"x": 1}}, "acceptance_length") == []
     assert factor_effects(_trials(), VARIANTS, "missing_metric") == []
+
+
+def test_identical_trials_give_no_interval_and_no_test() -> None:
+    df = _trials(noise=0.0)
+    df["acceptance_length"] = 1.25
+    effects = factor_effects(df, VARIANTS, "acceptance_length")
+    assert len(effects) == 3
+    assert all(abs(e.effect) < 1e-9 and np.isnan(e.ci[0]) and np.isnan(e.p) for e in effects)
