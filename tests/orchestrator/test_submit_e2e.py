@@ -147,7 +147,7 @@ grid:                          # the second target does not exist
   target.model: [smollm2-135m-instruct, /nonexistent/model]
 base:                          # the smallest trial
   pretrain: {tokens: 0}
-  sft: {tokens: 256, epochs: 1, seq_len: 128}
+  sft: {tokens: 256, epochs: 1, seq_len: 128, responses: dataset}
   draft: {vocab_size: 2048}
   eval: {num_prompts: 1, max_new_tokens: 6, prompt_sets: [humaneval], depth: 1, topk: 1,
          num_draft_tokens: 2}

@@ -345,7 +345,7 @@ grid:                         # two budgets
   pretrain.tokens: [0, 256]
 base:                         # the smallest trial (as in test_submit_e2e)
   pretrain: {{seq_len: 128}}
-  sft: {{tokens: 256, epochs: 1, seq_len: 128}}
+  sft: {{tokens: 256, epochs: 1, seq_len: 128, responses: dataset}}
   draft: {{vocab_size: 2048}}
   eval: {{num_prompts: 1, max_new_tokens: 6, prompt_sets: [humaneval], depth: 1, topk: 1,
          num_draft_tokens: 2}}
