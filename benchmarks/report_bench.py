@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.report_cmd import report
-from orchestrator.store import ResultsStore
+from orchestrator.commands.report import report
+from orchestrator.store.results import ResultsStore
 
 TARGET_S = 10.0
 BUDGETS = (0, 8192, 16384, 32768, 65536, 131072, 262144, 524288)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.store import ResultsStore
+from orchestrator.store.results import ResultsStore
 
 
 def arm(store: ResultsStore, name: str) -> tuple[pd.DataFrame, dict[str, float]]:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.spec import load_spec
-from orchestrator.store import ResultsStore
+from orchestrator.spec.sweep import load_spec
+from orchestrator.store.results import ResultsStore
 
 
 def _pids(proc: psutil.Process) -> set[int]:

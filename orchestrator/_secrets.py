@@ -1,7 +1,7 @@
 """Keep passwords of database and tracking URLs out of messages (private).
 
-Store URLs are masked where they are named (:func:`orchestrator.store.mask_url`); this covers
-text that quotes a URL without our help, such as a third-party exception's message.
+Store URLs are masked where they are named (:func:`orchestrator.store.results.mask_url`);
+this covers text that quotes a URL without our help, such as a third-party exception's message.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ class _Frozen(BaseModel):
 
 NEW: JsonDict = {"key_omits_default": True}
 """Mark of a field added after its workload shipped: at its default it is left out of the trial
-key, so trials recorded before keep their keys (see ``orchestrator.grid.trial_key``)."""
+key, so trials recorded before keep their keys (see ``orchestrator.spec.grid.trial_key``)."""
 
 
 DEEPSPEED_OWNED = {

@@ -12,7 +12,7 @@ Rank 0 reports the trained weights and the logs as a Ray Train checkpoint under
 Resources: the trial task keeps its ``num_cpus`` for features and evaluation; while it waits for
 the trainer, Ray lends those CPUs to the workers (a task blocked in ``ray.get`` releases its
 CPUs), which take ``num_cpus / N`` CPUs and ``num_gpus / N`` GPUs each. GPUs are not released
-that way, so a trial that trains on workers holds no GPU itself (``orchestrator.runner``).
+that way, so a trial that trains on workers holds no GPU itself (``orchestrator.driving.runner``).
 
 Ray and DeepSpeed are imported only here, and only when a trial asks for workers.
 """

@@ -22,8 +22,8 @@ import pytest
 from analysis.review import review_law
 from analysis.throughput import throughput_surface
 from dashboards.sweep_page import LOSS_SERIES, write_sweep_dashboard
-from orchestrator.report_decode import decode_frame
-from orchestrator.store import ResultsStore
+from orchestrator.reports.decode import decode_frame
+from orchestrator.store.results import ResultsStore
 from tests import browser as browser_helper
 from tests.browser import chromium, evaluate, open_page, plot_data
 from tests.dashboards import test_decode_page, test_sweep_page

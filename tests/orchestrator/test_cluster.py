@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.store import ResultsStore
+from orchestrator.store.results import ResultsStore
 from tests.orchestrator.test_control import ROOT, cli, running, spec, trials, wait_for
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store import ResultsStore
-from orchestrator.tracking import Tracker, default_tracking_uri
+from orchestrator.store.results import ResultsStore
+from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 from tests.orchestrator import servers
 from tests.orchestrator.pg import fresh_schema
 from tests.orchestrator.test_control import spec, start

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.store import ResultsStore, TrialInfo
-from orchestrator.tracking import Tracker, default_tracking_uri
+from orchestrator.store.results import ResultsStore, TrialInfo
+from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 from tests.orchestrator.pg import own_server
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store import ResultsStore
-from orchestrator.tracking import Tracker, default_tracking_uri
+from orchestrator.store.results import ResultsStore
+from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "sweeps" / "smoke-batch.yaml"

@@ -11,9 +11,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, create_engine, inspect, text
 
-from orchestrator import migrate
 from orchestrator.errors import StoreError
-from orchestrator.store import ResultsStore, _Base
+from orchestrator.store import migrate
+from orchestrator.store.results import ResultsStore, _Base
 from tests.orchestrator.pg import fresh_schema
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.store import ResultsStore
+from orchestrator.store.results import ResultsStore
 from tests.browser import PageLog, chromium, open_page, require_chromium
 from tests.orchestrator import servers
 from tests.orchestrator.pg import PG_DSN, fresh_schema
@@ -25,7 +25,7 @@ from tests.orchestrator.test_submit_e2e import check_store, submit
 
 SWEEP = "smoke-tokens"
 EXPERIMENT = "specscale"
-"""the MLflow experiment every sweep logs to (orchestrator.tracking.Tracker's default)"""
+"""the MLflow experiment every sweep logs to (orchestrator.tracking.tracker.Tracker's default)"""
 UI_TIMEOUT_MS = 60_000
 """the UI is a React app that fetches runs after it loads: generous waits"""
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.report import fit_sweep
-from orchestrator.store import ResultsStore
+from orchestrator.reports.fit import fit_sweep
+from orchestrator.store.results import ResultsStore
 from workloads.config import DraftTrainConfig
 
 SPEC = "name: {name}\ngrid:\n  pretrain.tokens: [0, 8192, 32768, 131072, 524288]\n"

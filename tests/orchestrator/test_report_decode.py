@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from orchestrator.report import fit_sweep
-from orchestrator.store import ResultsStore
+from orchestrator.reports.fit import fit_sweep
+from orchestrator.store.results import ResultsStore
 from workloads.config import DecodeBenchConfig
 
 

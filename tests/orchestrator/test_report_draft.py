@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from analysis.variants import variant_summary
-from orchestrator.report import fit_sweep, law_axis
-from orchestrator.store import ResultsStore
+from orchestrator.reports.fit import fit_sweep, law_axis
+from orchestrator.store.results import ResultsStore
 from workloads.config import DraftTrainConfig
 
 

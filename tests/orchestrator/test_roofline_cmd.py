@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.roofline_cmd import parse_batch_sizes
+from orchestrator.commands.roofline import parse_batch_sizes
 from workloads.roofline import HardwareProfile, hardware
 
 runner = CliRunner()

@@ -1,6 +1,7 @@
 """Optuna search sweeps: spec errors, the ask/run/tell loop (Ray faked), and the real thing.
 
-The loop tests run :func:`orchestrator.search.run_search` against a real SQLite store and a real
+The loop tests run :func:`orchestrator.driving.sweep_run.drive` with
+:class:`orchestrator.driving.search.SearchProposals` against a real SQLite store and a real
 Optuna study, with the Ray task replaced by a function of the config, so resume, reuse, stale
 trials, refused configs and a missing metric are checked in seconds. The end-to-end test runs a
 4-trial search of the tiny draft_train smoke config through the CLI, in two submits.
@@ -20,12 +21,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from orchestrator import runner, search
-from orchestrator._task import TaskOutcome
 from orchestrator.cli import app
+from orchestrator.driving import runner, search
+from orchestrator.driving.events import ignore
+from orchestrator.driving.sweep_run import SweepRun, drive
+from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import OrchestratorError, SpecError
-from orchestrator.spec import SweepSpec, load_spec
-from orchestrator.store import ResultsStore
+from orchestrator.spec.sweep import SweepSpec, load_spec
+from orchestrator.store.results import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
@@ -162,6 +165,32 @@ class FakeTracker:
     def set_state(self, run_id: str, state: str, error: str | None = None) -> None:
         self.states[run_id] = str(state)
 
+    def log_metrics(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def log_series(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def log_artifact(self, *_: Any, **__: Any) -> None:
+        pass
+
+
+def run_search(
+    store: ResultsStore,
+    tracker: Any,
+    spec: SweepSpec,
+    sweep_id: int,
+    parent: str,
+    paths: runner.RunPaths,
+    study: optuna.Study,
+) -> search.SearchSummary:
+    """The driver loop with the study's proposals, as ``submit`` runs a search."""
+    with runner.sweep_lease(store, sweep_id) as me:
+        run = SweepRun(store, tracker, spec, sweep_id, parent, paths, me)
+        proposals = search.SearchProposals(spec, study)
+        drive(run, proposals, ignore)
+    return proposals.summary()
+
 
 class FakeRemote:
     """Stands in for the Ray task: the outcome is a function of the config."""
@@ -174,7 +203,7 @@ class FakeRemote:
     def remote(self, **kw: Any) -> object:
         ref = object()
         self.runs.append(kw["trial_key"])
-        metrics = self.metrics(kw["config_json"])
+        metrics = self.metrics(kw["config"].model_dump(mode="json"))
         self.outcomes[ref] = (
             TaskOutcome(ok=False, error="RuntimeError: boom", traceback="Traceback ...")
             if metrics is None
@@ -186,7 +215,7 @@ class FakeRemote:
 @pytest.fixture
 def fake_ray(monkeypatch: pytest.MonkeyPatch) -> FakeRemote:
     fake = FakeRemote()
-    monkeypatch.setattr(runner, "trial_task", lambda spec: fake)
+    monkeypatch.setattr(runner, "trial_task", lambda spec, **_: fake)
     monkeypatch.setattr(runner, "in_flight_limit", lambda spec: 2)
     monkeypatch.setattr(
         runner.ray, "wait", lambda refs, num_returns=1, timeout=None: (refs[:1], refs[1:])
@@ -211,7 +240,7 @@ def _search(
     sweep_id, _ = runner.register(store, spec, tmp_path / "spec.yaml", "x")
     paths = runner.RunPaths(tmp_path / "runs", tmp_path / "cache")
     tracker: Any = FakeTracker()
-    summary = search.run_search(store, tracker, spec, sweep_id, "parent", paths, study)
+    summary = run_search(store, tracker, spec, sweep_id, "parent", paths, study)
     return summary, store, sweep_id
 
 
@@ -362,7 +391,7 @@ def test_the_study_lives_in_the_postgresql_schema_of_the_store(
             study = search.open_study(spec, url)
             sweep_id, _ = runner.register(store, spec, tmp_path / "spec.yaml", "x")
             tracker: Any = FakeTracker()
-            summary = search.run_search(store, tracker, spec, sweep_id, "p", paths, study)
+            summary = run_search(store, tracker, spec, sweep_id, "p", paths, study)
             assert summary.counted == n
         store.close()
         row = conn.execute(f'SELECT count(*) FROM "{schema}".trials').fetchone()

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from orchestrator._secrets import passwords, redact
 from orchestrator.cli import app
 from orchestrator.errors import TrackingError
-from orchestrator.tracking import Tracker
+from orchestrator.tracking.tracker import Tracker
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
@@ -173,7 +173,7 @@ import json, sys, psutil
 from orchestrator.cli import _loopback_ray
 assert "ray" not in sys.modules
 _loopback_ray(None)  # what `orchestrator submit` does without --address
-from orchestrator.runner import init_ray
+from orchestrator.driving.runner import init_ray
 init_ray(None, num_cpus=1)
 import ray
 me = psutil.Process()

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.errors import SpecError
-from orchestrator.grid import count_trials, expand, trial_key
-from orchestrator.spec import load_spec
+from orchestrator.spec.grid import count_trials, expand, trial_key
+from orchestrator.spec.sweep import load_spec
 
 SWEEPS = sorted((Path(__file__).resolve().parents[2] / "sweeps").rglob("*.yaml"))
 GOOD = """\

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import StoreError
-from orchestrator.store import ResultsStore, TrialState, mask_url
+from orchestrator.store.results import ResultsStore, TrialState, mask_url
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -324,7 +324,7 @@ def test_schema_rejected_for_sqlite(tmp_path: Path) -> None:
 
 
 def test_postgres_scheme_aliases() -> None:
-    from orchestrator.store import normalize_db_url
+    from orchestrator.store.results import normalize_db_url
 
     assert normalize_db_url("postgres://u@h/d").drivername == "postgresql+psycopg"
     assert normalize_db_url("postgresql://u@h/d").drivername == "postgresql+psycopg"

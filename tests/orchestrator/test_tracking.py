@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import TrackingError
-from orchestrator.tracking import (
+from orchestrator.tracking.tracker import (
     MAX_PARAM_VALUE_LEN,
     Tracker,
     default_tracking_uri,

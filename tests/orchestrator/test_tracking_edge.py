@@ -22,8 +22,8 @@ import pytest
 from mlflow.entities import Param
 from mlflow.utils.validation import _validate_metric_name, _validate_param_name
 
-from orchestrator.store import ResultsStore
-from orchestrator.tracking import (
+from orchestrator.store.results import ResultsStore
+from orchestrator.tracking.tracker import (
     MAX_KEY_LEN,
     MAX_PARAM_VALUE_LEN,
     TAG_NONFINITE,
@@ -292,7 +292,7 @@ def test_file_store_writes_no_over_long_file_names(
 
 def test_trial_folders_use_the_trial_key(tmp_path: Path) -> None:
     """Trial artifact folders are named by the 16-hex trial key, not by the params."""
-    from orchestrator.runner import RunPaths
+    from orchestrator.driving.runner import RunPaths
 
     paths = RunPaths(run_root=tmp_path, cache_dir=tmp_path / "cache")
     key = "0123456789abcdef"

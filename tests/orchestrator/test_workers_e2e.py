@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store import ResultsStore
+from orchestrator.store.results import ResultsStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "sweeps" / "smoke-workers.yaml"

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from orchestrator.driving.runner import task_options, trains_on_workers
 from orchestrator.errors import SpecError
-from orchestrator.grid import expand
-from orchestrator.runner import task_options, trains_on_workers
-from orchestrator.spec import load_spec
+from orchestrator.spec.grid import expand
+from orchestrator.spec.sweep import load_spec
 from workloads.config import DraftTrainConfig, TrainConfig
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"

@@ -38,15 +38,8 @@ from pydantic import (
 )
 
 from orchestrator.errors import SpecError
-from workloads.config import DecodeBenchConfig, DraftTrainConfig, Resources
-from workloads.sleep import SleepConfig
-
-WORKLOADS: dict[str, type[BaseModel]] = {
-    "draft_train": DraftTrainConfig,
-    "decode_bench": DecodeBenchConfig,
-    "sleep": SleepConfig,
-}
-"""workload name -> its trial config model"""
+from workloads.config import Resources
+from workloads.registry import WORKLOADS, Workload
 
 MAX_TRIALS = 10_000
 """a larger grid needs an explicit confirmation (``submit --yes``)"""
@@ -168,8 +161,8 @@ class SweepSpec(BaseModel):
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     """sweep name, the key of the sweep in the results DB and MLflow"""
-    workload: Literal["draft_train", "decode_bench", "sleep"] = "draft_train"
-    """what each trial runs (``sleep``: a diagnostic workload for tests, no model)"""
+    workload: str = "draft_train"
+    """what each trial runs: a name of :data:`workloads.registry.WORKLOADS`"""
     description: str = ""
     """free text shown in the dashboard"""
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
@@ -205,6 +198,17 @@ class SweepSpec(BaseModel):
             raise ValueError(
                 f"sweep name {v!r} is taken by the run root's own files ({taken}, results.db*, "
                 "mlflow.db*) or contains '--vs--' (compare pages); choose another name"
+            )
+        return v
+
+    @field_validator("workload")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        if v not in WORKLOADS:
+            names = [repr(n) for n in WORKLOADS]
+            raise ValueError(
+                f"Input should be {', '.join(names[:-1])} or {names[-1]} (the registered "
+                f"workloads), not {v!r}"
             )
         return v
 
@@ -249,6 +253,11 @@ class SweepSpec(BaseModel):
     @property
     def config_model(self) -> type[BaseModel]:
         """The trial config model of the workload."""
+        return WORKLOADS[self.workload].config_model
+
+    @property
+    def workload_info(self) -> Workload:
+        """The workload's registry entry (config model, run, preflight, report)."""
         return WORKLOADS[self.workload]
 
 
@@ -394,9 +403,8 @@ def _explain(
     example = (
         "sweeps/search-batch.yaml"
         if (prefix + loc)[:1] == ("search",)
-        else "sweeps/batch.yaml"
-        if model is DecodeBenchConfig
-        else "sweeps/tokens.yaml"
+        else next((w.example for w in WORKLOADS.values() if w.config_model is model), "")
+        or "sweeps/tokens.yaml"
     )
     fix = {
         "missing": f"add {loc[-1]!r} there" if loc else "",
@@ -448,6 +456,15 @@ def load_spec(path: Path) -> SweepSpec:
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read it as UTF-8 text ({e})") from None
     return parse_spec(text, path)
+
+
+def stored_spec(info: Any) -> SweepSpec:
+    """The spec a sweep was registered with (its row's ``spec_yaml``), validated again.
+
+    Raises:
+        SpecError: as :func:`load_spec`, naming the stored copy.
+    """
+    return parse_spec(info.spec_yaml, Path(f"{info.spec_path} (as stored in the results DB)"))
 
 
 def parse_spec(text: str, path: Path) -> SweepSpec:

@@ -18,7 +18,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.cli_options import DbUrl, RunRoot, find_sweep, open_store
+from orchestrator.commands.options import DbUrl, RunRoot
+from orchestrator.store.access import find_sweep, open_store
 
 console = Console(soft_wrap=True)  # paths and commands stay on one line when piped
 
@@ -92,9 +93,9 @@ def report(
     db_url: DbUrl = None,
 ) -> None:
     """Rebuild the dashboards (index and per-sweep pages) from the results DB alone."""
-    from orchestrator import report as rep_mod
     from orchestrator.errors import OrchestratorError
-    from orchestrator.sweep_index import write_run_index
+    from orchestrator.reports import fit as rep_mod
+    from orchestrator.reports.index import write_run_index
 
     run_root = run_root.resolve()
     store = open_store(run_root, db_url, must_exist=True)
@@ -135,7 +136,7 @@ def compare(
     from analysis.compare import per_x_means, slope_difference
     from dashboards.compare_page import side_by_side_rows, write_compare_page
     from orchestrator.errors import OrchestratorError
-    from orchestrator.law_tables import law_table
+    from orchestrator.reports.law_tables import law_table
 
     if sweep_a == sweep_b:
         raise OrchestratorError(
@@ -194,7 +195,7 @@ def compare(
         raise OrchestratorError(f"cannot write {page}: {exc.strerror or exc}") from exc
     console.print(f"comparison page: {page}")
     if page.parent == run_root / "compare" and (run_root / "index.html").is_file():
-        from orchestrator.sweep_index import write_run_index
+        from orchestrator.reports.index import write_run_index
 
         console.print(f"index: {write_run_index(store, run_root)} (lists the comparison)")
 

@@ -6,7 +6,7 @@ re-raises database errors as :class:`~orchestrator.errors.StoreError`. Every pub
 and returns plain data (ints, strings, dicts, frozen dataclasses, a pandas frame); no ORM object
 leaves this module.
 
-The schema is built and upgraded by Alembic migrations (:mod:`orchestrator.migrate`) when a
+The schema is built and upgraded by Alembic migrations (:mod:`orchestrator.store.migrate`) when a
 store is opened; the ORM models below must match the newest migration (a test compares them).
 SQLite transactions start with ``BEGIN IMMEDIATE`` so concurrent writers queue on the busy
 timeout instead of failing with "database is locked" when a read turns into a write.
@@ -58,8 +58,8 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from orchestrator import migrate
 from orchestrator.errors import StoreError
+from orchestrator.store import migrate
 
 __all__ = [
     "ResultsStore",
@@ -736,6 +736,13 @@ class ResultsStore:
         with self._session() as s:
             return [_trial_info(r) for r in s.scalars(stmt).all()]
 
+    def trial(self, sweep_id: int, key: str) -> TrialInfo | None:
+        """The trial ``key`` of a sweep, or None."""
+        stmt = select(TrialRow).where(TrialRow.sweep_id == sweep_id, TrialRow.trial_key == key)
+        with self._session() as s:
+            row = s.scalars(stmt).first()
+            return None if row is None else _trial_info(row)
+
     def mark_running(self, trial_id: int, mlflow_run_id: str | None) -> None:
         """Mark a trial running: attempts += 1, started_at = now, error/finish cleared."""
         self._update_trial(
@@ -990,6 +997,15 @@ class ResultsStore:
 def driver_id() -> str:
     """This process as a sweep driver: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def lease_alive(info: SweepInfo, *, stale_after_s: float) -> bool:
+    """Whether a live driver holds the sweep: one whose heartbeat is younger than
+    ``stale_after_s`` and whose process (on this host) still exists."""
+    if not info.driver or info.heartbeat_at is None:
+        return False
+    age = (_now() - _utc(info.heartbeat_at)).total_seconds()  # type: ignore[operator]
+    return age < stale_after_s and _driver_alive(info.driver)
 
 
 def _driver_alive(driver: str) -> bool:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.laws import LogLinearFit
 from dashboards.index_page import INDEX_COLUMNS, write_index
-from orchestrator.store import ResultsStore
+from orchestrator.store.results import ResultsStore
 
 
 def index_frame(

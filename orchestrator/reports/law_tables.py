@@ -15,9 +15,9 @@ import pandas as pd
 from analysis.review import LawReview, review_law
 from analysis.throughput import best_per_batch
 from orchestrator.errors import OrchestratorError
-from orchestrator.report import LAW_AXES, Y, law_axis, trials_frame
-from orchestrator.report_decode import decode_frame
-from orchestrator.store import ResultsStore, SweepInfo
+from orchestrator.reports.decode import decode_frame
+from orchestrator.reports.fit import LAW_AXES, Y, law_axis, trials_frame
+from orchestrator.store.results import ResultsStore, SweepInfo
 
 
 @dataclass(frozen=True)

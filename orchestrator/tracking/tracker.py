@@ -60,7 +60,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator._secrets import redact
 from orchestrator.errors import TrackingError
-from orchestrator.store import TrialState, mask_url
+from orchestrator.store.results import TrialState, mask_url
 
 __all__ = ["Tracker", "default_tracking_uri", "flatten", "mlflow_key"]
 

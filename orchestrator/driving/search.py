@@ -8,7 +8,7 @@ and new trials are asked until ``n_trials`` counted trials exist. One driver per
 as for a grid (the store resets stale ``running`` trials the same way).
 
 Each Optuna trial is an ordinary trial of the store and MLflow: trial key = hash of the full
-config (:func:`orchestrator.grid.trial_key`), overrides = the sampled params plus ``seed`` and
+config (:func:`orchestrator.spec.grid.trial_key`), overrides = the sampled params plus ``seed`` and
 ``optuna_trial`` (the number of the Optuna trial that first proposed the config). A proposal
 whose key is completed in the store is told the stored metric without running; one whose key is
 in flight is told when that trial ends. A proposal the config model refuses, a failed trial and
@@ -22,14 +22,12 @@ import hashlib
 import json
 import logging
 import math
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-import ray
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -40,18 +38,19 @@ from optuna.trial import TrialState as OptunaState
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator import runner
+from orchestrator.driving.events import Listener, TrialEvent
+from orchestrator.driving.sweep_run import Flight, SweepRun, Tally
+from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import OrchestratorError, StoreError
-from orchestrator.grid import trial_key
-from orchestrator.spec import SearchSpec, SweepSpec, merge_overrides
-from orchestrator.store import (
+from orchestrator.spec.grid import trial_key
+from orchestrator.spec.sweep import SearchSpec, SweepSpec, merge_overrides
+from orchestrator.store.results import (
     ResultsStore,
     TrialInfo,
     TrialState,
     mask_url,
     normalize_db_url,
 )
-from orchestrator.tracking import Tracker
 
 __all__ = [
     "Best",
@@ -60,7 +59,7 @@ __all__ = [
     "distributions",
     "load_best",
     "open_study",
-    "run_search",
+    "SearchProposals",
     "storage_url",
 ]
 
@@ -105,14 +104,6 @@ class SearchSummary:
     best: Best | None = None
     error: str | None = None
     cancelled: int = 0
-
-
-@dataclass
-class _Flight:
-    trial: TrialInfo
-    run_id: str
-    t0: float
-    numbers: list[int] = field(default_factory=list)
 
 
 def storage_url(db_url: str | None, run_root: Path) -> str:
@@ -279,10 +270,6 @@ def _refusal(err: ValidationError, workload: str, search: SearchSpec) -> str:
     return f"sampled config refused by {workload}: {where}: {e['msg']}{got}. Fix: {fix}"
 
 
-def _trial_row(store: ResultsStore, sweep_id: int, key: str) -> TrialInfo | None:
-    return next((t for t in store.trials(sweep_id) if t.key == key), None)
-
-
 def _stored_value(store: ResultsStore, sweep_id: int, key: str, metric: str) -> float | None:
     df = store.metrics_frame(sweep_id)
     column = metric if metric in df else f"metric.{metric}"
@@ -292,183 +279,140 @@ def _stored_value(store: ResultsStore, sweep_id: int, key: str, metric: str) -> 
     return float(values.iloc[0]) if len(values) else None
 
 
-def run_search(
-    store: ResultsStore,
-    tracker: Tracker,
-    spec: SweepSpec,
-    sweep_id: int,
-    parent_run: str,
-    paths: runner.RunPaths,
-    study: optuna.Study,
-    on_event: runner.Events | None = None,
-) -> SearchSummary:
-    """Ask, run and tell until ``n_trials`` counted trials exist; record every trial.
+class SearchProposals:
+    """Optuna's ask/tell as the driver loop's proposals (:func:`~orchestrator.driving.sweep_run.
+    drive`): ask until ``n_trials`` counted trials exist; record the proposals that need no run
+    (refused by the config model, or completed in the store); tell each Optuna trial its
+    metric, or FAIL, when its store trial ends.
 
-    At most as many trials run at once as the Ray cluster has room for (as :func:`run_trials`).
-    Ray must be initialised and ``study`` opened by :func:`open_study`.
-
-    The driver holds the sweep's lease as :func:`orchestrator.runner.run_trials` does; a cancel
-    request stops the running trials (their Optuna trials are void, so a resubmit asks again).
-
-    Raises:
-        StoreError, TrackingError: the DB or MLflow failed, or another driver runs the sweep.
+    ``study`` is opened by :func:`open_study`; :meth:`summary` is the study's side afterwards.
     """
-    with runner.sweep_lease(store, sweep_id) as me:
-        return _run_claimed(store, tracker, spec, sweep_id, parent_run, paths, study, on_event, me)
 
+    def __init__(self, spec: SweepSpec, study: optuna.Study) -> None:
+        assert spec.search is not None, "SearchProposals needs a spec with a search block"
+        self.search: SearchSpec = spec.search
+        self.study = study
+        self.space = distributions(self.search)
+        self.seed = spec.seeds[0]
+        self.result = SearchSummary(n_trials=self.search.n_trials, before=counted(study))
+        self.todo = max(0, self.search.n_trials - self.result.before)
+        self.skipped = 0
+        self.told = 0  # counted trials told by this driver
+        self.asked: dict[int, optuna.Trial] = {}
+        self.waiting: dict[str, list[int]] = {}  # trial key in flight -> Optuna numbers
 
-def _run_claimed(
-    store: ResultsStore,
-    tracker: Tracker,
-    spec: SweepSpec,
-    sweep_id: int,
-    parent_run: str,
-    paths: runner.RunPaths,
-    study: optuna.Study,
-    on_event: runner.Events | None,
-    me: str,
-) -> SearchSummary:
-    search = spec.search
-    assert search is not None, "run_search needs a spec with a search block"
-    emit = on_event or (lambda *_: None)
-    beat = time.monotonic()
-    store.reset_stale_running(sweep_id)
-    space = distributions(search)
-    seed = spec.seeds[0]
-    remote = runner.trial_task(spec)
-    limit = runner.in_flight_limit(spec)
-    summary = SearchSummary(n_trials=search.n_trials, before=counted(study))
-    told = 0  # counted trials told in this call
-    running: dict[ray.ObjectRef, _Flight] = {}
-    by_key: dict[str, ray.ObjectRef] = {}
-    asked: dict[int, optuna.Trial] = {}
-
-    def fail(number: int, error: str, *, void: bool = False) -> None:
-        nonlocal told
-        asked[number].set_user_attr(_ERROR, error[:1000])
-        study.tell(number, state=OptunaState.FAIL)
+    def _fail(self, number: int, error: str, *, void: bool = False) -> None:
+        self.asked[number].set_user_attr(_ERROR, error[:1000])
+        self.study.tell(number, state=OptunaState.FAIL)
         if void:
-            _add_void(study, [number])
+            _add_void(self.study, [number])
         else:
-            told += 1
+            self.told += 1
 
-    def in_flight() -> int:
-        return sum(len(f.numbers) for f in running.values())
+    def _room(self) -> bool:
+        in_flight = sum(len(n) for n in self.waiting.values())
+        return (
+            self.result.error is None
+            and self.result.before + self.told + in_flight < self.search.n_trials
+        )
 
-    while True:
-        while (
-            summary.error is None
-            and len(running) < limit
-            and summary.before + told + in_flight() < search.n_trials
-        ):
+    def propose(self, run: SweepRun, emit: Listener, tally: Tally) -> tuple[TrialInfo, Any] | None:
+        spec = run.spec
+        while self._room():
             # 1. ask: a proposal over the whole space (an enqueued retry comes first)
-            trial = study.ask(space)
-            asked[trial.number] = trial
+            trial = self.study.ask(self.space)
+            self.asked[trial.number] = trial
             params = dict(trial.params)
-            overrides = {**params, "seed": seed, NUMBER: trial.number}
-            raw = merge_overrides(spec.base, {**params, "seed": seed})
+            overrides = {**params, "seed": self.seed, NUMBER: trial.number}
+            raw = merge_overrides(spec.base, {**params, "seed": self.seed})
             # 2. the config model must accept it, else the trial fails (recorded) and is told
             try:
                 config = spec.config_model.model_validate(raw)
             except ValidationError as err:
-                error = _refusal(err, spec.workload, search)
+                error = _refusal(err, spec.workload, self.search)
                 key = _raw_key(spec.workload, raw)
                 trial.set_user_attr(_KEY, key)
-                store.add_trials(sweep_id, [(key, raw, overrides)])
-                info = _trial_row(store, sweep_id, key)
+                run.store.add_trials(run.sweep_id, [(key, raw, overrides)])
+                info = run.trial(key)
                 assert info is not None
-                run_id = tracker.start_trial_run(
-                    parent_run, spec.name, key, raw, info.mlflow_run_id, overrides=overrides
-                )
-                store.mark_running(info.id, run_id)
-                store.mark_failed(info.id, error, 0.0)
-                tracker.set_state(run_id, TrialState.FAILED, error)
-                fail(trial.number, error)
-                summary.failed += 1
-                emit("failed", info, None)
+                run.fail_unrun(info, error)
+                self._fail(trial.number, error)
+                self.result.failed += 1
+                tally.failed += 1
+                emit(TrialEvent("failed", info))
                 continue
             key = trial_key(spec.workload, config)
             trial.set_user_attr(_KEY, key)
             # 3. the same config in flight: told when it ends
-            if key in by_key:
-                running[by_key[key]].numbers.append(trial.number)
+            if key in self.waiting:
+                self.waiting[key].append(trial.number)
                 continue
             # 4. the same config completed in the store: tell its metric, run nothing
-            info = _trial_row(store, sweep_id, key)
+            info = run.trial(key)
             if info is not None and info.state == TrialState.COMPLETED:
-                value = _stored_value(store, sweep_id, key, search.metric)
-                summary.reused += 1
+                value = _stored_value(run.store, run.sweep_id, key, self.search.metric)
+                self.result.reused += 1
+                tally.reused += 1
                 if value is None or not math.isfinite(value):
-                    fail(trial.number, f"stored trial {key} has no finite {search.metric!r}")
+                    missing = f"stored trial {key} has no finite {self.search.metric!r}"
+                    self._fail(trial.number, missing)
                 else:
-                    study.tell(trial.number, value)
-                    told += 1
-                emit("reused", info, None if value is None else {search.metric: value})
+                    self.study.tell(trial.number, value)
+                    self.told += 1
+                metrics = None if value is None else {self.search.metric: value}
+                emit(TrialEvent("reused", info, metrics))
                 continue
             # 5. run it on Ray
             if info is None:
-                store.add_trials(sweep_id, [(key, config.model_dump(mode="json"), overrides)])
-                info = _trial_row(store, sweep_id, key)
+                run.store.add_trials(
+                    run.sweep_id, [(key, config.model_dump(mode="json"), overrides)]
+                )
+                info = run.trial(key)
                 assert info is not None
-            ref, run_id = runner.start_trial(store, tracker, remote, spec, info, parent_run, paths)
-            running[ref] = _Flight(info, run_id, time.perf_counter(), [trial.number])
-            by_key[key] = ref
-            emit("started", info, None)
-        if not running:
-            break
-        # 6. one trial ended: record it, tell every Optuna trial waiting on it
-        done, _ = ray.wait(list(running), num_returns=1, timeout=runner.HEARTBEAT_S)
-        if not done or time.monotonic() - beat >= runner.HEARTBEAT_S:
-            beat = time.monotonic()
-            if store.heartbeat(sweep_id, me):  # cancel requested
-                for ref, flight in running.items():
-                    ray.cancel(ref, force=True)
-                    store.mark_cancelled(flight.trial.id)
-                    tracker.set_state(flight.run_id, TrialState.CANCELLED, "cancelled by the user")
-                    for number in flight.numbers:
-                        fail(number, "cancelled by the user", void=True)
-                    summary.cancelled += 1
-                    emit("cancelled", flight.trial, None)
-                running.clear()
-                break
-        if not done:
-            continue
-        flight = running.pop(done[0])
-        del by_key[flight.trial.key]
-        outcome = runner.finish_trial(
-            store,
-            tracker,
-            flight.trial,
-            flight.run_id,
-            done[0],
-            time.perf_counter() - flight.t0,
-        )
+            self.waiting[key] = [trial.number]
+            return info, config
+        return None
+
+    def finished(self, run: SweepRun, flight: Flight, outcome: TaskOutcome | None) -> None:
+        """Tell every Optuna trial waiting on this store trial how it ended."""
+        numbers = self.waiting.pop(flight.trial.key, [])
+        metric = self.search.metric
+        if outcome is None:  # cancelled: void, so a resubmit asks again
+            for number in numbers:
+                self._fail(number, "cancelled by the user", void=True)
+            self.result.cancelled += 1
+            return
         if not outcome.ok:
-            summary.failed += 1
+            self.result.failed += 1
             error = (outcome.error or "unknown error").splitlines()[0][:1000]
-            for number in flight.numbers:
-                fail(number, error)
-            emit("failed", flight.trial, None)
-            continue
-        summary.completed += 1
-        value = outcome.metrics.get(search.metric)
-        if search.metric not in outcome.metrics:
+            for number in numbers:
+                self._fail(number, error)
+            return
+        self.result.completed += 1
+        value = outcome.metrics.get(metric)
+        if metric not in outcome.metrics:
             reported = ", ".join(sorted(outcome.metrics)[:30])
-            summary.error = (
-                f"search.metric {search.metric!r} is not a metric of {spec.workload}: trial "
+            self.result.error = (
+                f"search.metric {metric!r} is not a metric of {run.spec.workload}: trial "
                 f"{flight.trial.key} reported {reported}. Fix: set search.metric to one of them "
                 "and resubmit (the search stopped; its completed trials are kept)"
             )
-            for number in flight.numbers:
-                fail(number, summary.error, void=True)
+            for number in numbers:
+                self._fail(number, self.result.error, void=True)
         elif value is None or not math.isfinite(value):
-            for number in flight.numbers:
-                fail(number, f"{search.metric} is {value}")
+            for number in numbers:
+                self._fail(number, f"{metric} is {value}")
         else:
-            for number in flight.numbers:
-                study.tell(number, value)
-                told += 1
-        emit("completed", flight.trial, outcome.metrics)
-    summary.counted = counted(study)
-    summary.best = best_of(study)
-    return summary
+            for number in numbers:
+                self.study.tell(number, value)
+                self.told += 1
+
+    def cancel_rest(self) -> int:
+        """Nothing is queued: a search asks only when there is room."""
+        return 0
+
+    def summary(self) -> SearchSummary:
+        """The study after this driver: counted trials and the best one."""
+        self.result.counted = counted(self.study)
+        self.result.best = best_of(self.study)
+        return self.result

@@ -1,4 +1,4 @@
-"""Alembic environment of the results store (run programmatically by :mod:`orchestrator.migrate`).
+"""Alembic environment of the results store (run in-process by :mod:`orchestrator.store.migrate`).
 
 The caller passes an open connection in ``config.attributes["connection"]``; the version table is
 ``ss_alembic_version`` (``alembic_version`` in the same database belongs to Optuna's storage).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from orchestrator.migrate import VERSION_TABLE
+from orchestrator.store.migrate import VERSION_TABLE
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -16,10 +16,10 @@ from analysis.variants import variant_summary
 from dashboards.sweep_page import LOSS_SERIES, write_sweep_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
 from dashboards.variant_page import write_variant_dashboard
-from orchestrator.report_decode import fit_decode_sweep, fit_record
-from orchestrator.store import ResultsStore
-from orchestrator.sweep_index import write_run_index
-from orchestrator.tracking import Tracker
+from orchestrator.reports.decode import fit_decode_sweep, fit_record
+from orchestrator.reports.index import write_run_index
+from orchestrator.store.results import ResultsStore
+from orchestrator.tracking.tracker import Tracker
 
 X, Y = "pretrain.tokens", "acceptance_length"
 """the law of the token sweep: acceptance_length = a*log10(pretrain.tokens) + b (Thm 1.1)"""
@@ -88,7 +88,8 @@ def fit_sweep(
 ) -> Report:
     """Fit the sweep's law, store and plot it: Thm 1.1 over completed ``draft_train`` trials
     with tokens > 0 (all seeds) with its checks (:func:`analysis.review.review_law`); for
-    ``decode_bench`` sweeps Thm 1.3 and Eq. 4 (:func:`orchestrator.report_decode.fit_decode_sweep`).
+    ``decode_bench`` sweeps Thm 1.3 and Eq. 4
+    (:func:`orchestrator.reports.decode.fit_decode_sweep`).
     With ``persist=False`` nothing is written but the dashboard (``orchestrator report``).
 
     Raises:

@@ -24,8 +24,8 @@ from analysis.throughput import (
     fit_peak_throughput,
 )
 from dashboards.decode_page import write_decode_dashboard
-from orchestrator.store import ResultsStore
-from orchestrator.tracking import Tracker
+from orchestrator.store.results import ResultsStore
+from orchestrator.tracking.tracker import Tracker
 from workloads.roofline.costs import intensity, k_opt
 from workloads.roofline.hardware import HardwareProfile
 from workloads.roofline.models import load_model_shape

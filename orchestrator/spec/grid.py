@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.spec import SweepSpec, merge_overrides
+from orchestrator.spec.sweep import SweepSpec, merge_overrides
 
 
 @dataclass(frozen=True)

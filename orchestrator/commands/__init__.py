@@ -1,0 +1,1 @@
+"""The typer commands: parse options, call a service, render its events."""

@@ -1,0 +1,210 @@
+"""Console output of the commands: the events of a sweep service, fits, trial tables.
+
+Numbers go through :func:`analysis.numbers.fmt`, the one format of the console and the pages:
+an undefined value (NaN, a metric a trial does not report) is ``n/a``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
+from rich.table import Table
+
+from analysis.numbers import fmt
+from orchestrator.driving.events import Event, SweepFinished, SweepOpened, TrialEvent
+from workloads.registry import Workload
+
+out = Console(soft_wrap=True)  # paths and commands stay on one line when piped or logged
+err = Console(stderr=True)
+
+
+def metrics_line(pairs: tuple[tuple[str, str], ...], metrics: dict[str, float] | None) -> str:
+    """``name=value`` for each ``(metric, format)`` pair; ``n/a`` where undefined."""
+    m = metrics or {}
+    return " ".join(f"{name}={fmt(m.get(name), spec)}" for name, spec in pairs)
+
+
+class SweepConsole:
+    """Renders a sweep service's events: the opening line, a progress bar, one line per
+    trial, the closing counts (see :mod:`orchestrator.driving.events`)."""
+
+    def __init__(self, workload: Workload, *, search_metric: str | None = None) -> None:
+        self.workload = workload
+        self.search_metric = search_metric
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    @contextmanager
+    def live(self) -> Iterator[SweepConsole]:
+        """Show a progress bar from the sweep's opening (nothing before: a refusal prints only
+        its error) until the block ends."""
+        try:
+            yield self
+        finally:
+            if self.bar is not None:
+                self.bar.stop()
+                self.bar = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SweepOpened):
+            self._opened(event)
+        elif isinstance(event, TrialEvent):
+            self._trial(event)
+
+    def _print(self, text: str) -> None:
+        (self.bar.console if self.bar is not None else out).print(text)
+
+    def _opened(self, e: SweepOpened) -> None:
+        self.bar = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=out,
+            transient=False,
+        )
+        self.bar.start()
+        self._print(
+            f"sweep [bold]{e.name}[/]: {e.what}; results DB {e.store_url}; "
+            f"MLflow {e.tracking_uri} (parent run {e.parent_run[:8]})"
+        )
+        if e.skipped and self.search_metric is None and not e.what.startswith("re-running"):
+            self._print(f"{e.skipped} trials already completed: skipped")
+        self.task = self.bar.add_task("trials", total=e.todo)
+
+    def _trial(self, e: TrialEvent) -> None:
+        point = " ".join(f"{k}={v}" for k, v in e.trial.overrides.items())
+        if e.kind == "started":
+            self._print(f"  started   {e.trial.key} {point}")
+            return
+        if self.bar is not None and self.task is not None:
+            self.bar.advance(self.task)
+        if self.search_metric and e.kind in ("completed", "reused"):
+            line = metrics_line(((self.search_metric, ".4g"),), e.metrics)
+            self._print(f"  {e.kind:<9} {e.trial.key} {point} {line}")
+        elif e.kind == "completed":
+            line = metrics_line(self.workload.progress, e.metrics)
+            self._print(f"  completed {e.trial.key} {point} {line}")
+        elif e.kind == "cancelled":
+            self._print(f"  [yellow]cancelled[/] {e.trial.key} {point}")
+        else:
+            self._print(f"  [red]failed[/]    {e.trial.key} {point}")
+
+
+def print_finished(done: SweepFinished, *, metric: str = "", retried: bool = False) -> None:
+    """The closing counts, the fit (or the search's best trial) and where to look."""
+    t = done.tally
+    if done.search is not None:
+        s = done.search
+        out.print(
+            f"{t.completed} completed, {t.failed} failed, {t.cancelled} cancelled, "
+            f"{t.reused} reused from the store (not rerun); {s.counted}/{s.n_trials} trials "
+            "finished in the study."
+        )
+        print_best(metric, s.best)
+    else:
+        skipped = "not selected" if retried else "already completed"
+        out.print(
+            f"{t.completed} completed, {t.skipped} {skipped} (skipped), "
+            f"{t.failed} failed, {t.cancelled} cancelled."
+        )
+        print_fit(done.report)
+    out.print(f"dashboard: {done.report.dashboard}")
+    print_browse(done.tracking_uri, done.experiment_id)
+
+
+def print_best(metric: str, best: Any) -> None:
+    """The study's best trial, or that there is none yet."""
+    if best is None:
+        out.print("best: none yet (no completed trial)")
+        return
+    params = " ".join(f"{k}={v}" for k, v in best.params.items())
+    out.print(
+        f"best: {metric} = {fmt(best.value, '.4f')} at {params} "
+        f"(Optuna trial {best.number}, trial {best.trial_key})"
+    )
+
+
+def print_browse(uri: str, experiment_id: str) -> None:
+    """How to open the sweep in the MLflow UI (its runs table, not the default overview);
+    ``uri`` is the tracking URI, password masked."""
+    if uri.startswith(("http://", "https://")):
+        out.print(f"browse: {uri.rstrip('/')}/#/experiments/{experiment_id}/runs")
+    else:
+        out.print(
+            f"browse: mlflow ui --backend-store-uri {uri} --host 127.0.0.1, then open "
+            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+        )
+
+
+def print_space(sweep: Any) -> None:
+    """A search's space, one row per searched field."""
+    s = sweep.search
+    table = Table(title=f"sweep {sweep.name}: search space")
+    table.add_column("field")
+    table.add_column("distribution")
+    for name, param in s.space.items():
+        table.add_row(name, param.describe())
+    out.print(table)
+    out.print(
+        f"search: {s.n_trials} trials, {s.direction} {s.metric}, sampler {s.sampler} "
+        f"(seed {sweep.seeds[0]})"
+    )
+
+
+def print_fit(rep: Any) -> None:
+    """A sweep's fitted law with its review, or why there is none."""
+    f, rv = rep.fit, rep.review
+    if f is None:
+        pass
+    elif not f.ok:
+        out.print(f"fit: {f.status}")
+    else:
+        out.print(
+            f"fit: {f.form}: a = {fmt(f.a, '.4f')} [{fmt(f.a_ci[0], '.4f')}, "
+            f"{fmt(f.a_ci[1], '.4f')}] (95% CI, {f.cov_type}), b = {fmt(f.b, '.4f')} "
+            f"[{fmt(f.b_ci[0], '.4f')}, {fmt(f.b_ci[1], '.4f')}], R² = {fmt(f.r2, '.3f')} "
+            f"(adjusted {fmt(f.r2_adj, '.3f')}), n = {f.n}"
+        )
+    if rv is not None:
+        out.print(rv.counts.text())
+    if rv is not None and f is not None and f.ok:
+        from dashboards.review_tables import review_rows
+
+        for check, value in review_rows(rv)[3:]:
+            if not str(check).startswith(("a (95% CI", "b (95% CI", "R²", "n (")):
+                out.print(f"  {check}: {value}")
+        if rv.paper is not None:
+            p = rv.paper
+            out.print(
+                f"  paper ({p.source}): a = {p.paper_a:g}; ours / paper = "
+                f"{fmt(p.slope_ratio, '.3g')}; our CI "
+                f"{'covers' if p.ci_covers_paper else 'does not cover'} the paper's a"
+            )
+    for line in rep.lines:
+        out.print(line)
+    b = rep.baseline
+    if b.get("n"):
+        out.print(f"SFT-only baseline: acceptance_length = {fmt(b['mean'], '.4f')} (n = {b['n']})")
+    if getattr(rep, "index", None) is not None:
+        out.print(f"index of all sweeps: {rep.index}")
+
+
+def print_trials(
+    name: str,
+    rows: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]],
+    columns: tuple[str, ...] = ("acceptance_length",),
+) -> None:
+    """A trial table: key, grid point, state (and error), the given metrics."""
+    table = Table(title=f"sweep {name}")
+    axes = sorted({k for _, _, o, _ in rows for k in o})
+    for col in ["trial_key", *axes, "state", *columns]:
+        table.add_column(col)
+    for key, state, overrides, metrics in rows:
+        values = ["" if metrics is None else fmt(metrics.get(c), ".4f") for c in columns]
+        table.add_row(key, *[str(overrides.get(a, "")) for a in axes], state, *values)
+    out.print(table)

@@ -1,0 +1,312 @@
+"""The sweep commands: ``submit``, ``status``, ``fit``, ``retry``, ``cancel``.
+
+Each parses its options, calls a service (:mod:`orchestrator.driving.service`,
+:mod:`orchestrator.driving.control`, :mod:`orchestrator.reports`) and renders what it returns
+or emits (:mod:`orchestrator.commands.render`). Ray, MLflow and Optuna are imported once the
+input is valid, so ``--help`` and a bad spec answer at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.text import Text
+
+from orchestrator.commands import render
+from orchestrator.commands.options import Address, DbUrl, RunRoot, TrackingUri
+from orchestrator.commands.render import err, out
+from orchestrator.commands.setup import loopback_ray, quiet_env
+from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.spec.sweep import MAX_TRIALS
+from orchestrator.store.access import find_sweep, open_store
+
+if TYPE_CHECKING:
+    from orchestrator.driving.service import Plan
+
+CacheDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        help="shared cache of the converted target, target features, SFT replies regenerated "
+        "by the target and greedy references (default: <run-root>/cache)",
+    ),
+]
+
+
+def submit(
+    spec: Annotated[Path, typer.Argument(help="sweep YAML, e.g. sweeps/tokens.yaml")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+    address: Address = None,
+    cache_dir: CacheDir = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="validate and list the trials; run and write nothing")
+    ] = False,
+    ray_job: Annotated[
+        bool,
+        typer.Option(
+            "--ray-job",
+            help="run this driver as a Ray Job on the cluster whose job server is --address "
+            "(e.g. http://head:8265); prints the job id and returns",
+        ),
+    ] = False,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help=f"run a grid of more than {MAX_TRIALS:,} trials"),
+    ] = False,
+) -> None:
+    """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
+
+    Resubmitting the same spec skips completed trials and reruns the rest. A spec with a
+    ``search:`` block runs an Optuna study instead of a grid and resumes it when resubmitted.
+    A spec that changes the grid (or search space) of an existing sweep is refused: give it a
+    new name. One driver runs a sweep at a time; `orchestrator cancel` stops it. A grid of
+    more than 10,000 trials needs ``--yes``.
+    """
+    quiet_env()
+    loopback_ray(address)
+    from orchestrator.driving import service
+
+    plan = service.plan(spec, expand_all=not dry_run or yes)
+    if dry_run:
+        _dry_run(plan, run_root.resolve())
+        return
+    service.check_size(plan, yes=yes)
+    if ray_job:
+        _ray_job(spec, run_root, db_url, tracking_uri, address, cache_dir)
+        return
+    dest = service.Destinations(
+        run_root=run_root.resolve(),
+        db_url=db_url,
+        tracking_uri=tracking_uri,
+        address=address,
+        cache_dir=cache_dir,
+    )
+    search_metric = plan.spec.search.metric if plan.spec.search else None
+    console = render.SweepConsole(plan.spec.workload_info, search_metric=search_metric)
+    try:
+        with console.live():
+            done = service.submit(plan, dest, console)
+    except KeyboardInterrupt:
+        _interrupted(plan.spec.name)
+    render.print_finished(done, metric=search_metric or "")
+    if done.search is not None and done.search.error:
+        raise OrchestratorError(done.search.error)
+
+
+def _dry_run(plan: Plan, run_root: Path) -> None:
+    from orchestrator.driving import preflight
+
+    spec = plan.spec
+    resources = spec.resources.model_dump()
+    if plan.too_big and not plan.trials:  # counted, not expanded: listing that many helps nobody
+        out.print(
+            f"{plan.n_grid:,} trials (not listed: more than {MAX_TRIALS:,}; a real submit needs "
+            f"--yes); resources per trial: {resources}. Nothing was run or written."
+        )
+        return
+    if spec.search:
+        render.print_space(spec)
+    else:
+        rows = [(t.key, "planned", t.overrides, None) for t in plan.trials]
+        render.print_trials(spec.name, rows)  # type: ignore[arg-type]
+    try:
+        preflight.preflight(plan.path, spec, [t.config for t in plan.trials], run_root)
+    except SpecError as exc:
+        out.print(
+            Text.assemble(("warning", "yellow"), f": a real submit would stop here: {exc}"),
+            emoji=False,
+        )
+    out.print(
+        f"{plan.n_trials} trials; resources per trial: {resources}. Nothing was run or written."
+    )
+
+
+def _ray_job(
+    spec: Path,
+    run_root: Path,
+    db_url: str | None,
+    tracking_uri: str | None,
+    address: str | None,
+    cache_dir: Path | None,
+) -> None:
+    from orchestrator.driving.ray_job import submit_job
+    from orchestrator.store.results import mask_url
+
+    if not address:
+        raise OrchestratorError("--ray-job needs --address http://<head>:8265 (the job server)")
+    job_id = submit_job(
+        address,
+        spec,
+        run_root=run_root,
+        db_url=db_url,
+        tracking_uri=tracking_uri,
+        cache_dir=cache_dir,
+        working_dir=Path.cwd(),
+    )
+    shown = mask_url(address)
+    out.print(f"submitted Ray job {job_id} on {shown}")
+    out.print(f"follow it: ray job logs --address {shown} --follow {job_id}")
+    print(job_id)
+
+
+def _interrupted(name: str) -> None:
+    err.print(
+        f"interrupted: completed trials are kept; run the same command to resume "
+        f"(`orchestrator status {name}` shows where it stands)"
+    )
+    raise typer.Exit(130) from None
+
+
+def status(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+) -> None:
+    """Print the trial table of SWEEP (state, grid point, the workload's metrics, error).
+
+    For a search: the searched metric, and the study's best trial. A trial left ``running``
+    by a driver that stopped is shown as ``running (driver gone)``.
+    """
+    quiet_env()
+    from orchestrator.reports.status import study_best, sweep_status
+
+    root = run_root.resolve()
+    store = open_store(root, db_url, must_exist=True)
+    info = find_sweep(store, sweep)
+    view = sweep_status(store, info)
+    render.print_trials(sweep, view.rows, view.columns)
+    out.print(", ".join(f"{v} {k}" for k, v in sorted(view.counts.items())))
+    for line in (view.driver_line, view.cancel_line):
+        if line:
+            out.print(line)
+    if view.search_metric is not None:
+        found = study_best(db_url, root, sweep)
+        if found is None:
+            out.print(f"study {sweep!r}: not in the results DB yet")
+        else:
+            best, finished = found
+            from orchestrator.spec.sweep import stored_spec
+
+            search = stored_spec(info).search
+            n = search.n_trials if search is not None else "?"
+            out.print(f"study {sweep!r}: {finished}/{n} trials finished")
+            render.print_best(view.search_metric, best)
+
+
+def fit(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """Refit the law of SWEEP from the DB, store it, update MLflow and the dashboard."""
+    quiet_env()
+    from orchestrator.driving.guards import check_sinks_apart
+    from orchestrator.driving.runner import RunPaths
+    from orchestrator.reports import fit as report
+    from orchestrator.tracking.tracker import Tracker, default_tracking_uri
+
+    root = run_root.resolve()
+    store = open_store(root, db_url, must_exist=True)
+    info = find_sweep(store, sweep)
+    check_sinks_apart(root, db_url, tracking_uri)
+    tracker = Tracker(tracking_uri or default_tracking_uri(root))
+    dashboard = RunPaths(root, root / "cache").dashboard(sweep)
+    rep = report.fit_sweep(store, info.id, sweep, dashboard, tracker, info.mlflow_run_id)
+    render.print_fit(rep)
+    out.print(f"dashboard: {rep.dashboard}")
+    render.print_browse(tracker.masked_uri, tracker.experiment_id)
+
+
+def retry(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    failed: Annotated[bool, typer.Option("--failed", help="re-run the failed trials")] = False,
+    cancelled: Annotated[
+        bool, typer.Option("--cancelled", help="re-run the cancelled trials")
+    ] = False,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+    address: Address = None,
+) -> None:
+    """Re-run SWEEP's failed (and/or cancelled) trials with the spec stored in the results DB.
+
+    Completed and pending trials are left alone; each re-run keeps its trial row and MLflow
+    child run (attempts go up). The sweep's law and dashboard are refreshed afterwards.
+    """
+    quiet_env()
+    loopback_ray(address)
+    from orchestrator.driving import service
+    from workloads.registry import WORKLOADS
+
+    if not (failed or cancelled):
+        raise OrchestratorError("say which trials to re-run: --failed and/or --cancelled")
+    states = ({"failed"} if failed else set()) | ({"cancelled"} if cancelled else set())
+    dest = service.Destinations(
+        run_root=run_root.resolve(), db_url=db_url, tracking_uri=tracking_uri, address=address
+    )
+    store = open_store(dest.run_root, db_url, must_exist=True)
+    workload = WORKLOADS[find_sweep(store, sweep).workload]
+    console = render.SweepConsole(workload)
+    try:
+        with console.live():
+            done = service.retry(sweep, states, dest, console)
+    except KeyboardInterrupt:
+        _interrupted(sweep)
+    if done is None:
+        out.print(f"sweep {sweep}: no {' or '.join(sorted(states))} trials; nothing to re-run.")
+        return
+    render.print_finished(done, retried=True)
+
+
+def cancel(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+    wait_s: Annotated[
+        float,
+        typer.Option("--wait", help="seconds to wait for the driver to stop its running trials"),
+    ] = 60.0,
+) -> None:
+    """Stop SWEEP: pending trials become cancelled, running ones are stopped and cancelled.
+
+    The driver running the sweep (on any machine that shares the results DB) sees the request
+    within a few seconds, cancels its Ray tasks and exits. When no driver is alive (it crashed),
+    running trials are marked cancelled here. `orchestrator submit` or `retry --cancelled`
+    runs them again.
+    """
+    quiet_env()
+    from orchestrator.driving.control import cancel_sweep
+    from orchestrator.tracking.tracker import Tracker, default_tracking_uri
+
+    root = run_root.resolve()
+    store = open_store(root, db_url, must_exist=True)
+    info = find_sweep(store, sweep)
+
+    def told(n_pending: int, n_running: int, live: bool) -> None:
+        out.print(f"sweep {sweep}: {n_pending} pending trials cancelled.")
+        if live:
+            out.print("the running driver was asked to stop its trials; waiting for it ...")
+        else:
+            out.print(f"no live driver: {n_running} running trials marked cancelled here.")
+
+    result = cancel_sweep(
+        store,
+        info,
+        wait_s=wait_s,
+        tracker=lambda: Tracker(tracking_uri or default_tracking_uri(root)),
+        on_requested=told,
+    )
+    out.print(
+        f"{result.cancelled} of {result.total} trials are cancelled; completed ones are kept."
+    )

@@ -1,0 +1,183 @@
+"""Refusals before a sweep writes anything: sinks that would collide, a resubmit that changes
+what an existing sweep runs, a cluster whose nodes do not share the run root.
+
+Who writes what (see ``docs/architecture.md``): only the driver writes the results DB and
+MLflow (trial tasks return their results to it); trial tasks write their own folder under the
+run root and read the shared cache, so on a cluster every node must mount the run root and the
+cache at the same path. :func:`check_cluster_storage` checks that on every node.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.spec.sweep import SweepSpec, spec_line, stored_spec
+from orchestrator.store.results import ResultsStore, mask_url, normalize_db_url
+
+if TYPE_CHECKING:
+    from orchestrator.driving.service import Destinations
+
+_IDENTITY = ("workload", "base", "grid", "variants", "seeds", "search")
+"""spec fields that fix which trials a sweep runs; a resubmit may change only the others
+(description, resources) and a search's ``n_trials``"""
+
+
+def _db(url: str) -> URL | None:
+    """A database URL's identity, or None for an http(s)/file URI (not a database)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        path = Path(parsed.database or "").expanduser().resolve() if parsed.database else None
+        return parsed.set(database=str(path) if path else None, query={})
+    if backend in ("postgresql", "postgres"):
+        return normalize_db_url(url).set(username=None, password=None, query={})
+    return None
+
+
+def check_sinks_apart(run_root: Path, db_url: str | None, tracking_uri: str | None) -> None:
+    """Refuse an MLflow tracking URI that is the results DB itself.
+
+    MLflow and Optuna (whose study lives in the results DB) both keep their Alembic revision in
+    a table ``alembic_version``: in one database, MLflow's migrations find Optuna's revision and
+    stop half-way, leaving tables behind.
+
+    Raises:
+        OrchestratorError: the two URLs name one SQLite file or one PostgreSQL database.
+    """
+    if not tracking_uri:
+        return
+    results = _db(db_url) if db_url else _db(f"sqlite:///{run_root.resolve() / 'results.db'}")
+    tracking = _db(tracking_uri)
+    if results is None or tracking is None:
+        return
+    same = (
+        results.get_backend_name() == tracking.get_backend_name()
+        and results.database == tracking.database
+        and (results.host or "localhost") == (tracking.host or "localhost")
+        and (results.port or 5432) == (tracking.port or 5432)
+    )
+    if same:
+        raise OrchestratorError(
+            f"--tracking-uri {mask_url(tracking_uri)} is the results DB: MLflow and the Optuna "
+            "studies in the results DB both keep their schema version in `alembic_version`. "
+            "Fix: give MLflow its own database (e.g. leave out --tracking-uri for "
+            "<run-root>/mlflow.db, or another PostgreSQL database) or an http:// MLflow server"
+        )
+
+
+def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
+    """Refuse a spec that changes which trials an existing sweep of its name runs.
+
+    A resubmit may change the description, the resources and a search's ``n_trials``; a
+    changed workload, base, grid, variants, seeds or search space (or direction, metric,
+    sampler) would mix two experiments under one name.
+
+    Raises:
+        SpecError: ``file:line`` of the first changed field, and the fix.
+    """
+    info = store.get_sweep(spec.name)
+    if info is None:
+        return
+    try:
+        old = stored_spec(info)
+    except SpecError:  # a spec stored by an older version that no longer validates
+        return
+    for name in _IDENTITY:
+        before, after = _identity(old, name), _identity(spec, name)
+        if before == after:
+            continue
+        line = spec_line(path, *_locs(name, before, after))
+        raise SpecError(
+            f"{path}:{line}: sweep {spec.name!r} already exists in {store.url} and this spec "
+            f"changes its {name} (stored from {info.spec_path}); one sweep name is one "
+            f"experiment. Fix: give this spec a new name, or resubmit the spec it was run "
+            f"with (`orchestrator status {spec.name}` shows its trials)"
+        )
+
+
+def _identity(spec: SweepSpec, name: str) -> Any:
+    value = getattr(spec, name)
+    if name == "search" and value is not None:
+        return value.model_dump(mode="json", exclude={"n_trials"})
+    return value
+
+
+def _locs(name: str, before: Any, after: Any) -> list[tuple[str, ...]]:
+    """Where in the spec the change is: the first differing key under ``name``, else ``name``."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = [k for k in [*after, *before] if before.get(k) != after.get(k)]
+        return [(name, str(k)) for k in keys[:1]] + [(name,)]
+    return [(name,)]
+
+
+def check_cluster_storage(dest: Destinations) -> None:
+    """On a Ray cluster (``--address``), refuse unless every alive node sees the run root and
+    the cache folder at the same path (shared storage): trial tasks write their artifacts
+    under the run root, which the driver records, and read features and drafts there.
+
+    Writes a probe file in each folder, checks it from a task pinned to every node, and removes
+    it. A local Ray (no ``--address``) is one node and is not checked.
+
+    Raises:
+        OrchestratorError: naming the nodes that do not see a folder, and the fix.
+    """
+    if not dest.address:
+        return
+    folders = {"--run-root": dest.run_root, "--cache-dir": dest.paths.cache_dir}
+    probes: dict[str, tuple[str, str]] = {}
+    token = secrets.token_hex(8)
+    try:
+        for flag, folder in folders.items():
+            folder.mkdir(parents=True, exist_ok=True)
+            probe = folder / f".specscale-probe-{token}"
+            probe.write_text(token)
+            probes[flag] = (str(probe), token)
+        blind = nodes_not_seeing(list(probes.values()))
+    finally:
+        for p, _ in probes.values():
+            Path(p).unlink(missing_ok=True)
+    for flag, (p, _) in probes.items():
+        missing = [node for node, paths in blind.items() if p in paths]
+        if missing:
+            raise OrchestratorError(
+                f"{flag} {Path(p).parent} is not visible on {len(missing)} node(s) of the Ray "
+                f"cluster at {mask_url(dest.address)} ({', '.join(sorted(missing))}): trial "
+                "tasks there would write their results to their own disks. Fix: give a folder "
+                "every node mounts at the same path (e.g. NFS), for --run-root and --cache-dir"
+            )
+
+
+def nodes_not_seeing(probes: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """For every alive node of the connected Ray cluster: the probe files (path, content) it
+    does not see with that content, keyed by the node's address (only nodes missing some)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def look(items: list[tuple[str, str]]) -> list[str]:
+        def sees(path: str, content: str) -> bool:
+            try:
+                return Path(path).read_text() == content
+            except OSError:
+                return False
+
+        return [p for p, c in items if not sees(p, c)]
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = {
+        f"{n.get('NodeManagerAddress', '?')} ({n['NodeID'][:8]})": look.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        ).remote(probes)
+        for n in nodes
+    }
+    found = dict(zip(refs, ray.get(list(refs.values()), timeout=120), strict=True))
+    return {node: missing for node, missing in found.items() if missing}

@@ -1,0 +1,80 @@
+"""Checks at submit, before anything is written: what would make every trial fail, and the
+combinations of sinks that would lose or mix results.
+
+The workload's own checks come from its registry entry
+(:attr:`workloads.registry.Workload.preflight`); this module runs them over the distinct configs
+of a grid (or a search's base and its choices) and names the spec's line of the field at fault.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.spec.sweep import SweepSpec, merge_overrides, spec_line
+from workloads.registry import ConfigError
+
+
+def search_configs(sweep: SweepSpec) -> list[BaseModel]:
+    """The configs a search's preflight checks: its base, and the base with each ``choice``
+    of a searched field that holds a model or path (e.g. ``target.model``)."""
+    assert sweep.search is not None
+    base = sweep.config_model.model_validate(sweep.base)
+    configs = [base]
+    for name, param in sweep.search.space.items():
+        for value in param.choice or []:
+            try:
+                raw = merge_overrides(sweep.base, {name: value})
+                configs.append(sweep.config_model.model_validate(raw))
+            except ValueError:  # refused at ask time, recorded as a failed trial
+                continue
+    return configs
+
+
+def preflight(spec_path: Path, sweep: SweepSpec, configs: list[Any], run_root: Path) -> None:
+    """Run the workload's checks over ``configs`` (a search: :func:`search_configs`).
+
+    Raises:
+        SpecError: ``file:line: message``, the line of the field at fault when one is.
+    """
+    if sweep.search is not None:
+        configs = search_configs(sweep)
+    distinct = list({c.model_dump_json(): c for c in configs}.values())
+    for check in sweep.workload_info.preflight:
+        try:
+            check(distinct, run_root)
+        except ValueError as exc:
+            field = exc.field if isinstance(exc, ConfigError) else ()
+            where = f"{spec_path}:{_line(spec_path, field)}" if field else f"{spec_path}"
+            raise SpecError(f"{where}: {exc}") from exc
+
+
+def _line(spec_path: Path, field: tuple[str, ...]) -> int:
+    """The spec line of a config field: its grid axis, search dimension, or base entry."""
+    dotted = ".".join(field)
+    locs = [("grid", dotted), ("search", "space", dotted), ("base", *field)]
+    locs += [("base", *field[:i]) for i in range(len(field) - 1, 0, -1)]
+    return spec_line(spec_path, *locs)
+
+
+def check_folder(flag: str, folder: Path) -> None:
+    """Refuse a folder that cannot be created: it, or the nearest existing folder above it, is a
+    file or is not writable.
+
+    Raises:
+        OrchestratorError: naming the flag and the fix.
+    """
+    existing = next(p for p in (folder, *folder.resolve().parents) if p.exists())
+    if not existing.is_dir():
+        raise OrchestratorError(
+            f"{flag} {folder}: {existing} is a file, not a folder. Fix: give a folder (it is "
+            "created if missing)"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OrchestratorError(
+            f"{flag} {folder}: {existing} is not writable. Fix: give a folder you can write to"
+        )

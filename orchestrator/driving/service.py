@@ -1,0 +1,246 @@
+"""The sweep services the CLI calls: plan and submit a spec, retry a sweep's trials.
+
+A service opens the sinks, claims the sweep, runs :func:`~orchestrator.driving.sweep_run.drive`
+with the spec's proposals (the grid's queue or an Optuna study), fits and reports, and tells
+its listener what happens (:mod:`orchestrator.driving.events`); it never prints. Every refusal
+comes before anything is written (:mod:`orchestrator.driving.preflight`, :mod:`.guards`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.driving import guards, preflight, runner
+from orchestrator.driving.events import Listener, SweepFinished, SweepOpened
+from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.spec.grid import TrialSpec, count_trials, expand
+from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, load_spec, stored_spec
+from orchestrator.store.access import find_sweep, open_store
+from orchestrator.store.results import ResultsStore
+from orchestrator.tracking.tracker import Tracker, default_tracking_uri
+
+
+@dataclass(frozen=True)
+class Destinations:
+    """Where a sweep runs and writes (the CLI's ``--run-root``, ``--cache-dir``, ``--db-url``,
+    ``--tracking-uri``, ``--address``); ``run_root`` absolute."""
+
+    run_root: Path
+    db_url: str | None = None
+    tracking_uri: str | None = None
+    address: str | None = None
+    cache_dir: Path | None = None
+
+    @property
+    def paths(self) -> runner.RunPaths:
+        """The run root and the shared cache (default ``<run root>/cache``)."""
+        return runner.RunPaths(
+            run_root=self.run_root,
+            cache_dir=(self.cache_dir or self.run_root / "cache").resolve(),
+        )
+
+    @property
+    def tracking(self) -> str:
+        """The MLflow tracking URI (default: SQLite under the run root)."""
+        return self.tracking_uri or default_tracking_uri(self.run_root)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated spec and its trials (a grid expanded once; a search has none yet)."""
+
+    path: Path
+    spec: SweepSpec
+    trials: list[TrialSpec]
+    n_grid: int
+    """grid points x seeds x variants (0 for a search)"""
+
+    @property
+    def too_big(self) -> bool:
+        """More trials than :data:`MAX_TRIALS` (a real submit needs ``--yes``)."""
+        return self.n_grid > MAX_TRIALS
+
+    @property
+    def n_trials(self) -> int:
+        """Trials the plan runs (a search: its ``n_trials``)."""
+        return self.spec.search.n_trials if self.spec.search else len(self.trials)
+
+
+def plan(path: Path, *, expand_all: bool = True) -> Plan:
+    """Load and validate ``path``; expand its grid unless it is too big to list and
+    ``expand_all`` is False.
+
+    Raises:
+        SpecError: the spec is invalid (file:line and a fix).
+    """
+    spec = load_spec(path)
+    n_grid = 0 if spec.search else count_trials(spec)
+    big = n_grid > MAX_TRIALS and not expand_all
+    trials = [] if spec.search or big else expand(spec)
+    return Plan(path, spec, trials, n_grid)
+
+
+def open_sinks(dest: Destinations, *, must_exist: bool = False) -> tuple[ResultsStore, Tracker]:
+    """The results store and the MLflow tracker, remote ones first (a bad one leaves no local
+    files).
+
+    Raises:
+        OrchestratorError: no results DB under the run root (``must_exist``), or the DB and
+            MLflow would share one database.
+        StoreError, TrackingError: either cannot be reached.
+    """
+    guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
+    if dest.tracking_uri and not dest.db_url:
+        tracker = Tracker(dest.tracking)
+        store = open_store(dest.run_root, dest.db_url, must_exist=must_exist)
+    else:
+        store = open_store(dest.run_root, dest.db_url, must_exist=must_exist)
+        tracker = Tracker(dest.tracking)
+    return store, tracker
+
+
+def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinished:
+    """Run a planned sweep: register its trials, drive them, fit, report.
+
+    Resubmitting the same spec skips completed trials and reruns the rest; a search resumes its
+    study. A spec that changes what an existing sweep of that name runs is refused.
+
+    Raises:
+        SpecError, OrchestratorError: a refusal, before anything is written.
+        StoreError, TrackingError: the DB or MLflow failed.
+    """
+    spec, path = the_plan.spec, the_plan.path
+    preflight.preflight(path, spec, [t.config for t in the_plan.trials], dest.run_root)
+    preflight.check_folder("--run-root", dest.run_root)
+    if dest.cache_dir is not None:
+        preflight.check_folder("--cache-dir", dest.cache_dir)
+    if dest.address:  # fail fast, before anything is written
+        runner.check_ray_address(dest.address)
+    store, tracker = open_sinks(dest)
+    guards.check_resubmit(store, spec, path)
+    study = None
+    if spec.search:  # the study lives in the results DB; a resubmit resumes it
+        from orchestrator.driving import search
+
+        study = search.open_study(spec, search.storage_url(dest.db_url, dest.run_root))
+    runner.init_ray(dest.address)
+    guards.check_cluster_storage(dest)
+    sweep_id, _ = runner.register(
+        store, spec, path, path.read_text(encoding="utf-8"), the_plan.trials
+    )
+    what = f"{len(the_plan.trials)} trials"
+    if spec.search:
+        s = spec.search
+        what = (
+            f"Optuna search of {s.n_trials} trials ({s.direction} {s.metric}, sampler {s.sampler})"
+        )
+    configs = {t.key: t.config for t in the_plan.trials}
+    return _drive(store, tracker, spec, sweep_id, dest, listener, what, str(path), study, configs)
+
+
+def retry(
+    name: str, states: set[str], dest: Destinations, listener: Listener
+) -> SweepFinished | None:
+    """Re-run sweep ``name``'s trials in ``states`` (failed and/or cancelled) with the spec
+    stored in the results DB; None when there are none.
+
+    Raises:
+        OrchestratorError: no such sweep, or it is a search (resubmit it instead).
+    """
+    store = open_store(dest.run_root, dest.db_url, must_exist=True)
+    info = find_sweep(store, name)
+    spec = stored_spec(info)
+    if spec.search:
+        raise OrchestratorError(
+            f"sweep {name!r} is an Optuna search: resume it with `orchestrator submit "
+            f"{info.spec_path}`, which re-asks the study for its unfinished trials"
+        )
+    chosen = store.trials(info.id, states)
+    if not chosen:
+        return None
+    if dest.address:
+        runner.check_ray_address(dest.address)
+    guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
+    tracker = Tracker(dest.tracking)
+    runner.init_ray(dest.address)
+    guards.check_cluster_storage(dest)
+    what = f"re-running {len(chosen)} {' and '.join(sorted(states))} trials"
+    return _drive(
+        store, tracker, spec, info.id, dest, listener, what, info.spec_path, None, {}, states
+    )
+
+
+def _drive(
+    store: ResultsStore,
+    tracker: Tracker,
+    spec: SweepSpec,
+    sweep_id: int,
+    dest: Destinations,
+    listener: Listener,
+    what: str,
+    spec_label: str,
+    study: Any,
+    configs: dict[str, BaseModel],
+    states: set[str] | None = None,
+) -> SweepFinished:
+    """Claim the sweep, open its parent run, drive the trials, fit and report; release."""
+    from orchestrator.driving.sweep_run import GridProposals, SweepRun, drive
+    from orchestrator.reports import fit as report
+
+    with runner.sweep_lease(store, sweep_id) as me:  # before any output
+        info = store.get_sweep(spec.name)
+        parent = tracker.start_sweep_run(
+            spec.name,
+            {"spec": spec_label, **spec.model_dump(mode="json")},
+            info.mlflow_run_id if info else None,
+        )
+        store.set_sweep_mlflow_run(sweep_id, parent)
+        paths = dest.paths
+        run = SweepRun(store, tracker, spec, sweep_id, parent, paths, me)
+        proposals: Any
+        if study is not None:
+            from orchestrator.driving.search import SearchProposals
+
+            proposals = SearchProposals(spec, study)
+        else:
+            proposals = GridProposals(run, states=states, configs=configs)
+        listener(
+            SweepOpened(
+                spec.name,
+                what,
+                store.url,
+                tracker.masked_uri,
+                parent,
+                proposals.todo,
+                proposals.skipped,
+            )
+        )
+        tally = drive(run, proposals, listener)
+    searched = proposals.summary() if study is not None else None
+    rep = report.fit_sweep(store, sweep_id, spec.name, paths.dashboard(spec.name), tracker, parent)
+    error = searched.error if searched is not None else None
+    ok = tally.bad == 0 and error is None
+    tracker.set_state(
+        parent,
+        "completed" if ok else ("cancelled" if tally.cancelled else "failed"),
+        error or (None if ok else f"{tally.failed} trials failed, {tally.cancelled} cancelled"),
+    )
+    return SweepFinished(spec.name, tally, rep, tracker.masked_uri, tracker.experiment_id, searched)
+
+
+def check_size(the_plan: Plan, *, yes: bool) -> None:
+    """Refuse a grid of more than :data:`MAX_TRIALS` trials without ``--yes``.
+
+    Raises:
+        SpecError: with the count and the fix.
+    """
+    if the_plan.too_big and not yes:
+        raise SpecError(
+            f"{the_plan.path}: the grid expands to {the_plan.n_grid:,} trials, more than "
+            f"{MAX_TRIALS:,}. Fix: pass --yes to run them all, or shrink the grid (count it "
+            "with --dry-run)"
+        )

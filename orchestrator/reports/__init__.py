@@ -1,0 +1,1 @@
+"""After the trials: laws fitted, rows stored, dashboards and the index written."""

@@ -1,0 +1,93 @@
+"""``orchestrator status``: a sweep's trial table, its driver and its study, as data.
+
+The columns come from the workload's registry entry (``status_columns``), or the searched
+metric for a search. A trial recorded ``running`` while no live driver holds the sweep is shown
+as ``running (driver gone)``: its driver crashed, and the next submit reruns it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from orchestrator.driving.runner import STALE_AFTER_S
+from orchestrator.spec.sweep import SweepSpec, stored_spec
+from orchestrator.store.results import ResultsStore, SweepInfo, TrialState, lease_alive
+from workloads.registry import WORKLOADS
+
+Row = tuple[str, str, dict[str, Any], dict[str, Any] | None]
+"""(trial key, state and error, overrides, metrics of a completed trial)"""
+
+
+@dataclass
+class StatusView:
+    """What ``status`` shows of one sweep."""
+
+    name: str
+    columns: tuple[str, ...]
+    rows: list[Row]
+    counts: dict[str, int]
+    driver_line: str | None = None
+    cancel_line: str | None = None
+    search_metric: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _columns(spec: SweepSpec | None, info: SweepInfo) -> tuple[str, ...]:
+    if spec is not None and spec.search is not None:
+        return (spec.search.metric,)
+    entry = WORKLOADS.get(info.workload)
+    return entry.status_columns if entry is not None else ()
+
+
+def sweep_status(store: ResultsStore, info: SweepInfo) -> StatusView:
+    """The trial table of ``info``'s sweep, its state counts, and its driver's lease."""
+    try:
+        spec: SweepSpec | None = stored_spec(info)
+    except Exception:  # noqa: BLE001 - an old stored spec: the table still shows
+        spec = None
+    columns = _columns(spec, info)
+    alive = lease_alive(info, stale_after_s=STALE_AFTER_S)
+    df = store.metrics_frame(info.id).set_index("trial_key")
+    rows: list[Row] = []
+    counts: dict[str, int] = {}
+    for t in store.trials(info.id):
+        state = str(t.state)
+        if t.state == TrialState.RUNNING and not alive:
+            state = "running (driver gone)"
+        counts[state] = counts.get(state, 0) + 1
+        metrics = (
+            {c: df.loc[t.key, c] for c in columns if c in df}
+            if t.state == TrialState.COMPLETED and t.key in df.index
+            else None
+        )
+        error = f": {t.error.splitlines()[0][:80]}" if t.error else ""
+        rows.append((t.key, state + error, t.overrides, metrics))
+    view = StatusView(info.name, columns, rows, counts)
+    if info.driver and info.heartbeat_at:
+        age = (datetime.now(UTC) - info.heartbeat_at).total_seconds()
+        gone = "" if alive else " (gone: the next submit or retry takes the sweep over)"
+        view.driver_line = f"driver {info.driver}, last heartbeat {age:.0f} s ago{gone}"
+    elif counts.get("running (driver gone)"):
+        view.driver_line = (
+            "no driver holds the sweep: its running trials are left from a driver that "
+            "stopped; `orchestrator submit` (or `retry`) runs them again"
+        )
+    if info.cancel_requested_at:
+        view.cancel_line = f"cancel requested at {info.cancel_requested_at:%Y-%m-%d %H:%M:%S} UTC"
+    if spec is not None and spec.search is not None:
+        view.search_metric = spec.search.metric
+    return view
+
+
+def study_best(db_url: str | None, run_root: Path, name: str) -> Any:
+    """``(best trial, counted trials)`` of the sweep's Optuna study, or None when it has none
+    yet."""
+    import optuna
+
+    from orchestrator.driving import search
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return search.load_best(search.storage_url(db_url, run_root), name)

@@ -1,0 +1,1 @@
+"""MLflow tracking: one parent run per sweep, one child run per trial."""

@@ -1,0 +1,219 @@
+"""The workload registry: every workload a sweep may name, each declared once.
+
+A :class:`Workload` descriptor says all the orchestrator needs to know of a workload: its trial
+config model, how to run one trial, what to check before a sweep starts, which metrics its
+progress line and ``status`` table show, and which report its sweep gets. The orchestrator reads
+these fields and never compares a workload's name, so adding a workload is its own module plus
+one entry in :data:`WORKLOADS` (see docs/workloads.md, "Adding a workload").
+
+This module stays light (pydantic only): heavy modules (torch, transformers) are imported inside
+the ``run`` and ``preflight`` functions, on the worker or once a spec is valid.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from workloads.config import DecodeBenchConfig, DraftTrainConfig, Resources
+from workloads.result import Progress, TrialResult
+from workloads.sleep import SleepConfig
+from workloads.sleep import run as run_sleep
+
+Report = Literal["law", "throughput", "table"]
+"""what a sweep of the workload gets after its trials:
+
+- ``law``: acceptance length against the grid's law axis (pretraining tokens, draft depth, ...),
+  fitted with CIs and R², or main effects for a sweep of variants;
+- ``throughput``: the peak throughput per batch size, fitted against batch size, with the
+  roofline;
+- ``table``: the trial table only (a workload that measures no law)."""
+
+
+@dataclass(frozen=True)
+class TrialContext:
+    """Where one trial runs: its shared cache, its own output folder, the run root (to find
+    other sweeps' trials), a progress callback and the spec's Ray resources."""
+
+    cache_dir: Path
+    out_dir: Path
+    run_root: Path
+    progress: Progress
+    resources: Resources
+
+
+class ConfigError(ValueError):
+    """A trial config that would fail every trial, found before the sweep starts.
+
+    ``field`` is the dotted config field to blame (e.g. ``("target", "model")``), so the spec's
+    line can be named; empty when no single field is at fault.
+    """
+
+    def __init__(self, message: str, field: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+Preflight = Callable[[Sequence[Any], Path], None]
+"""``(distinct trial configs, run root)``; raises :class:`ConfigError` (or ``ValueError``)"""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload as the orchestrator sees it.
+
+    Attributes:
+        name: the spec's ``workload:`` value.
+        config_model: the pydantic model of one trial's config.
+        run: ``(config, context) -> TrialResult``; raises on a trial error (recorded as failed).
+        preflight: checks run at submit over the distinct configs, before anything is written.
+        progress: ``(metric, format)`` pairs of the console line of a completed trial; a metric
+            a trial does not report, or reports as NaN (undefined), is shown as ``n/a``.
+        status_columns: metrics of the ``orchestrator status`` table.
+        report: which report the sweep gets (:data:`Report`).
+        summary: one line for ``--help`` and the docs.
+        example: a shipped sweep of the workload, named by spec errors as an example.
+    """
+
+    name: str
+    config_model: type[BaseModel]
+    run: Callable[[Any, TrialContext], TrialResult]
+    summary: str
+    preflight: tuple[Preflight, ...] = ()
+    progress: tuple[tuple[str, str], ...] = ()
+    status_columns: tuple[str, ...] = ()
+    report: Report = "table"
+    example: str = "sweeps/tokens.yaml"
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_targets(configs: Sequence[Any], _run_root: Path) -> None:
+    """Every ``target.model`` resolves: a builtin, a local folder or file, or a hub id that the
+    hub knows (not downloaded; skipped offline).
+
+    Raises:
+        ConfigError: naming the target and the fix.
+    """
+    from workloads.target_source import HF_ENDPOINT, check_target_source
+
+    offline = _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE")
+    endpoint = os.environ.get("HF_ENDPOINT") or HF_ENDPOINT
+    for name in sorted({c.target.model for c in configs}):
+        try:
+            check_target_source(name, offline=offline, endpoint=endpoint)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+
+
+def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
+    """SFT renders chats with the target's chat template (and ``sft.responses: target`` asks the
+    target for its replies through it): a target without one is refused.
+
+    Raises:
+        ConfigError: blaming ``target.model``.
+    """
+    from workloads.target_source import check_chat_template
+
+    for name in sorted({c.target.model for c in configs if c.sft.tokens > 0}):
+        try:
+            check_chat_template(name)
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("target", "model")) from exc
+
+
+def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
+    """The draft each config names, its device and prompt sets (no model is loaded).
+
+    Raises:
+        ValueError: as :func:`workloads.decode_bench.preflight`.
+    """
+    from workloads.decode_bench import preflight
+
+    for cfg in {c.draft.model_dump_json(): c for c in configs}.values():
+        preflight(cfg, run_root)
+
+
+def _run_draft_train(cfg: DraftTrainConfig, ctx: TrialContext) -> TrialResult:
+    from workloads import draft_train
+
+    return draft_train.run(
+        cfg,
+        cache_dir=ctx.cache_dir,
+        out_dir=ctx.out_dir,
+        progress=ctx.progress,
+        resources=ctx.resources,
+    )
+
+
+def _run_decode_bench(cfg: DecodeBenchConfig, ctx: TrialContext) -> TrialResult:
+    from workloads import decode_bench
+
+    return decode_bench.run(
+        cfg,
+        cache_dir=ctx.cache_dir,
+        out_dir=ctx.out_dir,
+        run_root=ctx.run_root,
+        progress=ctx.progress,
+    )
+
+
+def _run_sleep(cfg: SleepConfig, ctx: TrialContext) -> TrialResult:
+    return run_sleep(cfg, out_dir=ctx.out_dir, progress=ctx.progress)
+
+
+_ACCEPTANCE = (("acceptance_length", ".3f"), ("mismatches", "d"))
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload(
+            name="draft_train",
+            config_model=DraftTrainConfig,
+            run=_run_draft_train,
+            summary="pretrain and SFT a draft, then measure its acceptance length",
+            preflight=(check_targets, check_chat_templates),
+            progress=_ACCEPTANCE,
+            status_columns=("acceptance_length",),
+            report="law",
+        ),
+        Workload(
+            name="decode_bench",
+            config_model=DecodeBenchConfig,
+            run=_run_decode_bench,
+            summary="throughput and acceptance of speculative decoding against AR decoding",
+            preflight=(check_targets, check_decode),
+            progress=(("tokens_per_s", ".2f"), ("speedup", ".2f"), *_ACCEPTANCE),
+            status_columns=("tokens_per_s", "ar_tokens_per_s", "speedup", "acceptance_length"),
+            report="throughput",
+            example="sweeps/batch.yaml",
+        ),
+        Workload(
+            name="sleep",
+            config_model=SleepConfig,
+            run=_run_sleep,
+            summary="a diagnostic that sleeps and optionally fails (tests the orchestration)",
+            progress=(("sleep.seconds", ".2f"), ("sleep.attempt", "d")),
+            status_columns=("sleep.seconds", "sleep.attempt"),
+            report="table",
+            example="sweeps/sleep.yaml",
+        ),
+    )
+}
+"""every workload a spec may name, by name"""
+
+
+def get_workload(name: str) -> Workload:
+    """The registered workload ``name``.
+
+    Raises:
+        KeyError: no such workload (a spec naming one is refused at load with the choices).
+    """
+    return WORKLOADS[name]
