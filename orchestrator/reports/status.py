@@ -7,7 +7,7 @@ as ``running (driver gone)``: its driver crashed, and the next submit reruns it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,8 @@ class StatusView:
     driver_line: str | None = None
     cancel_line: str | None = None
     search_metric: str | None = None
-    notes: list[str] = field(default_factory=list)
+    search_trials: int | None = None
+    """a search's ``n_trials``"""
 
 
 def _columns(spec: SweepSpec | None, info: SweepInfo) -> tuple[str, ...]:
@@ -79,6 +80,7 @@ def sweep_status(store: ResultsStore, info: SweepInfo) -> StatusView:
         view.cancel_line = f"cancel requested at {info.cancel_requested_at:%Y-%m-%d %H:%M:%S} UTC"
     if spec is not None and spec.search is not None:
         view.search_metric = spec.search.metric
+        view.search_trials = spec.search.n_trials
     return view
 
 

@@ -1,1 +1,2 @@
-"""The SQL results store: rows and states, engine and URL, the sweep lease, migrations."""
+"""The SQL results store (:class:`~orchestrator.store.results.ResultsStore`): rows and states,
+engine and URL, the statements of each table, the sweep lease, migrations."""

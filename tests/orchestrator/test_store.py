@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -170,6 +172,49 @@ def test_state_transitions(store: ResultsStore) -> None:
         store.trials(sid, {"bogus"})
     with pytest.raises(StoreError, match="no trial"):
         store.mark_completed(10_000, 1.0)
+
+
+def test_updated_at_moves_on_every_change(store: ResultsStore) -> None:
+    """``updated_at`` moves on each write to the sweep, its trials, metrics and fits, and on a
+    cancel request; not on a no-op ``add_trials``."""
+    sid = _sweep(store)
+
+    def updated() -> datetime:
+        info = store.get_sweep("tokens")
+        assert info is not None
+        return info.updated_at
+
+    def step(what: str, write: Callable[[], object]) -> None:
+        before = updated()
+        time.sleep(0.01)  # timestamps have microsecond resolution; leave no doubt
+        write()
+        after = updated()
+        assert after > before, f"{what} did not move updated_at ({before} -> {after})"
+        assert after.tzinfo is not None
+
+    step("add_trials", lambda: store.add_trials(sid, _trials(2)))
+    t0, t1 = (t.id for t in store.trials(sid))
+    step("mark_running", lambda: store.mark_running(t0, "run0"))
+    step("log_metrics", lambda: store.log_metrics(t0, {"acceptance_length": 1.5}))
+    step("log_metric_series", lambda: store.log_metric_series(t0, "loss", [2.0, 1.0]))
+    step("mark_completed", lambda: store.mark_completed(t0, wall_s=1.0))
+    step("save_fit", lambda: store.save_fit(sid, _fit(0.3, 4)))
+    step("set_sweep_mlflow_run", lambda: store.set_sweep_mlflow_run(sid, "parent"))
+    step("mark_running", lambda: store.mark_running(t1, None))
+    step("mark_failed", lambda: store.mark_failed(t1, "boom", wall_s=0.5))
+    step("reset_trials", lambda: store.reset_trials(sid, {"failed"}))
+    step("mark_cancelled", lambda: store.mark_cancelled(t1))
+    step("reset_trials", lambda: store.reset_trials(sid, {"cancelled"}))
+    step("mark_running", lambda: store.mark_running(t1, None))
+    step("reset_stale_running", lambda: store.reset_stale_running(sid))
+    step("request_cancel", lambda: store.request_cancel(sid, stale_after_s=60.0))
+    step("upsert_sweep", lambda: _sweep(store))
+
+    unchanged = updated()
+    time.sleep(0.01)
+    assert store.add_trials(sid, _trials(2)) == 0  # nothing new: no change
+    assert store.reset_stale_running(sid) == 0
+    assert updated() == unchanged
 
 
 def test_reset_stale_running(store: ResultsStore) -> None:

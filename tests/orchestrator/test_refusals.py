@@ -1,0 +1,145 @@
+"""Refusals write nothing: a resubmit that changes an existing sweep's grid or search space,
+and an MLflow tracking URI that is the results DB itself (SQLite and PostgreSQL).
+
+Real CLI processes, the sleep workload, a local Ray: each submit takes seconds.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from orchestrator.store.results import ResultsStore
+from orchestrator.tracking.tracker import default_tracking_uri
+from tests.orchestrator.test_control import cli, spec
+
+PG = "postgresql://postgres@127.0.0.1:5432/test"
+SEARCH = (
+    "search:\n  metric: value\n  n_trials: 2\n  sampler: random\n"
+    "  space: {{value: {kind}}}\nbase: {{seconds: 0.1}}\n"
+)
+
+
+def _snapshot(run_root: Path, name: str) -> tuple[str, int, list[str], list[str]]:
+    """(stored spec, trials, Optuna trial states, MLflow run statuses) of a sweep."""
+    store = ResultsStore.sqlite_under(run_root)
+    try:
+        info = store.get_sweep(name)
+        assert info is not None
+        n = len(store.trials(info.id))
+        spec_yaml = info.spec_yaml
+    finally:
+        store.close()
+    url = f"sqlite:///{run_root / 'results.db'}"
+    study = optuna.load_study(study_name=name, storage=url)
+    states = sorted(t.state.name for t in study.trials)
+    client = MlflowClient(default_tracking_uri(run_root))
+    exp = client.get_experiment_by_name("specscale")
+    assert exp is not None
+    runs = sorted(r.info.status for r in client.search_runs([exp.experiment_id]))
+    return spec_yaml, n, states, runs
+
+
+def test_a_changed_search_space_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    run_root = tmp_path / "run"
+    first = spec(tmp_path, "study", SEARCH.format(kind="{float: [0.0, 1.0]}"))
+    res = cli("submit", str(first), "--run-root", str(run_root))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    before = _snapshot(run_root, "study")
+    assert before[2] == ["COMPLETE", "COMPLETE"] and "RUNNING" not in before[3]
+    changed = tmp_path / "changed" / "study.yaml"
+    changed.parent.mkdir()
+    changed.write_text(
+        "name: study\nworkload: sleep\n" + SEARCH.format(kind="{choice: [0.25, 0.5]}")
+    )
+    res = cli("submit", str(changed), "--run-root", str(run_root))
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{changed}:" in lines[0], res.stderr
+    line = int(lines[0].split(f"{changed}:", 1)[1].split(":", 1)[0])
+    assert changed.read_text().splitlines()[line - 1].lstrip().startswith(("search", "space"))
+    assert "Fix: give this spec a new name" in lines[0]
+    assert _snapshot(run_root, "study") == before  # spec, trials, study and runs unchanged
+    status = cli("status", "study", "--run-root", str(run_root))
+    assert status.returncode == 0 and "2 completed" in status.stdout
+
+
+def test_a_changed_grid_is_refused_and_the_original_resumes(tmp_path: Path) -> None:
+    run_root = tmp_path / "run"
+    path = spec(tmp_path, "grid", "grid:\n  value: [1, 2]\nbase: {seconds: 0.1}\n")
+    assert cli("submit", str(path), "--run-root", str(run_root)).returncode == 0
+    stored = path.read_text()
+    path.write_text(stored.replace("[1, 2]", "[1, 2, 3]"))
+    res = cli("submit", str(path), "--run-root", str(run_root))
+    assert res.returncode == 2 and f"{path}:4:" in res.stderr and "grid" in res.stderr
+    store = ResultsStore.sqlite_under(run_root)
+    info = store.get_sweep("grid")
+    assert info is not None and info.spec_yaml == stored and len(store.trials(info.id)) == 2
+    store.close()
+    path.write_text(stored.replace("name: grid", "name: grid\ndescription: same trials"))
+    res = cli("submit", str(path), "--run-root", str(run_root))  # only the description changed
+    assert res.returncode == 0 and "2 trials already completed: skipped" in res.stdout
+
+
+def test_mlflow_in_the_results_sqlite_file_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    run_root = tmp_path / "run"
+    path = spec(tmp_path, "same", "grid:\n  value: [1]\nbase: {seconds: 0.1}\n")
+    uri = f"sqlite:///{run_root / 'results.db'}"
+    res = cli("submit", str(path), "--run-root", str(run_root), "--tracking-uri", uri)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "is the results DB" in res.stderr and "Fix:" in res.stderr
+    assert not run_root.exists()  # nothing written: no run root, no DB files
+
+
+@pytest.mark.postgres
+def test_mlflow_in_the_results_postgresql_database_is_refused(tmp_path: Path) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    try:
+        conn = psycopg.connect(
+            "host=127.0.0.1 port=5432 user=postgres dbname=test", autocommit=True, connect_timeout=5
+        )
+    except psycopg.OperationalError:
+        pytest.skip("no PostgreSQL at 127.0.0.1:5432")
+    schema = f"refuse_{uuid.uuid4().hex[:8]}"
+    conn.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        db_url = f"{PG}?options=-csearch_path%3D{schema}"
+        path = spec(tmp_path, "same", "grid:\n  value: [1]\nbase: {seconds: 0.1}\n")
+        res = cli(
+            "submit",
+            str(path),
+            "--run-root",
+            str(tmp_path / "run"),
+            "--db-url",
+            db_url,
+            "--tracking-uri",
+            PG,
+        )
+        assert res.returncode == 2 and "is the results DB" in res.stderr, res.stderr
+        rows = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        ).fetchone()
+        assert rows is not None and rows[0] == 0  # no table created by either side
+    finally:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        conn.close()
+
+
+def test_status_marks_running_trials_of_a_gone_driver(tmp_path: Path) -> None:
+    run_root = tmp_path / "run"
+    path = spec(tmp_path, "gone", "grid:\n  value: [1, 2]\nbase: {seconds: 0.1}\n")
+    assert cli("submit", str(path), "--run-root", str(run_root)).returncode == 0
+    with sqlite3.connect(run_root / "results.db") as db:  # as a driver killed mid-trial leaves it
+        first = "(SELECT min(id) FROM ss_trials)"
+        db.execute(f"UPDATE ss_trials SET state = 'running' WHERE id = {first}")
+    res = cli("status", "gone", "--run-root", str(run_root))
+    assert res.returncode == 0
+    assert "running (driver gone)" in res.stdout and "1 completed" in res.stdout
+    assert "no driver holds the sweep" in res.stdout
