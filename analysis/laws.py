@@ -22,19 +22,12 @@ import statsmodels.api as sm
 from scipy import stats
 
 from analysis._json import dataclass_dict
-from analysis.paper import paper_constants
 
 MIN_DISTINCT_X = 3
 """Fewest distinct x values a fit needs (two points always fit a line exactly)."""
 
-PAPER_CONSTANTS: dict[str, dict[str, Any]] = paper_constants()
-"""The paper's published law constants (``analysis/reference/scylla_2505_07858.yaml``).
-
-They were measured on 7B-class targets (and Qwen2.5-72B on H800 GPUs for the batch law) with
-GPU-scale drafts and budgets; they are a reference for the *shape* of the law, not numbers a CPU
-sweep should reproduce. The token law's T is in billions of tokens (b is tau at T = 1B); for raw
-token counts the intercept becomes ``b - 9*a`` while the slope a is unchanged.
-"""
+CONSTANT_RTOL = 1e-12
+"""a response whose range is at most this fraction of its largest magnitude is constant"""
 
 
 @dataclass(frozen=True)
@@ -44,11 +37,14 @@ class LogLinearFit:
     Standard errors are heteroskedasticity-robust (HC3, MacKinnon & White 1985) and the
     intervals t-based with ``df_resid`` degrees of freedom. ``cov`` is the 2x2 HC3 covariance
     of (a, b) and ``scale`` the residual variance, so :meth:`predict` needs nothing but this
-    object. When ``status != "ok"`` the coefficients, intervals and ``r2`` are NaN.
+    object. When ``status != "ok"`` the coefficients, intervals and ``r2`` are NaN: fewer than
+    3 distinct x, or (when the caller asks) a constant response (every y equal: no slope
+    interval, R² or comparison is defined, see :func:`constant_response`).
     """
 
     law: str
-    """short name of the law, e.g. "tokens" (a key of PAPER_CONSTANTS when it is one)"""
+    """short name of the law, e.g. "tokens" (a key of ``analysis.paper.PAPER_CONSTANTS`` when it
+    is one)"""
     x_name: str
     """column of the regressor, e.g. "pretrain.tokens" (in the column's own unit)"""
     y_name: str
@@ -139,6 +135,28 @@ class LogLinearFit:
         )
 
 
+def constant_response(y: Iterable[float]) -> bool:
+    """Whether the finite values ``y`` (shape (n,), n >= 1) do not vary: their range is at most
+    :data:`CONSTANT_RTOL` of their largest magnitude (all equal up to rounding).
+
+    A fit of such a response has slope 0 with a zero-width interval and an undefined R²; its
+    ratio to a published slope, its AIC and its intervals' verdicts mean nothing."""
+    ys = np.asarray(list(y), dtype=float)
+    if ys.size == 0:
+        return False
+    return float(np.ptp(ys)) <= CONSTANT_RTOL * float(np.max(np.abs(ys)))
+
+
+def no_variation_status(y_name: str, y: Iterable[float]) -> str:
+    """The status of a fit of a constant response (see :func:`constant_response`)."""
+    ys = list(y)
+    value = format(ys[0], ".6g") if ys else "?"
+    return (
+        f"no variation: every {y_name} is {value} ({len(ys)} points); slope, R² and "
+        "comparisons are undefined"
+    )
+
+
 def law_form(x: str, y: str, log_base: int) -> str:
     """The law as text, e.g. ``"acceptance_length = a*log10(pretrain.tokens) + b"``."""
     return f"{y} = a*log{log_base}({x}) + b"
@@ -152,15 +170,19 @@ def fit_log_linear(
     law: str,
     log_base: int = 10,
     alpha: float = 0.05,
+    allow_constant: bool = True,
 ) -> LogLinearFit:
     """Fit ``y = a*log_base(x) + b`` by OLS (statsmodels) with HC3 t-based (1 - alpha) CIs.
 
     Scylla (arXiv 2505.07858) Thm 1.1 (acceptance length vs pretraining tokens, log10), Thm 1.2
     (vs draft decoder layers, log10), Thm 1.3 (peak tokens/s vs batch size, log2). Rows where
     x <= 0 (e.g. the SFT-only baseline at 0 tokens) or x or y is not finite are dropped and
-    counted in ``excluded``. Fewer than 3 distinct x values gives a fit whose ``status`` says so
-    and whose coefficients are NaN; it never raises for data. Raises ``ValueError`` when a
-    column is missing or ``log_base`` is not 2 or 10.
+    counted in ``excluded``. Fewer than 3 distinct x values gives a fit whose ``status`` says
+    so and whose coefficients are NaN; so does a constant y (:func:`constant_response`) unless
+    ``allow_constant`` (a flat line, slope 0 within rounding, is then the fit: fine for "k does
+    not change with b", meaningless for a law compared with the paper or another form). It never
+    raises for data. Raises ``ValueError`` when a column is missing or ``log_base`` is not 2 or
+    10.
     """
     if log_base not in (2, 10):
         raise ValueError(f"log_base={log_base} is not supported. Use 10 or 2.")
@@ -176,6 +198,9 @@ def fit_log_linear(
     distinct = len(np.unique(xs))
     if distinct < MIN_DISTINCT_X:
         status = f"not enough points: need >= {MIN_DISTINCT_X} distinct x values, got {distinct}"
+        return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
+    if not allow_constant and constant_response(ys):
+        status = no_variation_status(y, ys)
         return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
     lx = np.log(xs) / math.log(log_base)
     model = sm.OLS(ys, sm.add_constant(lx)).fit(cov_type="HC3", use_t=True)

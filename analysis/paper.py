@@ -4,6 +4,9 @@ Source: Scylla, "Scaling Laws for Speculative Decoding" (arXiv 2505.07858), as s
 ``shared/PAPER_NOTES.md``; the numbers live in ``analysis/reference/scylla_2505_07858.yaml``
 (the laws of Thm 1.1-1.3, the endpoints printed with Thm 1.1, Eq. 4 and its k_opt values,
 Table 4 means, Table 5). Pure functions: no I/O beyond reading that packaged file.
+
+This module does not import :mod:`analysis.laws` at run time (only its type, for annotations):
+the laws module fits, this one holds the paper's numbers, and the dependency runs one way.
 """
 
 from __future__ import annotations
@@ -47,6 +50,16 @@ def paper_constants() -> dict[str, dict[str, Any]]:
     return out
 
 
+PAPER_CONSTANTS: dict[str, dict[str, Any]] = paper_constants()
+"""The paper's published law constants (``analysis/reference/scylla_2505_07858.yaml``).
+
+They were measured on 7B-class targets (and Qwen2.5-72B on H800 GPUs for the batch law) with
+GPU-scale drafts and budgets; they are a reference for the *shape* of the law, not numbers a CPU
+sweep should reproduce. The token law's T is in billions of tokens (b is tau at T = 1B); for raw
+token counts the intercept becomes ``b - 9*a`` while the slope a is unchanged.
+"""
+
+
 @dataclass(frozen=True)
 class PaperComparison:
     """Our fitted slope beside the paper's (same law, same log base).
@@ -70,9 +83,9 @@ class PaperComparison:
     ours_b: float
     ours_r2: float
     slope_ratio: float
-    """ours_a / paper_a"""
-    ci_covers_paper: bool
-    """whether ``ours_a_ci`` contains paper_a"""
+    """ours_a / paper_a (NaN when our fit is not ok)"""
+    ci_covers_paper: bool | None
+    """whether ``ours_a_ci`` contains paper_a; None when our fit is not ok (no verdict)"""
     boot_ci: tuple[float, float] | None
     """our a's bootstrap interval, when one was computed"""
     boot_covers_paper: bool | None
@@ -87,7 +100,8 @@ def compare_with_paper(
 ) -> PaperComparison | None:
     """Our fit of ``fit.law`` beside the paper's published constants, or None when the paper
     states no such law or the log bases differ. ``boot_a_ci`` adds the bootstrap interval's
-    verdict. A fit that is not ok gives NaN numbers and False verdicts."""
+    verdict. A fit that is not ok (too few x, a constant response) gives NaN numbers and None
+    verdicts: there is nothing to compare."""
     paper = paper_constants().get(fit.law)
     if paper is None or int(paper["log_base"]) != fit.log_base:
         return None
@@ -95,7 +109,7 @@ def compare_with_paper(
     scale = float(paper.get("x_scale") or 1.0)
     lo, hi = fit.a_ci
     boot_cov = None
-    if boot_a_ci is not None:
+    if boot_a_ci is not None and fit.ok:
         boot_cov = bool(boot_a_ci[0] <= pa <= boot_a_ci[1])
     return PaperComparison(
         law=fit.law,
@@ -109,7 +123,7 @@ def compare_with_paper(
         ours_b=fit.b,
         ours_r2=fit.r2,
         slope_ratio=fit.a / pa,
-        ci_covers_paper=bool(lo <= pa <= hi),
+        ci_covers_paper=bool(lo <= pa <= hi) if fit.ok else None,
         boot_ci=boot_a_ci,
         boot_covers_paper=boot_cov,
     )

@@ -99,8 +99,9 @@ def review_law(
         unit: what a row of ``trials`` is, for the counts' text.
 
     Returns:
-        The review; with fewer than 3 distinct x its parts say "not enough points" (NaN
-        numbers), it never raises for data.
+        The review; with fewer than 3 distinct x its parts say "not enough points", and with a
+        constant y (every value equal) they say "no variation": NaN numbers, no AIC preference
+        and no verdict against the paper. It never raises for data.
 
     Raises:
         ValueError: a column is missing or log_base is not 2 or 10.
@@ -122,7 +123,7 @@ def review_law(
         nonpositive_x=int((finite & (xs <= 0)).sum()),
         unit=unit,
     )
-    fit = fit_log_linear(done, x, y, law=law, log_base=log_base, alpha=alpha)
+    fit = fit_log_linear(done, x, y, law=law, log_base=log_base, alpha=alpha, allow_constant=False)
     fx, fy = fit.x, fit.y
     if fit.ok:
         boot = bootstrap_log_linear(
@@ -130,14 +131,16 @@ def review_law(
         )
     else:  # no law, no interval (and no resampling work)
         boot = BootstrapCI((math.nan,) * 2, (math.nan,) * 2, n_resamples, 0, seed, alpha)
-    sat = fit_saturating(fx, fy)
+    sat = fit_saturating(fx, fy, y_name=y)
     rss = float(np.sum(np.square(fit.residuals))) if fit.ok else math.nan
     return LawReview(
         fit=fit,
         counts=counts,
         bootstrap=boot,
-        extrapolation=extrapolate_largest(fx, fy, law=law, log_base=log_base, alpha=alpha),
-        loo=leave_one_out(fx, fy, log_base=log_base),
+        extrapolation=extrapolate_largest(
+            fx, fy, law=law, log_base=log_base, alpha=alpha, y_name=y
+        ),
+        loo=leave_one_out(fx, fy, log_base=log_base, y_name=y),
         saturating=sat,
         forms=compare_forms(rss, fit.n, sat),
         paper=compare_with_paper(fit, boot.a_ci if fit.ok else None),

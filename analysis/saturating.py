@@ -20,6 +20,7 @@ import numpy as np
 from scipy import optimize
 
 from analysis._json import dataclass_dict
+from analysis.laws import constant_response, no_variation_status
 
 MIN_POINTS = 4
 """fewest trials for a 3-coefficient fit with a residual"""
@@ -89,16 +90,17 @@ def gaussian_aic(rss: float, n: int, n_coef: int) -> float:
     return n * math.log(rss / n) + 2 * (n_coef + 1)
 
 
-def fit_saturating(x: Sequence[float], y: Sequence[float]) -> SaturatingFit:
+def fit_saturating(x: Sequence[float], y: Sequence[float], *, y_name: str = "y") -> SaturatingFit:
     """Fit ``y = c - A*(x/x0)**(-alpha)`` with A >= 0 and 0 < alpha <= 5.
 
     Args:
         x: regressor, all > 0 and finite, shape (n,).
         y: response, finite, shape (n,).
+        y_name: the response's name, for the status.
 
     Returns:
-        The fit; ``status`` says why there is none (fewer than 4 trials or 3 distinct x, or
-        no convergence), with NaN numbers. Never raises for data.
+        The fit; ``status`` says why there is none (fewer than 4 trials or 3 distinct x, a
+        constant y, or no convergence), with NaN numbers. Never raises for data.
     """
     xs = np.asarray(x, dtype=float)
     ys = np.asarray(y, dtype=float)
@@ -106,6 +108,9 @@ def fit_saturating(x: Sequence[float], y: Sequence[float]) -> SaturatingFit:
     x0 = float(xs.min()) if xs.size else nan
     if xs.size < MIN_POINTS or len(np.unique(xs)) < 3:
         status = f"not enough points: need >= {MIN_POINTS} trials at >= 3 distinct x"
+        return SaturatingFit(nan, nan, nan, x0, nan, nan, int(xs.size), status)
+    if constant_response(ys):  # a flat line has no ceiling to find (curve_fit returns noise)
+        status = no_variation_status(y_name, ys)
         return SaturatingFit(nan, nan, nan, x0, nan, nan, int(xs.size), status)
     u = xs / x0
     spread = float(np.ptp(ys)) or 1.0

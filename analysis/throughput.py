@@ -335,11 +335,18 @@ def fit_peak_throughput(best: pd.DataFrame, *, alpha: float = 0.05) -> LogLinear
     One point per batch size from :func:`best_per_batch` (peak = mean tokens/s of the best
     cell); a in tokens/s per doubling of b, b0 in tokens/s at b = 1; (1 - alpha) CIs and R² from
     statsmodels via :func:`analysis.laws.fit_log_linear` (law "batch", so
-    ``PAPER_CONSTANTS["batch"]`` holds the paper's a ~ 286.79, b0 ~ 7.54). The fit's ``b`` is
-    b0. Fewer than 3 batch sizes give a fit whose ``status`` says so, never an exception.
+    ``analysis.paper.PAPER_CONSTANTS["batch"]`` holds the paper's a ~ 286.79, b0 ~ 7.54). The
+    fit's ``b`` is b0. Fewer than 3 batch sizes, or the same peak at every b (no slope to set
+    beside the paper's), give a fit whose ``status`` says so, never an exception.
     """
     return fit_log_linear(
-        best, "batch_size", "peak_tokens_per_s", law="batch", log_base=2, alpha=alpha
+        best,
+        "batch_size",
+        "peak_tokens_per_s",
+        law="batch",
+        log_base=2,
+        alpha=alpha,
+        allow_constant=False,
     )
 
 

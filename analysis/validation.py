@@ -18,7 +18,7 @@ import statsmodels.api as sm
 from statsmodels.stats.outliers_influence import OLSInfluence
 
 from analysis._json import dataclass_dict
-from analysis.laws import fit_log_linear
+from analysis.laws import MIN_DISTINCT_X, constant_response, fit_log_linear, no_variation_status
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ class Extrapolation:
     """predicted - observed (y units)"""
     rel_error: float
     """error / observed"""
-    covered: bool
-    """observed within [pred_lo, pred_hi]"""
+    covered: bool | None
+    """observed within [pred_lo, pred_hi]; None when there is no prediction (no verdict)"""
     status: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,25 +66,44 @@ class LeaveOneOut:
 
 
 def extrapolate_largest(
-    x: Sequence[float], y: Sequence[float], *, law: str, log_base: int = 10, alpha: float = 0.05
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    law: str,
+    log_base: int = 10,
+    alpha: float = 0.05,
+    y_name: str = "y",
 ) -> Extrapolation:
     """Fit ``y = a*log_base(x) + b`` on the trials with x below the largest x and predict the
-    largest. Needs 3 distinct x below it (4 in all); otherwise ``status`` says why and the
-    numbers are NaN. ``x`` > 0 and finite, ``y`` finite, shape (n,)."""
+    largest. Needs 3 distinct x below it (4 in all) and a y that varies there; otherwise
+    ``status`` says why (naming ``y_name``) and the numbers are NaN. ``x`` > 0 and finite,
+    ``y`` finite, shape (n,)."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     nan = math.nan
     if xs.size == 0:
-        return Extrapolation(nan, 0, 0, nan, nan, nan, nan, nan, nan, False, "no trials")
+        return Extrapolation(nan, 0, 0, nan, nan, nan, nan, nan, nan, None, "no trials")
     top = float(xs.max())
     held = xs == top
     fit = fit_log_linear(
-        pd.DataFrame({"x": xs[~held], "y": ys[~held]}), "x", "y", law=law, log_base=log_base
+        pd.DataFrame({"x": xs[~held], "y": ys[~held]}),
+        "x",
+        "y",
+        law=law,
+        log_base=log_base,
+        allow_constant=False,
     )
     observed = float(ys[held].mean())
     if not fit.ok:
-        status = f"{fit.status} below the largest x"
+        train = ys[~held]
+        enough = len(np.unique(xs[~held])) >= MIN_DISTINCT_X
+        reason = (
+            no_variation_status(y_name, train)
+            if enough and constant_response(train)
+            else fit.status
+        )
+        status = f"{reason} below the largest x"
         return Extrapolation(
-            top, fit.n, int(held.sum()), observed, nan, nan, nan, nan, nan, False, status
+            top, fit.n, int(held.sum()), observed, nan, nan, nan, nan, nan, None, status
         )
     row = fit.predict([top], alpha=alpha, n_obs=int(held.sum())).iloc[0]
     pred, lo, hi = float(row["mean"]), float(row["obs_lo"]), float(row["obs_hi"])
@@ -103,13 +122,18 @@ def extrapolate_largest(
     )
 
 
-def leave_one_out(x: Sequence[float], y: Sequence[float], *, log_base: int = 10) -> LeaveOneOut:
+def leave_one_out(
+    x: Sequence[float], y: Sequence[float], *, log_base: int = 10, y_name: str = "y"
+) -> LeaveOneOut:
     """LOO errors of ``y = a*log_base(x) + b`` over the trials: each trial predicted by the fit
-    on all the others. Needs 3 distinct x; otherwise ``status`` says why (NaN numbers)."""
+    on all the others. Needs 3 distinct x and a y that varies; otherwise ``status`` says why
+    (NaN numbers; ``y_name`` names the response there)."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    nan = math.nan
     if len(np.unique(xs)) < 3:
-        nan = math.nan
         return LeaveOneOut(int(xs.size), nan, nan, nan, "not enough points: need >= 3 distinct x")
+    if constant_response(ys):
+        return LeaveOneOut(int(xs.size), nan, nan, nan, no_variation_status(y_name, ys))
     model = sm.OLS(ys, sm.add_constant(np.log(xs) / math.log(log_base))).fit()
     press = np.asarray(OLSInfluence(model).resid_press, dtype=float)
     return LeaveOneOut(

@@ -14,6 +14,8 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from analysis.numbers import fmt
+
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
 table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
@@ -21,6 +23,7 @@ th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; verti
 th { background: #f3f3f3; }
 td.error { color: #a00; white-space: pre-wrap; max-width: 40rem; }
 p.note { color: #555; font-size: 0.85rem; }
+p.description { font-size: 1rem; margin-top: -0.5rem; white-space: pre-wrap; }
 div.scroll { overflow-x: auto; max-width: 100%; }
 table.sortable th { cursor: pointer; }
 table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }
@@ -64,6 +67,26 @@ def format_cell(value: Any) -> str:
     if isinstance(value, list | tuple):
         return html.escape("[" + ", ".join(_plain(v) for v in value) + "]")
     return html.escape(str(value))
+
+
+def shown(value: Any) -> Any:
+    """A fit's field as the console prints it: a number through :func:`analysis.numbers.fmt`
+    (``.6g``; ``n/a`` when undefined), a tuple of numbers as ``[lo, hi]``; text as it is."""
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(str(shown(v)) for v in value) + "]"
+    if value is None or isinstance(value, int | float):
+        return fmt(value, ".6g")
+    return value
+
+
+def description_html(text: str | None) -> str:
+    """A sweep's ``description`` (its spec's free text) as an escaped paragraph, placed under
+    the page's heading; empty when there is none."""
+    if not text or not str(text).strip():
+        return ""
+    return f"<p class='description'>{html.escape(str(text).strip())}</p>"
 
 
 def plot_text(value: Any) -> str:
@@ -114,6 +137,6 @@ def page(title: str, parts: Iterable[str]) -> str:
 
 
 def _plain(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "nan"
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    if value is None or isinstance(value, float):
+        return fmt(value, ".6g")
+    return str(value)

@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.compare import SlopeDifference
+from analysis.numbers import fmt
 from analysis.review import LawReview
 from dashboards._html import page, plot_text, table
 from dashboards.review_tables import paper_rows, review_rows
@@ -60,7 +61,7 @@ def write_compare_page(
             )
         )
         if fit.ok:
-            add_fit_line(fig, fit, plot_text(f"{name}: a = {fit.a:.4g}"), rgb)
+            add_fit_line(fig, fit, plot_text(f"{name}: a = {fmt(fit.a)}"), rgb)
     fig.update_layout(
         title={"text": plot_text(f"{y} vs {x}: {names[0]} vs {names[1]}"), "font": {"size": 13}},
         xaxis={"type": "log", "title": {"text": plot_text(f"{x} (log scale)")}},
@@ -70,8 +71,9 @@ def write_compare_page(
     )
     sd = slope_diff
     diff_text = (
-        f"a({names[1]}) - a({names[0]}) = {sd.diff:+.4g}, 95% CI [{sd.lo:+.4g}, {sd.hi:+.4g}] "
-        f"(HC3 errors, t with {sd.df:.0f} df): "
+        f"a({names[1]}) - a({names[0]}) = {fmt(sd.diff, '+.4g')}, 95% CI "
+        f"[{fmt(sd.lo, '+.4g')}, {fmt(sd.hi, '+.4g')}] "
+        f"(HC3 errors, t with {fmt(sd.df, '.0f')} df): "
         + ("the slopes differ." if sd.excludes_zero else "no detectable difference in slope.")
         if sd.status == "ok"
         else sd.status

@@ -22,6 +22,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.laws import LogLinearFit
+from analysis.numbers import fmt
 from analysis.paper import compare_with_paper
 from analysis.throughput import (
     BEST_COLUMNS,
@@ -34,7 +35,7 @@ from analysis.throughput import (
     compare_k_opt,
     throughput_surface,
 )
-from dashboards._html import page, plot_text, table
+from dashboards._html import description_html, page, plot_text, shown, table
 from dashboards.review_tables import paper_table
 from dashboards.sweep_page import add_fit_line, fit_rows, fit_title
 
@@ -62,6 +63,7 @@ def write_decode_dashboard(
     peak_fit: LogLinearFit | None,
     k_fit: KOptFit | None,
     roofline: RooflineData | None,
+    description: str = "",
 ) -> Path:
     """Write the batch-size sweep's dashboard to ``path`` (one HTML file) and return it.
 
@@ -72,6 +74,7 @@ def write_decode_dashboard(
     ``k_fit`` :func:`analysis.throughput.fit_k_opt` (Eq. 4). ``roofline`` carries the
     roofline's I(b, k), I_crit and k_opt(b) for the local hardware; when it is None those
     figures are replaced by a note. Only completed trials are plotted; every trial is listed.
+    ``description`` is the sweep's spec ``description`` (shown, escaped, under the heading).
     """
     if not len(best):
         best = pd.DataFrame(columns=list(BEST_COLUMNS))
@@ -100,6 +103,7 @@ def write_decode_dashboard(
     parts = [
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Decode sweep {html.escape(sweep_name)}</h1>",
+        description_html(description),
         f"<p class='note'>{len(trials)} trials, {n_done} completed, {n_failed} failed. Only "
         "completed trials are plotted. Throughput is generated tokens/s over the whole batch; "
         "k (num_draft_tokens) is the number of tokens verified per sequence per cycle, the "
@@ -114,7 +118,7 @@ def write_decode_dashboard(
     else:
         parts.append(
             f"<p class='note'>Roofline for {html.escape(roofline.hardware)}: I_crit = "
-            f"{roofline.i_crit:.4g} FLOP/byte. {html.escape(roofline.note)}</p>"
+            f"{fmt(roofline.i_crit)} FLOP/byte. {html.escape(roofline.note)}</p>"
         )
     plotly_js_included = False
     for key, fig, empty_note in figures:
@@ -403,7 +407,7 @@ def _roofline_figure(roofline: RooflineData) -> go.Figure | None:
             y=roofline.i_crit,
             line_dash="dash",
             line_color="rgb(214, 39, 40)",
-            annotation_text=f"I_crit = {roofline.i_crit:.4g} FLOP/byte: "
+            annotation_text=f"I_crit = {fmt(roofline.i_crit)} FLOP/byte: "
             f"{plot_text(roofline.hardware)}",
             annotation_position="top left",
         )
@@ -437,7 +441,10 @@ def _k_title(k_fit: KOptFit | None) -> str:
         return "best k vs b: no fit"
     log2 = k_fit.log2
     if log2.ok:
-        alt = f"log2: k = {log2.a:.4g}*log2(b) + {log2.b:.4g}, R² = {log2.r2:.3f}, n = {log2.n}"
+        alt = (
+            f"log2: k = {fmt(log2.a)}*log2(b) + {fmt(log2.b)}, R² = {fmt(log2.r2, '.3f')}, "
+            f"n = {log2.n}"
+        )
     else:
         alt = f"log2: no fit ({plot_text(log2.status)})"
     return f"{_eq4_summary(k_fit.eq4)}<br>{alt}"
@@ -447,8 +454,8 @@ def _eq4_summary(fit: Eq4Fit) -> str:
     if not fit.ok:
         return f"Eq. 4: no fit ({plot_text(fit.status)})"
     return (
-        f"Eq. 4: k = {fit.A:.4g}*sqrt(1 + {fit.B:.4g}/b) - {fit.C:.4g}, "
-        f"R² = {fit.r2:.3f}, n = {fit.n}"
+        f"Eq. 4: k = {fmt(fit.A)}*sqrt(1 + {fmt(fit.B)}/b) - {fmt(fit.C)}, "
+        f"R² = {fmt(fit.r2, '.3f')}, n = {fit.n}"
     )
 
 
@@ -475,9 +482,8 @@ def _fits_html(peak_fit: LogLinearFit | None, k_fit: KOptFit | None) -> str:
     if k_fit is None:
         parts.append("<p class='note'>No fit was made.</p>")
     else:
-        eq4 = k_fit.eq4.to_dict()
         names = ["form", "status", "A", "A_ci", "B", "B_ci", "C", "C_ci", "r2", "n", "alpha"]
-        rows: list[list[object]] = [[k, eq4[k]] for k in names]
+        rows: list[list[object]] = [[k, shown(getattr(k_fit.eq4, k))] for k in names]
         paper = k_fit.paper
         rows.append(
             [

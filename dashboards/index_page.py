@@ -13,6 +13,7 @@ from dashboards._html import format_cell, page
 
 INDEX_COLUMNS = (
     "sweep",
+    "description",
     "workload",
     "trials",
     "completed",
@@ -39,10 +40,11 @@ def write_index(
 ) -> Path:
     """Write the index page (one HTML file, no script but the table sorter) and return it.
 
-    ``sweeps`` has one row per sweep with :data:`INDEX_COLUMNS` (``a``, ``a_lo``, ``a_hi``,
-    ``r2``: the sweep's main law fit, NaN without one; ``other``: pending, running or cancelled
-    trials). The table (id "sweeps") sorts by any column; each name links to the sweep's page
-    (:func:`dashboard_href`) when that page exists beside the index. ``comparisons`` are
+    ``sweeps`` has one row per sweep with :data:`INDEX_COLUMNS` (``description``: the spec's
+    free text, escaped like every cell; ``a``, ``a_lo``, ``a_hi``, ``r2``: the sweep's main law
+    fit, NaN without one; ``other``: pending, running or cancelled trials). The table (id
+    "sweeps") sorts by any column; each name links to the sweep's page (:func:`dashboard_href`)
+    when that page exists beside the index. ``comparisons`` are
     relative links to ``orchestrator compare`` pages, listed below the table.
     """
     head = "".join(f"<th>{html.escape(c)}</th>" for c in INDEX_COLUMNS)

@@ -1,23 +1,39 @@
 """Tables of a law review: the fit and its checks, and the paper's constants beside ours.
 
-Shared by the sweep dashboard and ``orchestrator compare``; text only, no figures.
+Shared by the sweep dashboard, ``orchestrator fit`` (the console) and ``orchestrator compare``;
+text only, no figures. Numbers go through :func:`analysis.numbers.fmt`, the console's format:
+an undefined value is ``n/a``, and a check without a number gives no verdict.
 """
 
 from __future__ import annotations
 
 import math
 
+from analysis.laws import LogLinearFit
+from analysis.numbers import NA, fmt
 from analysis.paper import PaperComparison
 from analysis.review import LawReview
 from dashboards._html import table
 
 
-def _g(value: float, digits: int = 4) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+def _g(value: float | None, digits: int = 4) -> str:
+    return fmt(value, f".{digits}g")
 
 
 def _ci(ci: tuple[float, float], digits: int = 4) -> str:
     return f"[{_g(ci[0], digits)}, {_g(ci[1], digits)}]"
+
+
+def fit_numbers(fit: LogLinearFit) -> str:
+    """An ok fit's coefficients in one line, as the console and the figure titles print them:
+    ``a = 0.05163 [0.03958, 0.06368], b = 0.8974 [0.8387, 0.9561] (95% CI, HC3), R² = 0.953
+    (adjusted 0.945), n = 8``."""
+    level = round(100 * (1 - fit.alpha))
+    return (
+        f"a = {_g(fit.a)} {_ci(fit.a_ci)}, b = {_g(fit.b)} {_ci(fit.b_ci)} "
+        f"({level}% CI, {fit.cov_type}), R² = {fmt(fit.r2, '.3f')} "
+        f"(adjusted {fmt(fit.r2_adj, '.3f')}), n = {fit.n}"
+    )
 
 
 def review_rows(review: LawReview) -> list[list[object]]:
@@ -43,8 +59,7 @@ def review_rows(review: LawReview) -> list[list[object]]:
         rows.append(
             [
                 "warning",
-                "every fitted point lies on the line (zero residuals, e.g. the "
-                "same y everywhere): the intervals have no width and R² may be undefined",
+                "every fitted point lies on the line (zero residuals): the intervals have no width",
             ]
         )
     rows += [
@@ -66,8 +81,9 @@ def review_rows(review: LawReview) -> list[list[object]]:
                 "extrapolation to the largest x",
                 f"fit on x < {_g(ex.x_heldout, 6)} ({ex.n_train} trials) predicts "
                 f"{_g(ex.predicted)} {_ci((ex.pred_lo, ex.pred_hi))}; observed mean "
-                f"{_g(ex.observed)} (n = {ex.n_heldout}); error {ex.error:+.4g} "
-                f"({100 * ex.rel_error:+.2f}%), {verdict} the {level}% prediction interval",
+                f"{_g(ex.observed)} (n = {ex.n_heldout}); error {fmt(ex.error, '+.4g')} "
+                f"({fmt(100 * ex.rel_error, '+.2f')}%), {verdict} the {level}% prediction "
+                "interval",
             ]
         )
     else:
@@ -111,14 +127,14 @@ def review_table(review: LawReview) -> str:
 def paper_rows(cmp: PaperComparison) -> list[list[object]]:
     """(quantity, paper, ours) rows of :class:`analysis.paper.PaperComparison`."""
     boot = (
-        "n/a"
+        NA
         if cmp.boot_covers_paper is None
         else ("yes" if cmp.boot_covers_paper else "no") + f" {_ci(cmp.boot_ci or (math.nan,) * 2)}"
     )
-    fitted = math.isfinite(cmp.ours_a)
-    covers = ("yes" if cmp.ci_covers_paper else "no") if fitted else "n/a (no fit)"
+    fitted = cmp.ci_covers_paper is not None
+    covers = ("yes" if cmp.ci_covers_paper else "no") if fitted else f"{NA} (no fit)"
     if not fitted:
-        boot = "n/a (no fit)"
+        boot = f"{NA} (no fit)"
     return [
         ["source", cmp.source, "this sweep"],
         ["slope a", _g(cmp.paper_a), f"{_g(cmp.ours_a)} {_ci(cmp.ours_a_ci)}"],

@@ -18,10 +18,12 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from analysis.laws import PAPER_CONSTANTS, LogLinearFit, baseline_summary
+from analysis.laws import LogLinearFit, baseline_summary
+from analysis.numbers import fmt
+from analysis.paper import PAPER_CONSTANTS
 from analysis.review import LawReview
-from dashboards._html import page, plot_text, table
-from dashboards.review_tables import paper_table, review_table
+from dashboards._html import description_html, page, plot_text, shown, table
+from dashboards.review_tables import fit_numbers, paper_table, review_table
 
 _LINE_POINTS = 60
 """points on the fitted curve between the smallest and largest fitted x (log-spaced)"""
@@ -44,8 +46,11 @@ def write_sweep_dashboard(
     per_set_prefix: str = "acceptance_length/",
     extra: list[tuple[str, go.Figure]] | None = None,
     curves: Curves | None = None,
+    description: str = "",
 ) -> Path:
     """Write the sweep's dashboard to ``path`` (one HTML file, plotly.js inlined) and return it.
+
+    ``description`` is the sweep's spec ``description`` (shown, escaped, under the heading).
 
     ``trials`` is the wide trial table: ``trial_key``, ``state``, optional ``error``, override
     columns (``x``, ``seed``, ...) and metric columns (``y`` and ``per_set_prefix + set``).
@@ -86,6 +91,7 @@ def write_sweep_dashboard(
     parts = [
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Sweep {html.escape(sweep_name)}</h1>",
+        description_html(description),
         f"<p class='note'>{html.escape(note)}</p>",
     ]
     js = True
@@ -113,12 +119,7 @@ def fit_title(fit: LogLinearFit | None, x: str, y: str) -> str:
         return plot_text(f"{y} vs {x}: no fit")
     if not fit.ok:
         return plot_text(f"{fit.form}: no fit line ({fit.status})")
-    level = round(100 * (1 - fit.alpha))
-    return (
-        f"{plot_text(fit.form)}<br>a = {fit.a:.4g} [{fit.a_ci[0]:.4g}, {fit.a_ci[1]:.4g}], "
-        f"b = {fit.b:.4g} [{fit.b_ci[0]:.4g}, {fit.b_ci[1]:.4g}] ({level}% CI, {fit.cov_type}), "
-        f"R² = {fit.r2:.3f}, n = {fit.n}"
-    )
+    return f"{plot_text(fit.form)}<br>{plot_text(fit_numbers(fit))}"
 
 
 def fit_line(fit: LogLinearFit) -> pd.DataFrame:
@@ -173,7 +174,7 @@ def _fit_figure(done: pd.DataFrame, review: LawReview | None, x: str, y: str) ->
                 y=np.round(sat.predict(grid), 6).tolist(),
                 mode="lines",
                 line={"color": "rgb(44, 160, 44)", "dash": "dot"},
-                name=f"saturating: c - A*x^-alpha (ΔAIC {review.forms.delta:+.2f})",
+                name=f"saturating: c - A*x^-alpha (ΔAIC {fmt(review.forms.delta, '+.2f')})",
             )
         )
     _add_baseline(fig, done, x, y)
@@ -239,8 +240,8 @@ def _add_baseline(fig: go.Figure, done: pd.DataFrame, x: str, y: str) -> None:
         y=mean,
         line_dash="dash",
         line_color="gray",
-        annotation_text=f"SFT-only baseline ({plot_text(x)} = 0): {mean:.4g}"
-        + (f" ± {std:.2g}" if n > 1 else "")
+        annotation_text=f"SFT-only baseline ({plot_text(x)} = 0): {fmt(mean)}"
+        + (f" ± {fmt(std, '.2g')}" if n > 1 else "")
         + f", n = {n}",
         annotation_position="bottom right",
     )
@@ -283,10 +284,9 @@ def _fit_table(review: LawReview | None) -> str:
 def fit_rows(fit: LogLinearFit, paper_setting: str) -> list[list[object]]:
     """(field, value) rows of a fit, plus the paper's constants for its law measured on
     ``paper_setting`` (e.g. "7B-class targets on GPUs") when the paper has that law."""
-    d = fit.to_dict()
     names = ["law", "form", "status", "a", "a_ci", "b", "b_ci", "r2", "r2_adj", "n", "excluded"]
     names += ["cov_type", "alpha"]
-    rows: list[list[object]] = [[k, d[k]] for k in names]
+    rows: list[list[object]] = [[k, shown(getattr(fit, k))] for k in names]
     paper = PAPER_CONSTANTS.get(fit.law)
     if paper is not None:
         rows.append(
@@ -367,7 +367,7 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
             if not values:
                 continue
             xv = x_of.get(key, math.nan)
-            label = f"{plot_text(key)} ({plot_text(x)} = {xv:.6g})"
+            label = f"{plot_text(key)} ({plot_text(x)} = {fmt(xv, '.6g')})"
             if key in failed:
                 label += " (failed)"
             fig.add_trace(

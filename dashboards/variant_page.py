@@ -9,9 +9,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.factorial import FactorEffect
+from analysis.numbers import fmt
 from analysis.paper import table4_ratios
 from analysis.variants import variant_summary
-from dashboards._html import page, plot_text, table
+from dashboards._html import description_html, page, plot_text, table
 from dashboards.sweep_page import trial_table
 
 
@@ -22,12 +23,13 @@ def write_variant_dashboard(
     trials: pd.DataFrame,
     metrics: list[str],
     effects: list[FactorEffect] | None = None,
+    description: str = "",
 ) -> Path:
     """Write one self-contained HTML page: acceptance length per variant and prompt set (bars:
     mean over completed trials, error bars: sample sd, points: each trial), the main effects of
     two-level factors with their 95% CIs (``effects``, see :mod:`analysis.factorial`), the
     summary table of ``metrics`` (see :func:`analysis.variants.variant_summary`) and every
-    trial."""
+    trial. ``description`` is the sweep's spec ``description`` (shown, escaped)."""
     per_set = sorted(c for c in trials.columns if str(c).startswith("acceptance_length/"))
     summary = variant_summary(trials, ["acceptance_length", *per_set, *metrics])
     fig = go.Figure()
@@ -53,6 +55,7 @@ def write_variant_dashboard(
     parts = [
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Sweep {html.escape(sweep_name)}</h1>",
+        description_html(description),
         f"<p class='note'>{len(trials)} trials, {n_done} completed. Variants are compared "
         "by their completed trials; delta is each variant's mean minus the first's.</p>",
         fig.to_html(full_html=False, include_plotlyjs=True, div_id="variants"),
@@ -77,8 +80,8 @@ def _table4(summary: pd.DataFrame) -> list[str]:
     if eagle2 is None or scylla is None:
         return []
     ours = float(acc[scylla] / acc[eagle2])
-    rows = [["this sweep (SmolLM2-135M target, CPU budgets)", f"{ours:.3f}"]]
-    rows += [[f"paper Table 4: {m}", f"{r:.3f}"] for m, r in table4_ratios().items()]
+    rows = [["this sweep (SmolLM2-135M target, CPU budgets)", fmt(ours, ".3f")]]
+    rows += [[f"paper Table 4: {m}", fmt(r, ".3f")] for m, r in table4_ratios().items()]
     return [
         "<h2>The paper beside us (Table 4)</h2>",
         "<p class='note'>Mean acceptance length of Scylla over EAGLE-2; the paper's means are "

@@ -157,49 +157,53 @@ def print_space(sweep: Any) -> None:
 
 
 def print_fit(rep: Any) -> None:
-    """A sweep's fitted law with its review, or why there is none."""
+    """A sweep's fitted law with its review, or why there is none.
+
+    The numbers are the pages' (:mod:`dashboards.review_tables`); a fit that is not ok (too few
+    points, a constant response) prints its status and no check, verdict or ratio. Text is
+    printed as is (no rich markup: ``[n/a, n/a]`` is an interval, not a style).
+    """
+    from dashboards.review_tables import fit_numbers, review_rows
+
+    def say(text: str) -> None:
+        out.print(text, markup=False)
+
     f, rv = rep.fit, rep.review
     if f is None:
         pass
     elif not f.ok:
-        out.print(f"fit: {f.status}")
+        say(f"fit: {f.status}")
     else:
-        out.print(
-            f"fit: {f.form}: a = {fmt(f.a, '.4f')} [{fmt(f.a_ci[0], '.4f')}, "
-            f"{fmt(f.a_ci[1], '.4f')}] (95% CI, {f.cov_type}), b = {fmt(f.b, '.4f')} "
-            f"[{fmt(f.b_ci[0], '.4f')}, {fmt(f.b_ci[1], '.4f')}], R² = {fmt(f.r2, '.3f')} "
-            f"(adjusted {fmt(f.r2_adj, '.3f')}), n = {f.n}"
-        )
+        say(f"fit: {f.form}: {fit_numbers(f)}")
     if rv is not None:
-        out.print(rv.counts.text())
+        say(rv.counts.text())
     if rv is not None and f is not None and f.ok:
-        from dashboards.review_tables import review_rows
-
         for check, value in review_rows(rv)[3:]:
             if not str(check).startswith(("a (95% CI", "b (95% CI", "R²", "n (")):
-                out.print(f"  {check}: {value}")
-        if rv.paper is not None:
-            p = rv.paper
-            out.print(
-                f"  paper ({p.source}): a = {p.paper_a:g}; ours / paper = "
+                say(f"  {check}: {value}")
+        p = rv.paper
+        if p is not None and p.ci_covers_paper is not None:
+            say(
+                f"  paper ({p.source}): a = {fmt(p.paper_a, 'g')}; ours / paper = "
                 f"{fmt(p.slope_ratio, '.3g')}; our CI "
                 f"{'covers' if p.ci_covers_paper else 'does not cover'} the paper's a"
             )
     for line in rep.lines:
-        out.print(line)
+        say(line)
     b = rep.baseline
     if b.get("n"):
-        out.print(f"SFT-only baseline: acceptance_length = {fmt(b['mean'], '.4f')} (n = {b['n']})")
+        say(f"SFT-only baseline: acceptance_length = {fmt(b['mean'], '.4f')} (n = {b['n']})")
     if getattr(rep, "index", None) is not None:
-        out.print(f"index of all sweeps: {rep.index}")
+        say(f"index of all sweeps: {rep.index}")
 
 
 def print_trials(
     name: str,
     rows: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]],
-    columns: tuple[str, ...] = ("acceptance_length",),
+    columns: tuple[str, ...] = (),
 ) -> None:
-    """A trial table: key, grid point, state (and error), the given metrics."""
+    """A trial table: key, grid point, state (and error), the given metrics (the workload's
+    ``status_columns``; none for planned trials, which have no metrics yet)."""
     table = Table(title=f"sweep {name}")
     axes = sorted({k for _, _, o, _ in rows for k in o})
     for col in ["trial_key", *axes, "state", *columns]:

@@ -9,15 +9,16 @@ and exit code 2.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from analysis.numbers import NA, defined, fmt
 from orchestrator.commands.options import DbUrl, RunRoot
 from orchestrator.store.access import find_sweep, open_store
 
@@ -112,7 +113,7 @@ def report(
         fresh[info.name] = r.fit
         law = ""
         if r.fit is not None and r.fit.ok:
-            law = f", a = {r.fit.a:.4g} [{r.fit.a_ci[0]:.4g}, {r.fit.a_ci[1]:.4g}]"
+            law = f", a = {fmt(r.fit.a)} [{fmt(r.fit.a_ci[0])}, {fmt(r.fit.a_ci[1])}]"
         console.print(f"[{i}/{len(infos)}] {info.name} ({info.workload}{law}): {page}")
     index = write_run_index(store, out_dir, fresh)
     pages = f"{len(infos)} page{'s' if len(infos) != 1 else ''}"
@@ -160,13 +161,14 @@ def compare(
     for col in ("check", sweep_a, sweep_b):
         grid.add_column(col, overflow="fold")
     for row in side_by_side_rows(a.review, b.review):
-        grid.add_row(*(str(v) for v in row))
+        grid.add_row(*(escape(str(v)) for v in row))  # "[n/a, n/a]" is text, not markup
     console.print(grid)
     if diff.status == "ok":
         verdict = "the slopes differ" if diff.excludes_zero else "no detectable difference"
         console.print(
-            f"slope difference a(B) - a(A) = {diff.diff:+.4g} [{diff.lo:+.4g}, {diff.hi:+.4g}] "
-            f"(95% CI, HC3): {verdict}"
+            f"slope difference a(B) - a(A) = {fmt(diff.diff, '+.4g')} "
+            f"[{fmt(diff.lo, '+.4g')}, {fmt(diff.hi, '+.4g')}] (95% CI, HC3): {verdict}",
+            markup=False,
         )
     else:
         console.print(f"slope difference: {diff.status}")
@@ -175,10 +177,10 @@ def compare(
         mt.add_column(col, justify="right")
     for r in means.itertuples(index=False):
         mt.add_row(
-            f"{r.x:.6g}",
+            fmt(r.x, ".6g"),
             _mean(r.mean_a, r.sd_a, r.n_a),
             _mean(r.mean_b, r.sd_b, r.n_b),
-            "" if math.isnan(r.delta) else f"{r.delta:+.4f}",
+            fmt(r.delta, "+.4f"),
         )
     console.print(mt)
     try:
@@ -201,7 +203,9 @@ def compare(
 
 
 def _mean(mean: float, sd: float, n: int) -> str:
-    if n == 0 or math.isnan(mean):
-        return "-"
-    spread = "" if math.isnan(sd) else f" ± {sd:.4f}"
-    return f"{mean:.4f}{spread} ({n})"
+    """``mean ± sd (n)`` in the pages' format (:func:`analysis.numbers.fmt`); "n/a" without
+    trials, no spread from one trial."""
+    if n == 0 or not defined(mean):
+        return NA
+    spread = f" ± {fmt(sd, '.4f')}" if defined(sd) else ""
+    return f"{fmt(mean, '.4f')}{spread} ({n})"

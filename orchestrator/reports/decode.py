@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.laws import LogLinearFit
+from analysis.numbers import fmt
 from analysis.throughput import (
     METRICS,
     RooflineData,
@@ -100,9 +101,10 @@ def fit_decode_sweep(
     parent_run: str | None = None,
     *,
     persist: bool = True,
+    description: str = "",
 ) -> tuple[LogLinearFit, list[str]]:
     """Fit Thm 1.3 and Eq. 4 over completed trials, store them (unless ``persist=False``),
-    write the dashboard.
+    write the dashboard (``description``: the sweep's spec ``description``, shown on it).
 
     Returns:
         The Thm 1.3 fit and summary lines for the console (best k per b, speedups, roofline).
@@ -137,6 +139,7 @@ def fit_decode_sweep(
         peak_fit=peak,
         k_fit=kfit,
         roofline=roof,
+        description=description,
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
@@ -147,11 +150,13 @@ def fit_decode_sweep(
         if cmp is not None:
             hit = cmp[cmp["batch_size"] == row["batch_size"]]
             if len(hit):
-                pred = f", roofline k_opt {hit.iloc[0].get('predicted_k_opt', math.nan):.0f}"
+                k_roof = hit.iloc[0].get("predicted_k_opt", math.nan)
+                pred = f", roofline k_opt {fmt(k_roof, '.0f')}"
         lines.append(
-            f"b={int(row['batch_size'])}: best k {row['best_num_draft_tokens']:.0f}, "
-            f"{row['peak_tokens_per_s']:.1f} tok/s, speedup over AR {row['speedup']:.2f}x, "
-            f"acceptance length {row['acceptance_length']:.2f}{pred}"
+            f"b={int(row['batch_size'])}: best k {fmt(row['best_num_draft_tokens'], '.0f')}, "
+            f"{fmt(row['peak_tokens_per_s'], '.1f')} tok/s, speedup over AR "
+            f"{fmt(row['speedup'], '.2f')}x, acceptance length "
+            f"{fmt(row['acceptance_length'], '.2f')}{pred}"
         )
     return peak, lines
 

@@ -1,4 +1,10 @@
-"""After the trials: fit the law, store it (SQL + parent MLflow run), write the dashboard."""
+"""After the trials: fit the law, store it (SQL + parent MLflow run), write the dashboard.
+
+Which report a sweep gets is its workload's registry entry (``Workload.report``): ``law``
+(a law over the grid's law axis, or variants side by side, or a table when the grid varies no
+law axis), ``throughput`` (:mod:`orchestrator.reports.decode`) or ``table`` (the trials only).
+No workload is named here.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from analysis.factorial import factor_effects
 from analysis.laws import LogLinearFit, baseline_summary
+from analysis.numbers import fmt
 from analysis.review import LawReview, review_law
 from analysis.variants import variant_summary
 from dashboards.sweep_page import LOSS_SERIES, write_sweep_dashboard
+from dashboards.table_page import write_table_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
 from dashboards.variant_page import write_variant_dashboard
+from orchestrator.reports._spec import spec_data, spec_description, varied_fields
 from orchestrator.reports.decode import fit_decode_sweep, fit_record
 from orchestrator.reports.index import write_run_index
-from orchestrator.store.results import ResultsStore
+from orchestrator.store.results import ResultsStore, SweepInfo
 from orchestrator.tracking.tracker import Tracker
+from workloads.registry import WORKLOADS
+from workloads.registry import Report as ReportKind
 
 X, Y = "pretrain.tokens", "acceptance_length"
 """the law of the token sweep: acceptance_length = a*log10(pretrain.tokens) + b (Thm 1.1)"""
@@ -39,15 +49,43 @@ VARIANT_METRICS = [
 """metrics summarised per variant besides the acceptance lengths"""
 
 
-def law_axis(spec_yaml: str) -> tuple[str, str]:
-    """(x column, law name) of a draft_train sweep: its first grid axis that has a law, else the
-    token law (a sweep without that axis gets a "not enough points" fit)."""
-    data = yaml.safe_load(spec_yaml) or {}
-    grid = data.get("grid") or {} if isinstance(data, dict) else {}
-    for axis in grid:
+def find_law_axis(spec_yaml: str) -> tuple[str, str] | None:
+    """(x column, law name) of a law sweep: the first field its grid (or search space) varies
+    that has a law (:data:`LAW_AXES`); None when it varies none."""
+    for axis in varied_fields(spec_yaml):
         if axis in LAW_AXES:
             return axis, LAW_AXES[axis]
-    return X, "tokens"
+    return None
+
+
+def law_axis(spec_yaml: str) -> tuple[str, str]:
+    """(x column, law name) of a law sweep (:func:`find_law_axis`), else the token law."""
+    return find_law_axis(spec_yaml) or (X, "tokens")
+
+
+def no_law_axis_text(spec_yaml: str) -> str:
+    """The one line for a law sweep whose grid varies no law axis."""
+    varied = varied_fields(spec_yaml)
+    what = f" (it varies {', '.join(varied)})" if varied else ""
+    return (
+        f"no law axis: the grid varies none of {', '.join(LAW_AXES)}{what}; "
+        "the trials are tabulated"
+    )
+
+
+def report_kind(info: SweepInfo | None) -> ReportKind:
+    """The report a stored sweep gets: its workload's registry ``report``; ``table`` for a
+    workload that is no longer registered, ``law`` when the sweep is not in the store."""
+    if info is None:
+        return "law"
+    entry = WORKLOADS.get(info.workload)
+    return entry.report if entry is not None else "table"
+
+
+def _table_metric(info: SweepInfo | None) -> str | None:
+    """The metric a table page plots: the workload's first ``status`` column."""
+    entry = WORKLOADS.get(info.workload) if info is not None else None
+    return entry.status_columns[0] if entry is not None and entry.status_columns else None
 
 
 @dataclass(frozen=True)
@@ -55,7 +93,7 @@ class Report:
     """The fit of one sweep, its SFT-only baseline and the dashboard written."""
 
     fit: LogLinearFit | None
-    """None for a sweep of variants (compared side by side, no law)"""
+    """None without a law: variants (side by side), a table sweep, no law axis in the grid"""
     review: LawReview | None
     """the fit with its checks (bootstrap, extrapolation, LOO, AIC, paper); None without law"""
     baseline: dict[str, float | int]
@@ -86,10 +124,11 @@ def fit_sweep(
     *,
     persist: bool = True,
 ) -> Report:
-    """Fit the sweep's law, store and plot it: Thm 1.1 over completed ``draft_train`` trials
-    with tokens > 0 (all seeds) with its checks (:func:`analysis.review.review_law`); for
-    ``decode_bench`` sweeps Thm 1.3 and Eq. 4
-    (:func:`orchestrator.reports.decode.fit_decode_sweep`).
+    """Fit the sweep's law, store and plot it, as its workload's ``report`` says
+    (:func:`report_kind`): ``law``: Thm 1.1/1.2 over the completed trials at x > 0 (all seeds)
+    with its checks (:func:`analysis.review.review_law`), variants side by side, or the trial
+    table when the grid varies no law axis; ``throughput``: Thm 1.3 and Eq. 4
+    (:func:`orchestrator.reports.decode.fit_decode_sweep`); ``table``: the trials only.
     With ``persist=False`` nothing is written but the dashboard (``orchestrator report``).
 
     Raises:
@@ -114,18 +153,36 @@ def _fit_sweep(
     if not persist:
         tracker = None
     info = store.get_sweep(sweep_name)
-    if info is not None and info.workload == "decode_bench":
+    kind = report_kind(info)
+    spec_yaml = info.spec_yaml if info is not None else ""
+    about = spec_description(spec_yaml)
+    if kind == "throughput":
         peak, lines = fit_decode_sweep(
-            store, sweep_id, sweep_name, dashboard, tracker, parent_run, persist=persist
+            store,
+            sweep_id,
+            sweep_name,
+            dashboard,
+            tracker,
+            parent_run,
+            persist=persist,
+            description=about,
         )
         return Report(fit=peak, review=None, baseline={}, dashboard=dashboard, lines=lines)
     df = trials_frame(store, sweep_id)
-    spec_yaml = info.spec_yaml if info is not None else ""
-    if info is not None and info.workload == "sleep":
-        return _report_table(df, sweep_name, spec_yaml, dashboard, tracker, parent_run)
+    sink = (tracker, parent_run)
+    if kind == "table":
+        n_done = int((df["state"] == "completed").sum()) if len(df) else 0
+        line = f"{n_done} of {len(df)} trials completed; the trials are tabulated"
+        return _report_table(
+            df, sweep_name, spec_yaml, dashboard, sink, _table_metric(info), line, on_page=False
+        )
     if "variant" in df.columns:
         return _report_variants(df, sweep_name, spec_yaml, dashboard, tracker, parent_run)
-    x, law = law_axis(spec_yaml)
+    axis = find_law_axis(spec_yaml)
+    if axis is None:
+        line = no_law_axis_text(spec_yaml)
+        return _report_table(df, sweep_name, spec_yaml, dashboard, sink, _table_metric(info), line)
+    x, law = axis
     table = df if x in df and Y in df else pd.DataFrame({x: [], Y: [], "state": []})
     review = review_law(table, x, Y, law=law)
     fit = review.fit
@@ -154,6 +211,7 @@ def _fit_sweep(
         y=Y,
         extra=extra,
         curves=store.sweep_series(sweep_id, LOSS_SERIES),
+        description=about,
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
@@ -192,26 +250,29 @@ def _report_table(
     sweep_name: str,
     spec_yaml: str,
     dashboard: Path,
-    tracker: Tracker | None,
-    parent_run: str | None,
+    sink: tuple[Tracker | None, str | None],
+    metric: str | None,
+    line: str,
+    *,
+    on_page: bool = True,
 ) -> Report:
-    """A diagnostic (``sleep``) sweep: no law, the dashboard lists its trials."""
-    data = yaml.safe_load(spec_yaml) or {}
-    grid = (data.get("grid") or {}) if isinstance(data, dict) else {}
-    x = next(iter(grid), "seed")
-    write_sweep_dashboard(
-        dashboard, sweep_name=sweep_name, trials=df, review=None, x=x, y="sleep.seconds"
+    """A sweep without a law (a ``table`` workload, or no law axis in the grid): no fit is
+    stored or logged; the page tabulates the trials and plots ``metric`` per varied field;
+    ``line`` is the console's summary, also shown on the page when ``on_page``."""
+    x = next(iter(varied_fields(spec_yaml)), "seed")
+    write_table_dashboard(
+        dashboard,
+        sweep_name=sweep_name,
+        trials=df,
+        x=x,
+        y=metric,
+        description=spec_description(spec_yaml),
+        notes=[line] if on_page else [],
     )
+    tracker, parent_run = sink
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
-    n_done = int((df["state"] == "completed").sum()) if len(df) else 0
-    return Report(
-        fit=None,
-        review=None,
-        baseline={},
-        dashboard=dashboard,
-        lines=[f"diagnostic sweep: {n_done} of {len(df)} trials completed"],
-    )
+    return Report(fit=None, review=None, baseline={}, dashboard=dashboard, lines=[line])
 
 
 def _report_variants(
@@ -227,10 +288,13 @@ def _report_variants(
     summary = variant_summary(df, ["acceptance_length", *VARIANT_METRICS])
     lines = []
     for r in summary[summary["metric"].isin(["acceptance_length", "speedup"])].itertuples():
-        delta = "" if math.isnan(r.delta) else f", delta {r.delta:+.4f}"
-        lines.append(f"{r.variant}: {r.metric} = {r.mean:.4f} ± {r.sd:.4f} (n = {r.n}{delta})")
-    data = yaml.safe_load(spec_yaml) if spec_yaml else {}
-    variants = (data.get("variants") or {}) if isinstance(data, dict) else {}
+        delta = "" if math.isnan(r.delta) else f", delta {fmt(r.delta, '+.4f')}"
+        lines.append(
+            f"{r.variant}: {r.metric} = {fmt(r.mean, '.4f')} ± {fmt(r.sd, '.4f')} "
+            f"(n = {r.n}{delta})"
+        )
+    raw = spec_data(spec_yaml).get("variants")
+    variants = raw if isinstance(raw, dict) else {}
     per_set = sorted(c for c in df.columns if str(c).startswith("acceptance_length/"))
     effects = [e for m in ["acceptance_length", *per_set] for e in factor_effects(df, variants, m)]
     for e in effects:
@@ -238,11 +302,12 @@ def _report_variants(
             ci = (
                 "no residual variation: no CI"
                 if math.isnan(e.ci[0])
-                else f"95% CI {e.ci[0]:+.4f} to {e.ci[1]:+.4f}, p = {e.p:.3g}"
+                else f"95% CI {fmt(e.ci[0], '+.4f')} to {fmt(e.ci[1], '+.4f')}, "
+                f"p = {fmt(e.p, '.3g')}"
             )
             lines.append(
-                f"effect of {e.factor} {e.low} -> {e.high} on {e.metric}: {e.effect:+.4f} "
-                f"({ci}, n = {e.n})"
+                f"effect of {e.factor} {e.low} -> {e.high} on {e.metric}: "
+                f"{fmt(e.effect, '+.4f')} ({ci}, n = {e.n})"
             )
     if tracker is not None and parent_run is not None:
         values = {
@@ -255,7 +320,12 @@ def _report_variants(
             values |= {key: e.effect, f"{key}.lo": e.ci[0], f"{key}.hi": e.ci[1]}
         tracker.log_metrics(parent_run, values)
     write_variant_dashboard(
-        dashboard, sweep_name=sweep_name, trials=df, metrics=VARIANT_METRICS, effects=effects
+        dashboard,
+        sweep_name=sweep_name,
+        trials=df,
+        metrics=VARIANT_METRICS,
+        effects=effects,
+        description=spec_description(spec_yaml),
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis.laws import LogLinearFit
 from dashboards.index_page import INDEX_COLUMNS, write_index
+from orchestrator.reports._spec import spec_description
 from orchestrator.store.results import ResultsStore
 
 
@@ -27,6 +28,7 @@ def index_frame(
         states = Counter(t.state for t in store.trials(info.id))
         row: dict[str, object] = {
             "sweep": info.name,
+            "description": spec_description(info.spec_yaml),
             "workload": info.workload,
             "trials": sum(states.values()),
             "completed": states.get("completed", 0),

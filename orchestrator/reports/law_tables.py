@@ -1,8 +1,10 @@
 """The law table of a stored sweep: which rows, x, y and law a sweep's main law is fitted on.
 
-- ``draft_train`` with a law axis in its grid (Thm 1.1 ``pretrain.tokens``, Thm 1.2
+By the workload's registry ``report`` (no workload is named here):
+
+- ``law`` with a law axis in its grid (Thm 1.1 ``pretrain.tokens``, Thm 1.2
   ``draft.layers``): every trial, ``acceptance_length`` vs that axis, log10;
-- ``decode_bench``: the best configuration per batch size, ``peak_tokens_per_s`` vs
+- ``throughput``: the best configuration per batch size, ``peak_tokens_per_s`` vs
   ``batch_size``, log2 (Thm 1.3).
 """
 
@@ -16,8 +18,9 @@ from analysis.review import LawReview, review_law
 from analysis.throughput import best_per_batch
 from orchestrator.errors import OrchestratorError
 from orchestrator.reports.decode import decode_frame
-from orchestrator.reports.fit import LAW_AXES, Y, law_axis, trials_frame
+from orchestrator.reports.fit import Y, find_law_axis, no_law_axis_text, report_kind, trials_frame
 from orchestrator.store.results import ResultsStore, SweepInfo
+from workloads.registry import WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class LawTable:
 
     sweep: str
     table: pd.DataFrame
-    """one row per trial (draft_train) or per batch size (decode_bench), with ``state``"""
+    """one row per trial (a law sweep) or per batch size (a throughput sweep), with ``state``"""
     x: str
     y: str
     law: str
@@ -38,25 +41,38 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
     """The sweep's main law table and review.
 
     Raises:
-        OrchestratorError: the sweep has no law (variants, diagnostic, or no law axis).
+        OrchestratorError: the sweep has no law (variants, a ``table`` workload, no law axis
+            in its grid) or no trials.
     """
-    if info.workload == "decode_bench":
+    kind = report_kind(info)
+    if kind == "throughput":
         best = best_per_batch(decode_frame(store, info.id)).assign(state="completed")
         x, y, law, base, unit = "batch_size", "peak_tokens_per_s", "batch", 2, "batch sizes"
         table = best
-    elif info.workload == "draft_train":
+    elif kind == "law":
         table = trials_frame(store, info.id)
-        x, law = law_axis(info.spec_yaml)
-        y, base, unit = Y, 10, "trials"
-        if "variant" in table.columns or x not in table.columns:
+        if "variant" in table.columns:
             raise OrchestratorError(
-                f"sweep {info.name!r} has no law axis (its grid has none of "
-                f"{', '.join(LAW_AXES)}); compare sweeps that fit a law"
+                f"sweep {info.name!r} compares variants side by side and fits no law; compare "
+                "sweeps that fit a law"
             )
+        axis = find_law_axis(info.spec_yaml)
+        if axis is None:
+            raise OrchestratorError(
+                f"sweep {info.name!r}: {no_law_axis_text(info.spec_yaml)}; compare sweeps "
+                "that fit a law"
+            )
+        x, law = axis
+        if x not in table.columns:
+            raise OrchestratorError(
+                f"sweep {info.name!r} has no trials over {x} yet; compare sweeps with trials"
+            )
+        y, base, unit = Y, 10, "trials"
     else:
+        with_law = ", ".join(n for n, w in WORKLOADS.items() if w.report != "table")
         raise OrchestratorError(
             f"sweep {info.name!r} is a {info.workload} sweep, which fits no law; compare "
-            "draft_train or decode_bench sweeps"
+            f"sweeps of {with_law}"
         )
     if y not in table.columns:
         table = table.assign(**{y: float("nan")})

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 
-from analysis.laws import PAPER_CONSTANTS, baseline_summary, fit_log_linear
+from analysis.laws import baseline_summary, fit_log_linear
+from analysis.paper import PAPER_CONSTANTS
 
 PAPER_BUDGETS_B = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
 """Scylla Thm 1.1 pretraining budgets, billions of tokens"""

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.laws import PAPER_CONSTANTS, fit_log_linear
-from analysis.paper import compare_with_paper, reference, table4_ratios
+from analysis.laws import fit_log_linear
+from analysis.paper import PAPER_CONSTANTS, compare_with_paper, reference, table4_ratios
 from analysis.throughput import PAPER_K_OPT, _eq4, fit_eq4
 
 

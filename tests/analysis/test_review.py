@@ -62,3 +62,43 @@ def test_empty_and_missing_columns() -> None:
     assert rv.counts.total == 0 and not rv.fit.ok
     with pytest.raises(ValueError, match="column 'y' is not in the table"):
         review_law(pd.DataFrame({"x": [1.0]}), "x", "y", law="tokens")
+
+
+def _constant_table(value: float = 1.5) -> pd.DataFrame:
+    xs = np.repeat([1e4, 3e4, 1e5, 3e5, 1e6], 2)
+    return pd.DataFrame({"x": xs, "y": [value] * xs.size, "state": "completed"})
+
+
+@pytest.mark.parametrize("value", [1.5, 1.0, 0.0])
+def test_a_constant_response_gives_no_verdict(value: float) -> None:
+    """Every y equal: slope, R², AIC and the paper's ratio are undefined (NaN, "n/a", None),
+    not a ~1e-16 slope, a ~1e-14 ratio to the paper and an AIC "winner"."""
+    rv = review_law(_constant_table(value), "x", "y", law="tokens", n_resamples=200)
+    assert not rv.fit.ok and rv.fit.status.startswith("no variation: every y is")
+    assert math.isnan(rv.fit.a) and math.isnan(rv.fit.r2) and rv.fit.n == 10
+    assert rv.counts.used == 10 and rv.bootstrap.n_valid == 0
+    assert not rv.saturating.ok and rv.saturating.status.startswith("no variation")
+    assert rv.forms.preferred == "n/a" and math.isnan(rv.forms.delta)
+    assert rv.loo.status.startswith("no variation") and math.isnan(rv.loo.rmse)
+    assert rv.extrapolation.status.startswith("no variation") and rv.extrapolation.covered is None
+    assert rv.paper is not None and math.isnan(rv.paper.slope_ratio)
+    assert rv.paper.ci_covers_paper is None and rv.paper.boot_covers_paper is None
+    details = rv.details()
+    json.dumps(details, allow_nan=False)
+    assert details["forms"]["delta"] is None and details["paper"]["slope_ratio"] is None
+    assert details["paper"]["ci_covers_paper"] is None
+
+
+def test_a_response_that_varies_a_little_is_still_fitted() -> None:
+    t = _constant_table()
+    t.loc[t.index[-1], "y"] = 1.5 + 1e-6
+    rv = review_law(t, "x", "y", law="tokens", n_resamples=200)
+    assert rv.fit.ok and rv.paper is not None and rv.paper.ci_covers_paper is not None
+
+
+def test_a_constant_response_stays_a_fit_where_a_flat_line_is_an_answer() -> None:
+    from analysis.laws import constant_response, fit_log_linear
+
+    assert constant_response([2.0, 2.0, 2.0 + 1e-15]) and not constant_response([2.0, 2.001])
+    fit = fit_log_linear(_constant_table(), "x", "y", law="k_opt")  # default: allowed
+    assert fit.ok and fit.a == pytest.approx(0.0, abs=1e-12)

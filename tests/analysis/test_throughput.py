@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
-from analysis.laws import PAPER_CONSTANTS
+from analysis.paper import PAPER_CONSTANTS
 from analysis.throughput import (
     BEST_COLUMNS,
     PAPER_K_OPT,

@@ -191,3 +191,75 @@ def test_decode_page(tmp_path: Path, with_roofline: bool) -> None:
     roofline = replace(_roofline(), hardware=IMG, note=SCRIPT) if with_roofline else None
     text = _write(tmp_path, trials, roofline=roofline, sweep_name=SCRIPT)
     _assert_renders_as_text(text, in_figures=[IMG] if with_roofline else [])
+
+
+# -- the sweep's description (its spec's free text) on every page kind -----------------------------
+
+DESCRIPTION = f"tokens & layers {SCRIPT}"
+ESCAPED_DESCRIPTION = f"<p class='description'>tokens &amp; layers {ESCAPED_SCRIPT}</p>"
+
+
+def _description_page(kind: str, tmp_path: Path) -> str:
+    from analysis.throughput import best_per_batch, fit_k_opt, fit_peak_throughput
+    from dashboards.decode_page import write_decode_dashboard
+    from dashboards.table_page import write_table_dashboard
+
+    path = tmp_path / kind / "dashboard.html"
+    trials = _sweep_trials()
+    if kind == "law":
+        review = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+        write_sweep_dashboard(
+            path, sweep_name="s", trials=trials, review=review, description=DESCRIPTION
+        )
+    elif kind == "variants":
+        trials["variant"] = ["a", "a", "b", "b", "b"]
+        write_variant_dashboard(
+            path, sweep_name="s", trials=trials, metrics=[], description=DESCRIPTION
+        )
+    elif kind == "throughput":
+        decode = _trials()
+        best = best_per_batch(decode)
+        write_decode_dashboard(
+            path,
+            sweep_name="s",
+            trials=decode,
+            best=best,
+            peak_fit=fit_peak_throughput(best),
+            k_fit=fit_k_opt(best),
+            roofline=None,
+            description=DESCRIPTION,
+        )
+    else:
+        write_table_dashboard(
+            path,
+            sweep_name="s",
+            trials=trials,
+            x="draft.layers",
+            y="acceptance_length",
+            description=DESCRIPTION,
+        )
+    return path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("kind", ["law", "variants", "throughput", "table"])
+def test_description_is_shown_escaped_on_every_page_kind(tmp_path: Path, kind: str) -> None:
+    text = _description_page(kind, tmp_path)
+    assert ESCAPED_DESCRIPTION in text
+    assert text.index("<h1>") < text.index(ESCAPED_DESCRIPTION)  # under the heading
+    # trial keys in hover data (the law and table pages plot the trials themselves)
+    _assert_renders_as_text(text, in_figures=[SCRIPT] if kind in ("law", "table") else [])
+
+
+def test_description_in_the_index(tmp_path: Path) -> None:
+    from dashboards.index_page import INDEX_COLUMNS, write_index
+
+    row = dict.fromkeys(INDEX_COLUMNS, "") | {"sweep": "s", "description": DESCRIPTION}
+    text = write_index(tmp_path / "index.html", pd.DataFrame([row])).read_text(encoding="utf-8")
+    assert f"<td>tokens &amp; layers {ESCAPED_SCRIPT}</td>" in text
+    _assert_renders_as_text(text, in_figures=[])
+
+
+def test_an_empty_description_adds_nothing(tmp_path: Path) -> None:
+    trials = _sweep_trials()
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name="s", trials=trials, review=None)
+    assert "class='description'" not in out.read_text(encoding="utf-8")

@@ -139,3 +139,97 @@ def test_baseline_only(tmp_path: Path, n_base: int) -> None:
     review = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
     out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, review=review)
     assert "SFT-only baseline" in out.read_text(encoding="utf-8")
+
+
+def _constant_trials(value: float = 1.25) -> pd.DataFrame:
+    trials = _trials()
+    on_axis = trials["pretrain.tokens"] > 0
+    trials.loc[on_axis & (trials["state"] == "completed"), "acceptance_length"] = value
+    return trials
+
+
+def test_a_constant_response_has_no_fit_line_no_aic_winner_and_no_paper_verdict(
+    tmp_path: Path,
+) -> None:
+    trials = _constant_trials()
+    review = _review(trials)
+    out = write_sweep_dashboard(tmp_path / "d.html", sweep_name=SWEEP, trials=trials, review=review)
+    text = out.read_text(encoding="utf-8")
+    assert "no variation: every acceptance_length is 1.25" in text
+    assert "no fit line" in text and "fit: a*log10(x) + b" not in text
+    assert "saturating: c - A" not in text and "ΔAIC" not in text  # no saturating curve
+    assert ": log-linear" not in text and ": saturating" not in text  # no AIC preference
+    assert "prediction interval" not in text and "inside the" not in text  # no law claims
+    assert "<td>slope ratio (ours / paper)</td><td>1</td><td>n/a</td>" in text
+    assert "<td>our CI covers the paper&#x27;s a</td><td></td><td>n/a (no fit)</td>" in text
+    assert "e-1" not in text.split("<h2>Fit and checks</h2>")[1]  # no ~1e-16 slope anywhere
+
+
+def test_pages_and_console_share_one_number_format(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review table (page) and ``orchestrator fit`` (console) print the same strings,
+    through analysis.numbers.fmt: "n/a" for undefined numbers."""
+    import io
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from analysis.numbers import fmt
+    from dashboards.review_tables import fit_numbers, paper_rows, review_rows
+    from dashboards.sweep_page import fit_title
+    from orchestrator.commands import render
+
+    review = _review(_trials())
+    f = review.fit
+    rows = dict((str(k), str(v)) for k, v in review_rows(review))
+    a_row = next(v for k, v in rows.items() if k.startswith("a (95% CI"))
+    assert a_row == f"{fmt(f.a)} [{fmt(f.a_ci[0])}, {fmt(f.a_ci[1])}]"
+    assert rows["R² / adjusted R²"] == f"{fmt(f.r2, '.3g')} / {fmt(f.r2_adj, '.3g')}"
+    # an undefined number is "n/a" on the page, as on the console
+    nan = float("nan")
+    blank = replace(review, bootstrap=replace(review.bootstrap, a_ci=(nan, nan)))
+    boot = dict((str(k), str(v)) for k, v in review_rows(blank))["a (95% bootstrap CI)"]
+    assert boot.startswith("[n/a, n/a]")
+    assert review.paper is not None
+    ratio = next(r for r in paper_rows(review.paper) if r[0] == "slope ratio (ours / paper)")
+    assert ratio[2] == fmt(review.paper.slope_ratio, ".3g")
+
+    buf = io.StringIO()
+    monkeypatch.setattr(render, "out", Console(file=buf, width=400, soft_wrap=True))
+    render.print_fit(SimpleNamespace(fit=f, review=blank, lines=[], baseline={}, index=None))
+    console = buf.getvalue()
+    assert f"a (95% bootstrap CI): {boot}" in console
+    assert f"ours / paper = {ratio[2]}" in console
+    assert f"fit: {f.form}: {fit_numbers(f)}" in console  # the figure title's numbers
+    assert fit_numbers(f) in fit_title(f, "pretrain.tokens", "acceptance_length")
+
+
+def test_the_console_gives_no_verdict_for_a_constant_response(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from orchestrator.commands import render
+
+    review = _review(_constant_trials())
+    buf = io.StringIO()
+    monkeypatch.setattr(render, "out", Console(file=buf, width=400, soft_wrap=True))
+    render.print_fit(SimpleNamespace(fit=review.fit, review=review, lines=[], baseline={}))
+    console = buf.getvalue()
+    assert "fit: no variation: every acceptance_length is 1.25 (6 points)" in console
+    for claim in ("log-linear", "saturating", "ours / paper", "covers", "inside", "e-1"):
+        assert claim not in console, claim
+
+
+def test_fit_tables_show_undefined_numbers_as_n_a() -> None:
+    from dashboards.sweep_page import fit_rows
+
+    review = _review(_constant_trials())
+    rows = {str(k): v for k, v in fit_rows(review.fit, "7B targets")}
+    assert rows["a"] == "n/a" and rows["a_ci"] == "[n/a, n/a]" and rows["r2"] == "n/a"
+    assert rows["n"] == "6" and rows["alpha"] == "0.05" and rows["status"].startswith("no var")
+    ok = {str(k): v for k, v in fit_rows(_review(_trials()).fit, "7B targets")}
+    assert ok["a"] == format(_review(_trials()).fit.a, ".6g")
