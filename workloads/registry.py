@@ -42,9 +42,23 @@ class TrialContext:
 
     cache_dir: Path
     out_dir: Path
+    """exists when ``run`` is called"""
     run_root: Path
     progress: Progress
     resources: Resources
+
+    @classmethod
+    def local(cls, out_dir: Path, *, cache_dir: Path | None = None) -> TrialContext:
+        """A context for running a trial by hand (a test, a notebook): ``out_dir`` created,
+        the cache beside it unless given, progress printed, default resources."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return cls(
+            cache_dir=cache_dir or out_dir.parent / "cache",
+            out_dir=out_dir,
+            run_root=out_dir.parent,
+            progress=print,
+            resources=Resources(),
+        )
 
 
 class ConfigError(ValueError):

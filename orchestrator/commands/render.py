@@ -201,14 +201,19 @@ def print_trials(
     name: str,
     rows: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]],
     columns: tuple[str, ...] = (),
+    formats: dict[str, str] | None = None,
 ) -> None:
     """A trial table: key, grid point, state (and error), the given metrics (the workload's
-    ``status_columns``; none for planned trials, which have no metrics yet)."""
+    ``status_columns``; none for planned trials, which have no metrics yet), each in its
+    format from ``formats`` (the workload's progress formats), else ``.4f``."""
     table = Table(title=f"sweep {name}")
     axes = sorted({k for _, _, o, _ in rows for k in o})
     for col in ["trial_key", *axes, "state", *columns]:
         table.add_column(col)
     for key, state, overrides, metrics in rows:
-        values = ["" if metrics is None else fmt(metrics.get(c), ".4f") for c in columns]
+        spec = formats or {}
+        values = [
+            "" if metrics is None else fmt(metrics.get(c), spec.get(c, ".4f")) for c in columns
+        ]
         table.add_row(key, *[str(overrides.get(a, "")) for a in axes], state, *values)
     out.print(table)

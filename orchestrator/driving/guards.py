@@ -91,17 +91,18 @@ def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
         old = stored_spec(info)
     except SpecError:  # a spec stored by an older version that no longer validates
         return
-    for name in _IDENTITY:
-        before, after = _identity(old, name), _identity(spec, name)
-        if before == after:
-            continue
-        line = spec_line(path, *_locs(name, before, after))
-        raise SpecError(
-            f"{path}:{line}: sweep {spec.name!r} already exists in {store.url} and this spec "
-            f"changes its {name} (stored from {info.spec_path}); one sweep name is one "
-            f"experiment. Fix: give this spec a new name, or resubmit the spec it was run "
-            f"with (`orchestrator status {spec.name}` shows its trials)"
-        )
+    changed = [n for n in _IDENTITY if _identity(old, n) != _identity(spec, n)]
+    if not changed:
+        return
+    lines = {n: spec_line(path, *_locs(n, _identity(old, n), _identity(spec, n))) for n in changed}
+    first = min(changed, key=lambda n: lines[n])
+    raise SpecError(
+        f"{path}:{lines[first]}: sweep {spec.name!r} already exists in {store.url} and this "
+        f"spec changes its {' and '.join(changed)} (stored from {info.spec_path}); one sweep "
+        "name is one experiment. Fix: give this spec a new name, or resubmit the spec it was "
+        f"run with (`orchestrator status {spec.name}` with the same --run-root or --db-url "
+        "shows its trials)"
+    )
 
 
 def _identity(spec: SweepSpec, name: str) -> Any:

@@ -74,6 +74,7 @@ def run_trial(
         resources=resources,
     )
     try:
+        out.mkdir(parents=True, exist_ok=True)
         result = get_workload(workload).run(config, ctx)
     except Exception as exc:  # noqa: BLE001 - every trial error is recorded, the sweep goes on
         tb = traceback.format_exc()

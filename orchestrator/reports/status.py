@@ -34,6 +34,8 @@ class StatusView:
     search_metric: str | None = None
     search_trials: int | None = None
     """a search's ``n_trials``"""
+    formats: dict[str, str] | None = None
+    """metric -> format of the workload's progress line"""
 
 
 def _columns(spec: SweepSpec | None, info: SweepInfo) -> tuple[str, ...]:
@@ -66,7 +68,9 @@ def sweep_status(store: ResultsStore, info: SweepInfo) -> StatusView:
         )
         error = f": {t.error.splitlines()[0][:80]}" if t.error else ""
         rows.append((t.key, state + error, t.overrides, metrics))
-    view = StatusView(info.name, columns, rows, counts)
+    entry = WORKLOADS.get(info.workload)
+    formats = dict(entry.progress) if entry is not None else {}
+    view = StatusView(info.name, columns, rows, counts, formats=formats)
     if info.driver and info.heartbeat_at:
         age = (datetime.now(UTC) - info.heartbeat_at).total_seconds()
         gone = "" if alive else " (gone: the next submit or retry takes the sweep over)"

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from orchestrator.spec.sweep import load_spec
-from workloads.registry import WORKLOADS, ConfigError, get_workload
+from workloads.registry import WORKLOADS, ConfigError, TrialContext, get_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,3 +63,11 @@ def test_the_check_finds_a_comparison(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text('def f(w: str) -> bool:\n    return w == "decode_bench"\n')
     assert len(_name_comparisons(probe)) == 1
+
+
+def test_a_trial_runs_by_hand_through_its_entry(tmp_path: Path) -> None:
+    sleep = get_workload("sleep")
+    ctx = TrialContext.local(tmp_path / "trial")
+    assert ctx.out_dir.is_dir() and ctx.cache_dir == tmp_path / "cache"
+    result = sleep.run(sleep.config_model.model_validate({"seconds": 0, "value": 2.5}), ctx)
+    assert result.metrics["value"] == 2.5 and result.metrics["sleep.attempt"] == 1
