@@ -57,6 +57,13 @@ def sqlite_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tup
     return run_root, submit(run_root, cache_dir)
 
 
+def _constant(store: ResultsStore, sweep_id: int) -> bool:
+    """Whether every fitted trial (pretrain.tokens > 0) has the same acceptance length."""
+    df = store.metrics_frame(sweep_id)
+    fitted = df[df["pretrain.tokens"] > 0]["acceptance_length"]
+    return fitted.nunique() == 1
+
+
 def test_smoke_sweep_on_sqlite(sqlite_run: tuple[Path, str]) -> None:
     run_root, output = sqlite_run
     assert "4 completed, 0 already completed (skipped), 0 failed" in output
@@ -75,11 +82,16 @@ def test_smoke_sweep_on_sqlite(sqlite_run: tuple[Path, str]) -> None:
         assert "acceptance_length" in child["metrics"]
     keys = {c["tags"]["specscale.trial_key"] for c in children}
     assert keys == {t.key for t in store.trials(sweep_id)}
-    # dashboard with the fitted line
+    # dashboard with the fitted line, or "no variation" when the tiny drafts all accept the
+    # same (a constant response has no slope, R² or verdict: n/a, never a number)
     fit = store.fits(sweep_id)[0]
     html = (run_root / "smoke-tokens" / "dashboard.html").read_text()
     assert fit["form"] in html
-    assert "fit: a*log10(x) + b" in html
+    if _constant(store, sweep_id):
+        assert "no variation" in html and "no variation" in output
+        assert "ours / paper" not in output and "AIC log-linear" not in output
+    else:
+        assert "fit: a*log10(x) + b" in html
     assert str(run_root / "smoke-tokens" / "dashboard.html") in output.replace("\n", "")
 
 
@@ -136,7 +148,13 @@ def test_fit_command_refits_from_the_db(sqlite_run: tuple[Path, str]) -> None:
         cwd=ROOT,
     )
     assert res.returncode == 0, res.stderr
-    assert "acceptance_length = a*log10(pretrain.tokens) + b" in res.stdout
+    store = ResultsStore.sqlite_under(run_root)
+    info = store.get_sweep("smoke-tokens")
+    assert info is not None
+    if _constant(store, info.id):
+        assert "fit: no variation: every acceptance_length is" in res.stdout
+    else:
+        assert "acceptance_length = a*log10(pretrain.tokens) + b" in res.stdout
     assert "dashboard:" in res.stdout
 
 

@@ -58,7 +58,7 @@ def test_deepspeed_on_gpus_is_accepted(tmp_path: Path) -> None:
     train = "    workers: 2\n    deepspeed: {zero_optimization: {stage: 2}}\n"
     spec = load_spec(spec_file(tmp_path, train, "  num_cpus: 4\n  num_gpus: 2\n"))
     trial = expand(spec)[0]
-    assert trains_on_workers(spec, trial.config.model_dump(mode="json"))
+    assert trains_on_workers(trial.config)
     assert task_options(spec, hold_gpus=False)["num_gpus"] == 0  # the workers hold the GPUs
     assert task_options(spec)["num_gpus"] == 2
 
