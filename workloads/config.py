@@ -6,10 +6,12 @@ nothing downstream reads raw dicts. Names follow the field's terms (see DESIGN.m
 
 from __future__ import annotations
 
+import functools
+import types
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.config import JsonDict
 
 
@@ -20,7 +22,69 @@ def before(value: object) -> JsonDict:
     return {"key_omits": value}  # type: ignore[dict-item]
 
 
-class _Frozen(BaseModel):
+def _members(ann: Any) -> tuple[Any, ...]:
+    """The types a union (or ``Annotated``) annotation is made of; ``(ann,)`` otherwise."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        return _members(get_args(ann)[0])
+    if origin in (Union, types.UnionType):
+        return tuple(m for a in get_args(ann) for m in _members(a))
+    return (ann,)
+
+
+def _takes_bool(ann: Any) -> bool:
+    """Whether ``ann`` accepts true/false as itself (bool, Any, a Literal of a bool)."""
+    return any(
+        m in (bool, Any, object)
+        or (get_origin(m) is Literal and any(isinstance(a, bool) for a in get_args(m)))
+        for m in _members(ann)
+    )
+
+
+def bool_for_number(ann: Any, value: Any) -> bool:
+    """Whether ``value`` holds a bool where ``ann`` wants a number (int or float), in a list,
+    tuple or dict value too. Pydantic's lax mode turns ``true`` into 1; a spec means no number
+    by it (YAML reads ``true``, ``yes`` and ``on`` as booleans)."""
+    if isinstance(value, bool):
+        return not _takes_bool(ann) and any(m in (int, float) for m in _members(ann))
+    if isinstance(value, list | tuple):
+        items: list[Any] = list(value)
+        kinds = [get_args(m) for m in _members(ann) if get_origin(m) in (list, tuple, set)]
+    elif isinstance(value, dict):
+        items = list(value.values())
+        kinds = [get_args(m)[1:] for m in _members(ann) if get_origin(m) is dict]
+    else:
+        return False
+    inner = [a for args in kinds for a in args if a is not Ellipsis]
+    return bool(inner) and any(all(bool_for_number(a, v) for a in inner) for v in items)
+
+
+@functools.cache
+def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Fields of ``model`` whose annotation has a number somewhere (checked for bools)."""
+
+    def has_number(ann: Any) -> bool:
+        return ann in (int, float) or any(has_number(a) for a in get_args(ann))
+
+    return frozenset(n for n, f in model.model_fields.items() if has_number(f.annotation))
+
+
+class NoBoolNumbers(BaseModel):
+    """Base of the spec's models: a number field refuses ``true``/``false`` (pydantic's lax mode
+    would read them as 1 and 0); ints still become floats and strings paths."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or info.field_name not in _numeric_fields(cls):
+            return value
+        if bool_for_number(field.annotation, value):
+            raise ValueError("Input should be a number, not a boolean (YAML's true/yes/on)")
+        return value
+
+
+class _Frozen(NoBoolNumbers):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

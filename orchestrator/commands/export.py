@@ -15,6 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from orchestrator.commands.options import flag
+
 out_console = Console()
 
 _FORMATS_HELP = (
@@ -56,7 +58,7 @@ def export(
         str, typer.Option("--dtype", help="weights' element type: float32, bfloat16 or float16")
     ] = "float32",
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="replace a non-empty --out folder")
+        bool, flag("--overwrite", help="replace a non-empty --out folder")
     ] = False,
 ) -> None:
     """Export a trained draft for EAGLE, SGLang, vLLM or as a self-describing HF folder.

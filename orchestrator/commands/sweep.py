@@ -15,7 +15,7 @@ import typer
 from rich.text import Text
 
 from orchestrator.commands import render
-from orchestrator.commands.options import Address, DbUrl, RunRoot, TrackingUri
+from orchestrator.commands.options import Address, DbUrl, RunRoot, TrackingUri, flag
 from orchestrator.commands.render import err, out
 from orchestrator.commands.setup import loopback_ray, quiet_env
 from orchestrator.errors import OrchestratorError, SpecError
@@ -44,19 +44,18 @@ def submit(
     address: Address = None,
     cache_dir: CacheDir = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="validate and list the trials; run and write nothing")
+        bool, flag("--dry-run", help="validate and list the trials; run and write nothing")
     ] = False,
     ray_job: Annotated[
         bool,
-        typer.Option(
+        flag(
             "--ray-job",
             help="run this driver as a Ray Job on the cluster whose job server is --address "
             "(e.g. http://head:8265); prints the job id and returns",
         ),
     ] = False,
     yes: Annotated[
-        bool,
-        typer.Option("--yes", help=f"run a grid of more than {MAX_TRIALS:,} trials"),
+        bool, flag("--yes", help=f"run a grid of more than {MAX_TRIALS:,} trials")
     ] = False,
 ) -> None:
     """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
@@ -180,7 +179,7 @@ def status(
     store = open_store(root, db_url, must_exist=True)
     info = find_sweep(store, sweep)
     view = sweep_status(store, info)
-    render.print_trials(sweep, view.rows, view.columns)
+    render.print_trials(sweep, view.rows, view.columns, view.formats)
     out.print(", ".join(f"{v} {k}" for k, v in sorted(view.counts.items())))
     for line in (view.driver_line, view.cancel_line):
         if line:
@@ -191,11 +190,7 @@ def status(
             out.print(f"study {sweep!r}: not in the results DB yet")
         else:
             best, finished = found
-            from orchestrator.spec.sweep import stored_spec
-
-            search = stored_spec(info).search
-            n = search.n_trials if search is not None else "?"
-            out.print(f"study {sweep!r}: {finished}/{n} trials finished")
+            out.print(f"study {sweep!r}: {finished}/{view.search_trials} trials finished")
             render.print_best(view.search_metric, best)
 
 
@@ -206,18 +201,76 @@ def fit(
     db_url: DbUrl = None,
     tracking_uri: TrackingUri = None,
 ) -> None:
-    """Refit the law of SWEEP from the DB, store it, update MLflow and the dashboard."""
+    """Refit the law of SWEEP from the DB, store it, update MLflow and the dashboard.
+
+    The sweep's parent MLflow run must exist where ``--tracking-uri`` points (default: the run
+    root's mlflow.db); otherwise the command refuses before writing anything.
+    """
     quiet_env()
+    from urllib.parse import urlsplit
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+    from mlflow.tracking import MlflowClient
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator._secrets import redact
     from orchestrator.driving.guards import check_sinks_apart
     from orchestrator.driving.runner import RunPaths
     from orchestrator.reports import fit as report
+    from orchestrator.store.results import mask_url
     from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 
     root = run_root.resolve()
     store = open_store(root, db_url, must_exist=True)
     info = find_sweep(store, sweep)
     check_sinks_apart(root, db_url, tracking_uri)
-    tracker = Tracker(tracking_uri or default_tracking_uri(root))
+    uri = tracking_uri or default_tracking_uri(root)
+    shown, run_id = mask_url(uri), info.mlflow_run_id
+    # Check the parent run before anything is written (a fit row, an MLflow store, a page).
+    nothing = "nothing was written"
+    resubmit = (
+        f"resubmit the spec (`orchestrator submit {info.spec_path} --run-root {run_root}`), "
+        "which starts a new parent run"
+    )
+    if not run_id:
+        raise OrchestratorError(
+            f"sweep {sweep!r} has no parent MLflow run in the results DB; {nothing}. "
+            f"Fix: {resubmit}"
+        )
+    fix = f"Fix: pass the --tracking-uri the sweep was submitted with, or {resubmit}"
+    local: Path | None = None  # a file store or SQLite file MLflow would create if missing
+    if uri.startswith("sqlite:"):
+        database = make_url(uri).database
+        local = Path(database) if database and database != ":memory:" else None
+    elif urlsplit(uri).scheme in ("", "file"):
+        local = Path(urlsplit(uri).path if uri.startswith("file:") else uri)
+    if local is not None and not local.expanduser().exists():
+        raise OrchestratorError(
+            f"no MLflow store at {shown} (it would hold parent run {run_id} of sweep "
+            f"{sweep!r}); {nothing}. {fix}"
+        )
+    try:
+        parent = MlflowClient(tracking_uri=uri).get_run(run_id)
+    except (MlflowException, SQLAlchemyError, OSError) as exc:
+        missing = isinstance(exc, MlflowException) and (
+            str(exc.error_code) == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST)
+            or "not found" in str(exc).lower()
+        )
+        if not missing:
+            reason = (redact(str(exc), uri).strip().splitlines() or ["error"])[0]
+            raise OrchestratorError(
+                f"MLflow at {shown}: cannot read parent run {run_id} of sweep {sweep!r} "
+                f"({reason}); {nothing}. Fix: check that the tracking server is running and "
+                "--tracking-uri is right"
+            ) from None
+        parent = None
+    if parent is None or parent.info.lifecycle_stage == "deleted":
+        raise OrchestratorError(
+            f"MLflow at {shown} has no parent run {run_id} of sweep {sweep!r}; {nothing}. {fix}"
+        )
+    tracker = Tracker(uri)
     dashboard = RunPaths(root, root / "cache").dashboard(sweep)
     rep = report.fit_sweep(store, info.id, sweep, dashboard, tracker, info.mlflow_run_id)
     render.print_fit(rep)
@@ -228,10 +281,8 @@ def fit(
 def retry(
     sweep: Annotated[str, typer.Argument(help="sweep name")],
     *,
-    failed: Annotated[bool, typer.Option("--failed", help="re-run the failed trials")] = False,
-    cancelled: Annotated[
-        bool, typer.Option("--cancelled", help="re-run the cancelled trials")
-    ] = False,
+    failed: Annotated[bool, flag("--failed", help="re-run the failed trials")] = False,
+    cancelled: Annotated[bool, flag("--cancelled", help="re-run the cancelled trials")] = False,
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
     tracking_uri: TrackingUri = None,

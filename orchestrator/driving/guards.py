@@ -5,6 +5,13 @@ Who writes what (see ``docs/architecture.md``): only the driver writes the resul
 MLflow (trial tasks return their results to it); trial tasks write their own folder under the
 run root and read the shared cache, so on a cluster every node must mount the run root and the
 cache at the same path. :func:`check_cluster_storage` checks that on every node.
+
+So a single-node sink (a SQLite results DB or MLflow store under the run root) is safe on a
+cluster: only the driver opens it, and no trial task connects to a DB or MLflow. What a cluster
+could silently split across nodes is the trial folders and the cache; a node that does not see
+them stops the submit (and ``retry``) with the fix, before a trial is registered or an MLflow
+run started (tested on a 2-node ``ray.cluster_utils`` cluster, tests/orchestrator/
+test_cluster.py).
 """
 
 from __future__ import annotations

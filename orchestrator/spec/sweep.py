@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from orchestrator.errors import SpecError
-from workloads.config import Resources
+from workloads.config import NoBoolNumbers, Resources
 from workloads.registry import WORKLOADS, Workload
 
 MAX_TRIALS = 10_000
@@ -58,7 +58,7 @@ _SEARCH_SEEDS = (
 )
 
 
-class SearchParam(BaseModel):
+class SearchParam(NoBoolNumbers):
     """One dimension of a search space: exactly one of ``int``, ``float`` or ``choice``.
 
     YAML: ``{int: [1, 6]}``, ``{int: [2, 64], log: true}``, ``{float: [1e-4, 1e-2], log: true}``,
@@ -133,7 +133,7 @@ class SearchParam(BaseModel):
         return f"{kind} [{lo}, {hi}]{extra}"
 
 
-class SearchSpec(BaseModel):
+class SearchSpec(NoBoolNumbers):
     """An Optuna search instead of a grid: ``n_trials`` trials over ``space``, one metric."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -154,7 +154,7 @@ RESERVED_NAMES = frozenset({"index.html", "cache", "compare", "mlartifacts"})
 """run-root entries a sweep's folder (``<run root>/<sweep>``) must not take"""
 
 
-class SweepSpec(BaseModel):
+class SweepSpec(NoBoolNumbers):
     """A validated sweep: what to run, over which grid (or search), with which resources."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -605,7 +605,8 @@ def _check_space(path: Path, root: yaml.Node, spec: SweepSpec, search: SearchSpe
                 line = _node_at(root, loc)[0].start_mark.line + 1
                 raise SpecError(
                     f"{path}:{line}: search field {field!r} ({param.describe()}) reaches "
-                    f"{value!r}, which the field refuses: {bad[0]['msg']}. Fix: keep the range "
+                    f"{value!r}, which the field refuses: "
+                    f"{bad[0]['msg'].removeprefix('Value error, ')}. Fix: keep the range "
                     f"inside the field's limits (workloads/config.py) or use the right kind "
                     "(int for whole numbers)."
                 ) from None

@@ -78,6 +78,17 @@ CASES: dict[str, Case] = {
     "unknown-key": Case("name: t\nbase:\n  sft:\n    tokenz: 5\n", "did you mean 'tokens'"),
     "unknown-top-level-key": Case("name: t\nseed: [0]\n", "did you mean 'seeds'"),
     "wrong-type": Case("name: t\nbase:\n  sft:\n    tokens: [1, 2]\n", "valid integer"),
+    "bool-as-resource-number": Case(
+        "name: t\nresources: {num_cpus: true}\n",
+        "sweep.yaml:2: resources.num_cpus: Input should be a number, not a boolean",
+    ),
+    "bool-as-config-number": Case(
+        "name: t\nbase:\n  draft: {layers: yes}\n",
+        "sweep.yaml:3: base.draft.layers: Input should be a number, not a boolean",
+    ),
+    "bool-as-search-number": Case(
+        SEARCH + "  n_trials: on\n", "sweep.yaml:6: search.n_trials: Input should be a number"
+    ),
     "unknown-workload": Case("name: t\nworkload: draft_trian\n", "'decode_bench' or 'sleep'"),
     "bad-sweep-name": Case("name: 'a b/c'\n", "may use only ASCII letters, digits"),
     # -- budgets --------------------------------------------------------------------------------

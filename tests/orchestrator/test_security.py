@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from orchestrator._secrets import passwords, redact
 from orchestrator.cli import app
-from orchestrator.errors import TrackingError
+from orchestrator.errors import OrchestratorError, TrackingError
 from orchestrator.tracking.tracker import Tracker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -272,3 +272,61 @@ def test_tracker_errors_never_show_the_password(monkeypatch: pytest.MonkeyPatch)
     printed = "".join(traceback.format_exception(info.value))
     assert SECRET not in str(info.value) and SECRET not in printed
     assert "http://u:***@127.0.0.1:1" in str(info.value)
+
+
+def test_ray_job_passwords_go_to_a_private_file_not_the_job_info(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--ray-job``: a URL with a password is not in the job's runtime_env (shown by ``ray job
+    list``) but in a 0600 file under the run root, which the job's driver reads and removes."""
+    from orchestrator.driving import ray_job
+
+    sent: list[dict[str, object]] = []
+
+    def submit(address: str, entrypoint: str, env: dict[str, object], meta: dict[str, str]) -> str:
+        sent.append({"entrypoint": entrypoint, "runtime_env": env, "metadata": meta})
+        return "raysubmit_test"
+
+    monkeypatch.setattr(ray_job, "_submit", submit)
+    db_url, tracking = f"postgresql://u:{SECRET}@127.0.0.1:1/x", "http://mlflow:5000"
+    run_root = tmp_path / "run"
+    kwargs = {"run_root": run_root, "cache_dir": None, "working_dir": ROOT}
+    spec = ROOT / "sweeps" / "sleep.yaml"
+    job = ray_job.submit_job(
+        "http://head:8265", spec, db_url=db_url, tracking_uri=tracking, **kwargs
+    )
+    assert job == "raysubmit_test" and SECRET not in json.dumps(sent)
+    env = sent[0]["runtime_env"]["env_vars"]  # type: ignore[index]
+    assert env["MLFLOW_TRACKING_URI"] == tracking and "SPECSCALE_DB_URL" not in env
+    urls = Path(env[ray_job.URLS_FILE_VAR])
+    assert urls.parent == run_root / ".ray-jobs"
+    assert (urls.stat().st_mode & 0o777, urls.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+
+    # the job's driver: --db-url from the file (then removed), --tracking-uri from its env
+    monkeypatch.setenv(ray_job.URLS_FILE_VAR, str(urls))
+    res = CliRunner().invoke(app, ["status", "s", "--run-root", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "postgresql://u:***@127.0.0.1:1/x" in res.output, res.output
+    assert SECRET not in res.output and not urls.exists()
+
+    # a job that cannot read the file stops with the reason
+    monkeypatch.setenv(ray_job.URLS_FILE_VAR, str(tmp_path / "elsewhere.json"))
+    res = CliRunner().invoke(app, ["status", "s", "--run-root", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "cannot read the job's DB and tracking URLs" in res.output
+    monkeypatch.delenv(ray_job.URLS_FILE_VAR)
+
+    # a refused submission leaves no file behind; without a password nothing is written
+    def refuse(*_args: object) -> str:
+        raise OrchestratorError("the Ray job server refused the job")
+
+    monkeypatch.setattr(ray_job, "_submit", refuse)
+    with pytest.raises(OrchestratorError):
+        ray_job.submit_job("http://head:8265", spec, db_url=db_url, tracking_uri=None, **kwargs)
+    assert not list((run_root / ".ray-jobs").iterdir())
+    monkeypatch.setattr(ray_job, "_submit", submit)
+    plain = "postgresql://u@db/x"
+    ray_job.submit_job("http://head:8265", spec, db_url=plain, tracking_uri=tracking, **kwargs)
+    assert sent[-1]["runtime_env"]["env_vars"] == {  # type: ignore[index]
+        "SPECSCALE_DB_URL": plain,
+        "MLFLOW_TRACKING_URI": tracking,
+    }
+    assert not list((run_root / ".ray-jobs").iterdir())

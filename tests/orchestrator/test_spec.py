@@ -192,3 +192,38 @@ def test_names_taken_by_the_run_root_are_refused(name: str, tmp_path: Path) -> N
     spec.write_text(f"name: {name}\nworkload: sleep\n")
     with pytest.raises(SpecError, match=r"s\.yaml:1: name: sweep name .* is taken by"):
         load_spec(spec)
+
+
+def test_numbers_refuse_booleans_but_keep_ints_as_floats_and_strings_as_paths(
+    tmp_path: Path,
+) -> None:
+    """Pydantic's lax mode reads ``true`` as 1: every spec model refuses a bool for a number."""
+    from pydantic import ValidationError
+
+    from orchestrator.spec.sweep import SearchParam, SearchSpec
+    from workloads.config import DecodeBenchConfig, DraftTrainConfig, EvalConfig, Resources
+    from workloads.sleep import SleepConfig
+
+    bad = [
+        (Resources, {"num_cpus": True}),
+        (Resources, {"memory_gb": False}),
+        (SleepConfig, {"value": True}),
+        (DraftTrainConfig, {"pretrain": {"mix": {"sharegpt": True}}}),
+        (DraftTrainConfig, {"draft": {"vocab_tokens": True}}),
+        (DecodeBenchConfig, {"decode": {"temperature": False}}),
+        (SearchParam, {"int": [1, True]}),
+        (SearchParam, {"float": [0.1, 1], "step": True}),
+    ]
+    for model, data in bad:
+        with pytest.raises(ValidationError, match="not a boolean"):
+            model.model_validate(data)
+    assert Resources.model_validate({"num_cpus": 2, "retry_exceptions": True}).num_cpus == 2.0
+    assert isinstance(SleepConfig.model_validate({"seconds": 1}).seconds, float)
+    assert EvalConfig.model_validate({"prompt_sets": str(tmp_path)}).prompt_sets == tmp_path
+    assert SearchParam.model_validate({"choice": [True, 2, None]}).choice == [True, 2, None]
+    space = {"x": {"int": [1, 2]}}
+    assert SearchSpec.model_validate({"metric": "m", "n_trials": 3, "space": space}).n_trials == 3
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\nworkload: sleep\nseeds: [0, true]\n")
+    with pytest.raises(SpecError, match=r"s\.yaml:3: seeds: Input should be a number"):
+        load_spec(path)
