@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.text import Text
+from typer.core import TyperCommand
 
 from orchestrator._secrets import redact
 from orchestrator.commands import sweep
@@ -35,6 +36,16 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Command(TyperCommand):
+    """A command whose ``--help`` row shows no ``<bool>`` metavar (typer's rich help adds one)."""
+
+    def get_help_option(self, ctx: Any) -> Any:  # typer vendors click: its own Context type
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
 
 
 def _one_line_errors(fn: F) -> F:
@@ -68,7 +79,7 @@ for _command in (
     report,
     compare,
 ):
-    app.command(_command.__name__)(_one_line_errors(_command))
+    app.command(_command.__name__, cls=_Command)(_one_line_errors(_command))
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from orchestrator.driving import guards, preflight, runner
 from orchestrator.driving.events import Listener, SweepFinished, SweepOpened
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.spec.grid import TrialSpec, count_trials, expand
-from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, load_spec, stored_spec
+from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spec
 from orchestrator.store.access import find_sweep, open_store
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
@@ -58,6 +58,8 @@ class Plan:
     trials: list[TrialSpec]
     n_grid: int
     """grid points x seeds x variants (0 for a search)"""
+    text: str
+    """the YAML as validated (stored with the sweep)"""
 
     @property
     def too_big(self) -> bool:
@@ -77,11 +79,11 @@ def plan(path: Path, *, expand_all: bool = True) -> Plan:
     Raises:
         SpecError: the spec is invalid (file:line and a fix).
     """
-    spec = load_spec(path)
+    spec, text = read_spec(path)
     n_grid = 0 if spec.search else count_trials(spec)
     big = n_grid > MAX_TRIALS and not expand_all
     trials = [] if spec.search or big else expand(spec)
-    return Plan(path, spec, trials, n_grid)
+    return Plan(path, spec, trials, n_grid, text)
 
 
 def open_sinks(dest: Destinations, *, must_exist: bool = False) -> tuple[ResultsStore, Tracker]:
@@ -118,8 +120,10 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
     preflight.check_folder("--run-root", dest.run_root)
     if dest.cache_dir is not None:
         preflight.check_folder("--cache-dir", dest.cache_dir)
-    if dest.address:  # fail fast, before anything is written
+    if dest.address:  # fail fast, before any DB or MLflow file is written
         runner.check_ray_address(dest.address)
+        runner.init_ray(dest.address)
+        guards.check_cluster_storage(dest)
     store, tracker = open_sinks(dest)
     guards.check_resubmit(store, spec, path)
     study = None
@@ -127,11 +131,8 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
         from orchestrator.driving import search
 
         study = search.open_study(spec, search.storage_url(dest.db_url, dest.run_root))
-    runner.init_ray(dest.address)
-    guards.check_cluster_storage(dest)
-    sweep_id, _ = runner.register(
-        store, spec, path, path.read_text(encoding="utf-8"), the_plan.trials
-    )
+    runner.init_ray(dest.address)  # a local Ray: started once the input is accepted
+    sweep_id, _ = runner.register(store, spec, path, the_plan.text, the_plan.trials)
     what = f"{len(the_plan.trials)} trials"
     if spec.search:
         s = spec.search
@@ -167,7 +168,7 @@ def retry(
     guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
     tracker = Tracker(dest.tracking)
     runner.init_ray(dest.address)
-    guards.check_cluster_storage(dest)
+    guards.check_cluster_storage(dest)  # before the lease and the parent run
     what = f"re-running {len(chosen)} {' and '.join(sorted(states))} trials"
     return _drive(
         store, tracker, spec, info.id, dest, listener, what, info.spec_path, None, {}, states

@@ -446,6 +446,15 @@ def load_spec(path: Path) -> SweepSpec:
         SpecError: missing file, bad YAML, unknown key, wrong type, impossible value, empty or
             unknown grid axis; the message names ``file:line`` and a fix.
     """
+    return read_spec(path)[0]
+
+
+def read_spec(path: Path) -> tuple[SweepSpec, str]:
+    """:func:`load_spec` and the text it validated (stored with the sweep, read once).
+
+    Raises:
+        SpecError: as :func:`load_spec`.
+    """
     path = Path(path)
     if path.is_dir():
         raise SpecError(f"{path}: is a directory. Fix: give a sweep YAML, e.g. sweeps/tokens.yaml")
@@ -455,7 +464,7 @@ def load_spec(path: Path) -> SweepSpec:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError(f"{path}: cannot read it as UTF-8 text ({e})") from None
-    return parse_spec(text, path)
+    return parse_spec(text, path), text
 
 
 def stored_spec(info: Any) -> SweepSpec:
