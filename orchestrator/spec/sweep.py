@@ -206,9 +206,12 @@ class SweepSpec(NoBoolNumbers):
     def _registered(cls, v: str) -> str:
         if v not in WORKLOADS:
             names = [repr(n) for n in WORKLOADS]
+            close = difflib.get_close_matches(v, list(WORKLOADS), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise ValueError(
                 f"Input should be {', '.join(names[:-1])} or {names[-1]} (the registered "
-                f"workloads), not {v!r}"
+                f"workloads), not {v!r}; {hint}a new workload is added to WORKLOADS in "
+                "workloads/registry.py"
             )
         return v
 
@@ -587,7 +590,11 @@ def _check_field(
     elif close:
         hint = f"did you mean {close[0]!r}?"
     else:
-        hint = f"Fix: use a dotted field path of workloads/config.py, e.g. {options[-1]!r}"
+        where = spec.config_model.__module__.replace(".", "/") + ".py"
+        hint = (
+            f"Fix: use a dotted field path of {spec.config_model.__name__} ({where}), "
+            f"e.g. {options[-1]!r}"
+        )
     line = _key_node(root, loc).start_mark.line + 1
     problem = "is not allowed" if field == "seed" else f"is not a field of {spec.workload}"
     raise SpecError(f"{path}:{line}: {what} {field!r} {problem}; {hint}")
