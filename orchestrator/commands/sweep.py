@@ -207,19 +207,9 @@ def fit(
     root's mlflow.db); otherwise the command refuses before writing anything.
     """
     quiet_env()
-    from urllib.parse import urlsplit
-
-    from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
-    from mlflow.tracking import MlflowClient
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from orchestrator._secrets import redact
-    from orchestrator.driving.guards import check_sinks_apart
+    from orchestrator.driving.guards import check_parent_run, check_sinks_apart
     from orchestrator.driving.runner import RunPaths
     from orchestrator.reports import fit as report
-    from orchestrator.store.results import mask_url
     from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 
     root = run_root.resolve()
@@ -227,49 +217,7 @@ def fit(
     info = find_sweep(store, sweep)
     check_sinks_apart(root, db_url, tracking_uri)
     uri = tracking_uri or default_tracking_uri(root)
-    shown, run_id = mask_url(uri), info.mlflow_run_id
-    # Check the parent run before anything is written (a fit row, an MLflow store, a page).
-    nothing = "nothing was written"
-    resubmit = (
-        f"resubmit the spec (`orchestrator submit {info.spec_path} --run-root {run_root}`), "
-        "which starts a new parent run"
-    )
-    if not run_id:
-        raise OrchestratorError(
-            f"sweep {sweep!r} has no parent MLflow run in the results DB; {nothing}. "
-            f"Fix: {resubmit}"
-        )
-    fix = f"Fix: pass the --tracking-uri the sweep was submitted with, or {resubmit}"
-    local: Path | None = None  # a file store or SQLite file MLflow would create if missing
-    if uri.startswith("sqlite:"):
-        database = make_url(uri).database
-        local = Path(database) if database and database != ":memory:" else None
-    elif urlsplit(uri).scheme in ("", "file"):
-        local = Path(urlsplit(uri).path if uri.startswith("file:") else uri)
-    if local is not None and not local.expanduser().exists():
-        raise OrchestratorError(
-            f"no MLflow store at {shown} (it would hold parent run {run_id} of sweep "
-            f"{sweep!r}); {nothing}. {fix}"
-        )
-    try:
-        parent = MlflowClient(tracking_uri=uri).get_run(run_id)
-    except (MlflowException, SQLAlchemyError, OSError) as exc:
-        missing = isinstance(exc, MlflowException) and (
-            str(exc.error_code) == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST)
-            or "not found" in str(exc).lower()
-        )
-        if not missing:
-            reason = (redact(str(exc), uri).strip().splitlines() or ["error"])[0]
-            raise OrchestratorError(
-                f"MLflow at {shown}: cannot read parent run {run_id} of sweep {sweep!r} "
-                f"({reason}); {nothing}. Fix: check that the tracking server is running and "
-                "--tracking-uri is right"
-            ) from None
-        parent = None
-    if parent is None or parent.info.lifecycle_stage == "deleted":
-        raise OrchestratorError(
-            f"MLflow at {shown} has no parent run {run_id} of sweep {sweep!r}; {nothing}. {fix}"
-        )
+    check_parent_run(uri, info, run_root)
     tracker = Tracker(uri)
     dashboard = RunPaths(root, root / "cache").dashboard(sweep)
     rep = report.fit_sweep(store, info.id, sweep, dashboard, tracker, info.mlflow_run_id)

@@ -25,7 +25,7 @@ from sqlalchemy.exc import ArgumentError
 
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.spec.sweep import SweepSpec, spec_line, stored_spec
-from orchestrator.store.results import ResultsStore, mask_url, normalize_db_url
+from orchestrator.store.results import ResultsStore, SweepInfo, mask_url, normalize_db_url
 
 if TYPE_CHECKING:
     from orchestrator.driving.service import Destinations
@@ -189,3 +189,64 @@ def nodes_not_seeing(probes: list[tuple[str, str]]) -> dict[str, list[str]]:
     }
     found = dict(zip(refs, ray.get(list(refs.values()), timeout=120), strict=True))
     return {node: missing for node, missing in found.items() if missing}
+
+
+def check_parent_run(uri: str, info: SweepInfo, run_root: Path) -> None:
+    """Refuse to refit a sweep whose parent MLflow run is not where ``uri`` points, before
+    anything is written (a fit row, an MLflow store that would be created, a page).
+
+    Raises:
+        OrchestratorError: no parent run id stored, no MLflow store at a local ``uri``, the run
+            missing or deleted there, or MLflow unreachable; each with the fix.
+    """
+    from urllib.parse import urlsplit
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
+    from mlflow.tracking import MlflowClient
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from orchestrator._secrets import redact
+
+    sweep, run_id, shown = info.name, info.mlflow_run_id, mask_url(uri)
+    nothing = "nothing was written"
+    resubmit = (
+        f"resubmit the spec (`orchestrator submit {info.spec_path} --run-root {run_root}`), "
+        "which starts a new parent run"
+    )
+    if not run_id:
+        raise OrchestratorError(
+            f"sweep {sweep!r} has no parent MLflow run in the results DB; {nothing}. "
+            f"Fix: {resubmit}"
+        )
+    fix = f"Fix: pass the --tracking-uri the sweep was submitted with, or {resubmit}"
+    local: Path | None = None  # a file store or SQLite file MLflow would create if missing
+    if uri.startswith("sqlite:"):
+        database = make_url(uri).database
+        local = Path(database) if database and database != ":memory:" else None
+    elif urlsplit(uri).scheme in ("", "file"):
+        local = Path(urlsplit(uri).path if uri.startswith("file:") else uri)
+    if local is not None and not local.expanduser().exists():
+        raise OrchestratorError(
+            f"no MLflow store at {shown} (it would hold parent run {run_id} of sweep "
+            f"{sweep!r}); {nothing}. {fix}"
+        )
+    try:
+        parent = MlflowClient(tracking_uri=uri).get_run(run_id)
+    except (MlflowException, SQLAlchemyError, OSError) as exc:
+        missing = isinstance(exc, MlflowException) and (
+            str(exc.error_code) == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST)
+            or "not found" in str(exc).lower()
+        )
+        if not missing:
+            reason = (redact(str(exc), uri).strip().splitlines() or ["error"])[0]
+            raise OrchestratorError(
+                f"MLflow at {shown}: cannot read parent run {run_id} of sweep {sweep!r} "
+                f"({reason}); {nothing}. Fix: check that the tracking server is running and "
+                "--tracking-uri is right"
+            ) from None
+        parent = None
+    if parent is None or parent.info.lifecycle_stage == "deleted":
+        raise OrchestratorError(
+            f"MLflow at {shown} has no parent run {run_id} of sweep {sweep!r}; {nothing}. {fix}"
+        )
