@@ -6,6 +6,7 @@ Real CLI processes, the sleep workload, a local Ray: each submit takes seconds.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import uuid
 from pathlib import Path
@@ -45,11 +46,23 @@ def _snapshot(run_root: Path, name: str) -> tuple[str, int, list[str], list[str]
     return spec_yaml, n, states, runs
 
 
-def test_a_changed_search_space_is_refused_and_writes_nothing(tmp_path: Path) -> None:
-    run_root = tmp_path / "run"
-    first = spec(tmp_path, "study", SEARCH.format(kind="{float: [0.0, 1.0]}"))
-    res = cli("submit", str(first), "--run-root", str(run_root))
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """One run root holding a finished 2-trial search ("study") and a 2-trial grid ("grid")."""
+    tmp = tmp_path_factory.mktemp("refusals")
+    run_root = tmp / "run"
+    study = spec(tmp, "study", SEARCH.format(kind="{float: [0.0, 1.0]}"))
+    grid = spec(tmp, "grid", "grid:\n  value: [1, 2]\nbase: {seconds: 0.1}\n")
+    for path in (study, grid):
+        res = cli("submit", str(path), "--run-root", str(run_root))
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return run_root, study, grid
+
+
+def test_a_changed_search_space_is_refused_and_writes_nothing(
+    tmp_path: Path, submitted: tuple[Path, Path, Path]
+) -> None:
+    run_root = submitted[0]
     before = _snapshot(run_root, "study")
     assert before[2] == ["COMPLETE", "COMPLETE"] and "RUNNING" not in before[3]
     changed = tmp_path / "changed" / "study.yaml"
@@ -69,10 +82,10 @@ def test_a_changed_search_space_is_refused_and_writes_nothing(tmp_path: Path) ->
     assert status.returncode == 0 and "2 completed" in status.stdout
 
 
-def test_a_changed_grid_is_refused_and_the_original_resumes(tmp_path: Path) -> None:
-    run_root = tmp_path / "run"
-    path = spec(tmp_path, "grid", "grid:\n  value: [1, 2]\nbase: {seconds: 0.1}\n")
-    assert cli("submit", str(path), "--run-root", str(run_root)).returncode == 0
+def test_a_changed_grid_is_refused_and_the_original_resumes(
+    submitted: tuple[Path, Path, Path],
+) -> None:
+    run_root, _, path = submitted
     stored = path.read_text()
     path.write_text(stored.replace("[1, 2]", "[1, 2, 3]"))
     res = cli("submit", str(path), "--run-root", str(run_root))
@@ -84,6 +97,22 @@ def test_a_changed_grid_is_refused_and_the_original_resumes(tmp_path: Path) -> N
     path.write_text(stored.replace("name: grid", "name: grid\ndescription: same trials"))
     res = cli("submit", str(path), "--run-root", str(run_root))  # only the description changed
     assert res.returncode == 0 and "2 trials already completed: skipped" in res.stdout
+
+
+def test_status_marks_running_trials_of_a_gone_driver(
+    tmp_path: Path, submitted: tuple[Path, Path, Path]
+) -> None:
+    run_root = tmp_path / "copy"  # a copy of the results DB, as a driver killed mid-trial left it
+    run_root.mkdir()
+    shutil.copy(submitted[0] / "results.db", run_root / "results.db")
+    with sqlite3.connect(run_root / "results.db") as db:
+        grid = "(SELECT id FROM ss_sweeps WHERE name = 'grid')"
+        first = f"(SELECT min(id) FROM ss_trials WHERE sweep_id = {grid})"
+        db.execute(f"UPDATE ss_trials SET state = 'running' WHERE id = {first}")
+    res = cli("status", "grid", "--run-root", str(run_root))
+    assert res.returncode == 0
+    assert "running (driver gone)" in res.stdout and "1 completed" in res.stdout
+    assert "no driver holds the sweep" in res.stdout
 
 
 def test_mlflow_in_the_results_sqlite_file_is_refused_before_anything_is_written(
@@ -130,16 +159,3 @@ def test_mlflow_in_the_results_postgresql_database_is_refused(tmp_path: Path) ->
     finally:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
         conn.close()
-
-
-def test_status_marks_running_trials_of_a_gone_driver(tmp_path: Path) -> None:
-    run_root = tmp_path / "run"
-    path = spec(tmp_path, "gone", "grid:\n  value: [1, 2]\nbase: {seconds: 0.1}\n")
-    assert cli("submit", str(path), "--run-root", str(run_root)).returncode == 0
-    with sqlite3.connect(run_root / "results.db") as db:  # as a driver killed mid-trial leaves it
-        first = "(SELECT min(id) FROM ss_trials)"
-        db.execute(f"UPDATE ss_trials SET state = 'running' WHERE id = {first}")
-    res = cli("status", "gone", "--run-root", str(run_root))
-    assert res.returncode == 0
-    assert "running (driver gone)" in res.stdout and "1 completed" in res.stdout
-    assert "no driver holds the sweep" in res.stdout
