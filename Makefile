@@ -39,7 +39,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy orchestrator workloads analysis dashboards
 
 test: $(BIN)/.test-deps lint                             ## what CI runs (.ci/run)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15    # 2 workers; a file stays on one
 
 test-slow: $(BIN)/.test-deps                             ## long end-to-end runs, not in CI
 	$(BIN)/pytest -q -m slow
