@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import uuid
 from pathlib import Path
 
 import optuna
+import psycopg
 import pytest
 from mlflow.tracking import MlflowClient
 
+from orchestrator.errors import StoreError
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import default_tracking_uri
+from tests.orchestrator.pg import PG_DSN, PG_URL, fresh_schema
 from tests.orchestrator.test_control import cli, spec
 
-PG = "postgresql://postgres@127.0.0.1:5432/test"
 SEARCH = (
     "search:\n  metric: value\n  n_trials: 2\n  sampler: random\n"
     "  space: {{value: {kind}}}\nbase: {{seconds: 0.1}}\n"
@@ -129,33 +130,16 @@ def test_mlflow_in_the_results_sqlite_file_is_refused_before_anything_is_written
 
 @pytest.mark.postgres
 def test_mlflow_in_the_results_postgresql_database_is_refused(tmp_path: Path) -> None:
-    psycopg = pytest.importorskip("psycopg")
-    try:
-        conn = psycopg.connect(
-            "host=127.0.0.1 port=5432 user=postgres dbname=test", autocommit=True, connect_timeout=5
-        )
-    except psycopg.OperationalError:
-        pytest.skip("no PostgreSQL at 127.0.0.1:5432")
-    schema = f"refuse_{uuid.uuid4().hex[:8]}"
-    conn.execute(f'CREATE SCHEMA "{schema}"')
-    try:
-        db_url = f"{PG}?options=-csearch_path%3D{schema}"
+    with fresh_schema("refuse") as (schema, db_url):
         path = spec(tmp_path, "same", "grid:\n  value: [1]\nbase: {seconds: 0.1}\n")
-        res = cli(
-            "submit",
-            str(path),
-            "--run-root",
-            str(tmp_path / "run"),
-            "--db-url",
-            db_url,
-            "--tracking-uri",
-            PG,
-        )
+        run_root = tmp_path / "run"
+        args = ["--run-root", str(run_root), "--db-url", db_url, "--tracking-uri", PG_URL]
+        res = cli("submit", str(path), *args)
         assert res.returncode == 2 and "is the results DB" in res.stderr, res.stderr
-        rows = conn.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", (schema,)
-        ).fetchone()
-        assert rows is not None and rows[0] == 0  # no table created by either side
-    finally:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        conn.close()
+        with pytest.raises(StoreError):  # the results store made no table: nothing to open
+            ResultsStore(db_url, create=False)
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:  # nor did MLflow
+            query = "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s"
+            row = conn.execute(query, (schema,)).fetchone()
+        assert row is not None and row[0] == 0
+        assert not run_root.exists()
