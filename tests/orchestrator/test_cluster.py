@@ -195,12 +195,10 @@ def _wait_for_job(client: Any, job_id: str) -> Any:
     return status
 
 
-def test_submit_as_a_ray_job(cluster: Any, tmp_path: Path) -> None:
-    from ray.job_submission import JobStatus, JobSubmissionClient
-
-    run_root = tmp_path / "run"
-    path = spec(tmp_path, "job", "grid: {value: [1, 2]}\nbase: {seconds: 1}\n")
-    local = ROOT / "sweeps" / f"_test_job_{os.getpid()}.yaml"  # the spec must be in the upload
+def _submit_job(cluster: Any, tmp_path: Path, name: str, base: str, *args: str) -> Any:
+    """``orchestrator submit --ray-job`` of a 2-trial sleep sweep; the finished CLI process."""
+    path = spec(tmp_path, name, "grid: {value: [1, 2]}\n" + base)
+    local = ROOT / "sweeps" / f"_test_{name}_{os.getpid()}.yaml"  # the spec must be uploaded
     local.write_text(path.read_text())
     try:
         res = cli(
@@ -209,13 +207,20 @@ def test_submit_as_a_ray_job(cluster: Any, tmp_path: Path) -> None:
             "--ray-job",
             "--address",
             cluster.job_server,
-            "--run-root",
-            str(run_root),
+            *args,
             timeout=300,
         )
     finally:
         local.unlink()
     assert res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
+def test_submit_as_a_ray_job(cluster: Any, tmp_path: Path) -> None:
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    run_root = tmp_path / "run"
+    res = _submit_job(cluster, tmp_path, "job", "base: {seconds: 1}\n", "--run-root", str(run_root))
     job_id = res.stdout.strip().splitlines()[-1]
     client = JobSubmissionClient(cluster.job_server)
     status = _wait_for_job(client, job_id)
@@ -234,27 +239,10 @@ def test_a_ray_job_keeps_the_db_password_out_of_its_info(cluster: Any, tmp_path:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     run_root = tmp_path / "run"
-    path = spec(tmp_path, "pgjob", "grid: {value: [1, 2]}\nbase: {seconds: 0.2}\n")
-    local = ROOT / "sweeps" / f"_test_pgjob_{os.getpid()}.yaml"  # the spec must be in the upload
-    local.write_text(path.read_text())
     with fresh_schema("job") as (_schema, url):
         db_url = url.replace("postgres@", f"postgres:{SECRET}@")  # trust auth ignores it
-        try:
-            res = cli(
-                "submit",
-                str(local.relative_to(ROOT)),
-                "--ray-job",
-                "--address",
-                cluster.job_server,
-                "--run-root",
-                str(run_root),
-                "--db-url",
-                db_url,
-                timeout=300,
-            )
-        finally:
-            local.unlink()
-        assert res.returncode == 0, res.stdout + res.stderr
+        args = ("--run-root", str(run_root), "--db-url", db_url)
+        res = _submit_job(cluster, tmp_path, "pgjob", "base: {seconds: 0.2}\n", *args)
         assert SECRET not in res.stdout + res.stderr
         job_id = res.stdout.strip().splitlines()[-1]
         client = JobSubmissionClient(cluster.job_server)
