@@ -286,9 +286,11 @@ def cancel(
     """
     quiet_env()
     from orchestrator.driving.control import cancel_sweep
+    from orchestrator.driving.guards import check_sinks_apart
     from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 
     root = run_root.resolve()
+    check_sinks_apart(root, db_url, tracking_uri)
     store = open_store(root, db_url, must_exist=True)
     info = find_sweep(store, sweep)
 

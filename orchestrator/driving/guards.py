@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import SweepSpec, spec_line, stored_spec
 from orchestrator.store.results import ResultsStore, SweepInfo, mask_url, normalize_db_url
 
@@ -84,9 +85,11 @@ def check_sinks_apart(run_root: Path, db_url: str | None, tracking_uri: str | No
 def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
     """Refuse a spec that changes which trials an existing sweep of its name runs.
 
-    A resubmit may change the description, the resources and a search's ``n_trials``; a
-    changed workload, base, grid, variants, seeds or search space (or direction, metric,
-    sampler) would mix two experiments under one name.
+    A grid is the same experiment when it expands to the same trial keys (values reordered, a
+    default written out); a search when its workload, seed, base config and space (direction
+    and sampler included) are the same. A resubmit may change the description, the resources
+    and a search's ``n_trials`` and ``metric`` (the study refuses a metric change once a trial
+    counted for the old one). Anything else would mix two experiments under one name.
 
     Raises:
         SpecError: ``file:line`` of the first changed field, and the fix.
@@ -98,9 +101,9 @@ def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
         old = stored_spec(info)
     except SpecError:  # a spec stored by an older version that no longer validates
         return
-    changed = [n for n in _IDENTITY if _identity(old, n) != _identity(spec, n)]
-    if not changed:
+    if _same_experiment(old, spec):
         return
+    changed = [n for n in _IDENTITY if _identity(old, n) != _identity(spec, n)] or ["grid"]
     lines = {n: spec_line(path, *_locs(n, _identity(old, n), _identity(spec, n))) for n in changed}
     first = min(changed, key=lambda n: lines[n])
     raise SpecError(
@@ -112,10 +115,30 @@ def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
     )
 
 
+def _same_experiment(old: SweepSpec, new: SweepSpec) -> bool:
+    """Whether two specs of one sweep name run the same trials (see :func:`check_resubmit`)."""
+    if old.workload != new.workload or (old.search is None) != (new.search is None):
+        return False
+    if old.search is None or new.search is None:
+        return {t.key for t in expand(old)} == {t.key for t in expand(new)}
+    keep = {"n_trials", "metric"}
+    try:
+        same_base = old.config_model.model_validate(old.base) == new.config_model.model_validate(
+            new.base
+        )
+    except ValueError:
+        same_base = old.base == new.base
+    return (
+        same_base
+        and old.seeds == new.seeds
+        and old.search.model_dump(exclude=keep) == new.search.model_dump(exclude=keep)
+    )
+
+
 def _identity(spec: SweepSpec, name: str) -> Any:
     value = getattr(spec, name)
     if name == "search" and value is not None:
-        return value.model_dump(mode="json", exclude={"n_trials"})
+        return value.model_dump(mode="json", exclude={"n_trials", "metric"})
     return value
 
 
@@ -250,3 +273,29 @@ def check_parent_run(uri: str, info: SweepInfo, run_root: Path) -> None:
         raise OrchestratorError(
             f"MLflow at {shown} has no parent run {run_id} of sweep {sweep!r}; {nothing}. {fix}"
         )
+
+
+def check_fits_locally(spec: SweepSpec, path: Path) -> None:
+    """On a local Ray (no ``--address``), refuse a trial that asks for more CPUs or GPUs than
+    this machine has: Ray would keep it waiting for ever (recorded ``running``).
+
+    Raises:
+        SpecError: ``file:line`` of the resource and the fix.
+    """
+    import os
+
+    r = spec.resources
+    cpus = os.cpu_count() or 1
+    gpus = 0
+    if r.num_gpus:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    for name, asked, have in (("num_cpus", r.num_cpus, cpus), ("num_gpus", r.num_gpus, gpus)):
+        if asked > have:
+            line = spec_line(path, ("resources", name), ("resources",))
+            raise SpecError(
+                f"{path}:{line}: resources.{name}: a trial asks for {asked:g} and this machine "
+                f"has {have}, so no trial could ever start on the local Ray. Fix: ask for at "
+                f"most {have}, or run on a cluster that has them (--address)"
+            )

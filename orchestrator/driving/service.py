@@ -124,6 +124,8 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
         runner.check_ray_address(dest.address)
         runner.init_ray(dest.address)
         guards.check_cluster_storage(dest)
+    else:
+        guards.check_fits_locally(spec, path)
     store, tracker = open_sinks(dest)
     guards.check_resubmit(store, spec, path)
     study = None

@@ -143,3 +143,34 @@ def test_mlflow_in_the_results_postgresql_database_is_refused(tmp_path: Path) ->
             row = conn.execute(query, (schema,)).fetchone()
         assert row is not None and row[0] == 0
         assert not run_root.exists()
+
+
+def test_the_same_trials_written_otherwise_resubmit(submitted: tuple[Path, Path, Path]) -> None:
+    """Reordered grid values and a default written out expand to the same trial keys: the same
+    experiment, resubmitted (nothing runs)."""
+    run_root, _, grid = submitted
+    same = (
+        grid.read_text()
+        .replace("[1, 2]", "[2, 1]")
+        .replace("{seconds: 0.1}", "{seconds: 0.1, fail: never}")
+    )
+    grid.write_text(same)
+    res = cli("submit", str(grid), "--run-root", str(run_root))
+    assert res.returncode == 0 and "2 trials already completed: skipped" in res.stdout, res.stderr
+
+
+def test_more_resources_than_this_machine_are_refused(tmp_path: Path) -> None:
+    path = spec(tmp_path, "big", "grid:\n  value: [1]\nresources:\n  num_cpus: 512\n")
+    res = cli("submit", str(path), "--run-root", str(tmp_path / "run"))
+    assert res.returncode == 2 and f"{path}:6: resources.num_cpus" in res.stderr, res.stderr
+    assert "Fix:" in res.stderr and not (tmp_path / "run").exists()
+
+
+def test_cancel_refuses_mlflow_in_the_results_db(submitted: tuple[Path, Path, Path]) -> None:
+    run_root = submitted[0]
+    uri = f"sqlite:///{run_root / 'results.db'}"
+    res = cli("cancel", "grid", "--run-root", str(run_root), "--tracking-uri", uri)
+    assert res.returncode == 2 and "is the results DB" in res.stderr
+    with sqlite3.connect(run_root / "results.db") as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "experiments" not in tables  # no MLflow table written into the results DB
