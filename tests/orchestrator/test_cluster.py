@@ -281,23 +281,12 @@ def test_ray_job_refusals(tmp_path: Path) -> None:
     assert res.returncode == 2 and "job server" in res.stderr
     res = cli("submit", str(path), "--ray-job", "--address", "http://127.0.0.1:1")
     assert res.returncode == 2 and "put the spec inside it" in res.stderr
-    res = cli(
-        "submit",
-        "sweeps/sleep.yaml",
-        "--ray-job",
-        "--address",
-        "http://127.0.0.1:1",
-        "--run-root",
-        "runs",
-    )
+    job = ["submit", "sweeps/sleep.yaml", "--ray-job", "--address", "http://127.0.0.1:1"]
+    res = cli(*job, "--run-root", "runs")
     assert res.returncode == 2 and "absolute --run-root" in res.stderr
     # both URLs given, so a relative run root would do, but a password must not go in the env
     res = cli(
-        "submit",
-        "sweeps/sleep.yaml",
-        "--ray-job",
-        "--address",
-        "http://127.0.0.1:1",
+        *job,
         "--run-root",
         "runs",
         "--db-url",
