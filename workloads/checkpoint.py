@@ -105,3 +105,27 @@ def latest_checkpoint(directory: Path, prefix: str, max_step: int | None = None)
         if (max_step is None or step <= max_step) and (best is None or step > best[0]):
             best = (step, p)
     return None if best is None else best[1]
+
+
+def prune_checkpoints(directory: Path, prefix: str, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest finished ``prefix`` checkpoints in ``directory``
+    (``train.keep_checkpoints``: a draft of an 8B target is ~2.8 GiB per checkpoint).
+
+    Unfinished (``.tmp``) folders are left to :func:`save_checkpoint`. Returns what was deleted.
+
+    Raises:
+        ValueError: ``keep`` < 1 (the newest checkpoint is what a retry resumes from).
+    """
+    if keep < 1:
+        raise ValueError(f"keep={keep}: at least the newest checkpoint must be kept")
+    if not directory.is_dir():
+        return []
+    found = []
+    for p in directory.iterdir():
+        m = _STEP.match(p.name)
+        if m and m["prefix"] == prefix and (p / "state.json").exists():
+            found.append((int(m["step"]), p))
+    old = [p for _, p in sorted(found)[:-keep]]
+    for p in old:
+        shutil.rmtree(p, ignore_errors=True)
+    return old

@@ -375,7 +375,7 @@ class Resources(_Frozen):
     they run (train.workers > 1: num_cpus / workers each)"""
     num_gpus: float = Field(default=0, ge=0)
     """GPUs per trial; with train.workers > 1 held by the training workers (num_gpus / workers
-    each, whole GPUs)"""
+    each, whole GPUs), and the trial keeps one more for its target, features and evaluation"""
     memory_gb: float | None = Field(default=None, gt=0)
     """memory reserved per trial, GiB (None: not reserved)"""
     max_retries: int = Field(default=0, ge=0)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,3 +19,35 @@ class TrialResult:
     series: dict[str, list[float]] = field(default_factory=dict)
     artifact_paths: list[Path] = field(default_factory=list)
     """files or folders to upload to the trial's tracking run"""
+
+
+MAX_SERIES_POINTS = 2000
+"""points per series sent to SQL and MLflow; longer series are averaged down (the full series
+goes to the trial's artifacts)"""
+
+
+def downsample(
+    values: Sequence[float], max_points: int = MAX_SERIES_POINTS
+) -> tuple[list[float], int]:
+    """Average consecutive runs of ``stride`` values so at most ``max_points`` remain.
+
+    Point i is the mean of values ``[i * stride, (i + 1) * stride)`` (the last run may be
+    shorter); a series of at most ``max_points`` values comes back as it is, stride 1. 3M steps
+    of a 100B-token pretraining become 2,000 points of 1,500 steps each.
+
+    Returns:
+        The points and the stride (steps per point).
+
+    Raises:
+        ValueError: ``max_points`` < 1.
+    """
+    if max_points < 1:
+        raise ValueError(f"max_points={max_points} must be >= 1")
+    n = len(values)
+    stride = max(1, -(-n // max_points))
+    if stride == 1:
+        return list(values), 1
+    points = [
+        math.fsum(values[i : i + stride]) / len(values[i : i + stride]) for i in range(0, n, stride)
+    ]
+    return points, stride

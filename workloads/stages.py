@@ -30,6 +30,7 @@ from workloads.checkpoint import (
     checkpoint_name,
     latest_checkpoint,
     load_checkpoint,
+    prune_checkpoints,
     save_checkpoint,
 )
 from workloads.config import DraftTrainConfig
@@ -82,10 +83,12 @@ def run_stage(
     ckpt_dir: Path,
     checkpoint_every: int,
     say: Say,
+    keep: int = 2,
 ) -> StageOutcome:
     """Train one stage, resuming from the trial's newest ``stage`` checkpoint in ``ckpt_dir``.
 
-    The stage's final state is saved as a checkpoint too, so a retry after the stage skips it.
+    The stage's final state is saved as a checkpoint too, so a retry after the stage skips it;
+    only the ``keep`` newest checkpoints of the stage stay on disk.
     """
     total = total_steps(feats.input_ids.shape[0], s)
     opt = make_optimizer(draft, s)
@@ -103,6 +106,7 @@ def run_stage(
         save_checkpoint(
             ckpt_dir / checkpoint_name(stage, step), draft, opt, {"step": step, "log": lg.to_json()}
         )
+        prune_checkpoints(ckpt_dir, stage, keep)
 
     seen = log.tokens_seen
     train_stage(
@@ -124,6 +128,7 @@ def run_wsd_fork_pretrain(
     ckpt_dir: Path,
     checkpoint_every: int,
     say: Say,
+    keep: int = 2,
 ) -> StageOutcome:
     """Pretrain by wsd-fork: extend the shared trunk to this budget's branch point, then decay.
 
@@ -134,6 +139,8 @@ def run_wsd_fork_pretrain(
         decay_frac: share of the budget's steps in the decay branch, in (0, 1].
         trunk_dir: the trunk's folder in the shared cache (see :func:`trunk_key`).
         ckpt_dir: this trial's checkpoint folder (the branch resumes from it on retry).
+        keep: newest checkpoints of the branch kept in ``ckpt_dir`` (the trunk's checkpoints in
+            the shared cache are branch points of other budgets: all are kept).
     """
     total = total_steps(feats.input_ids.shape[0], replace(s, epochs=1))
     decay = min(total, max(1, round(decay_frac * total)))
@@ -143,7 +150,7 @@ def run_wsd_fork_pretrain(
     if mine is not None and int(mine.name.rsplit("-", 1)[1]) >= branch:
         return run_stage(
             "pretrain", draft, feats, s, ckpt_dir=ckpt_dir,
-            checkpoint_every=checkpoint_every, say=say,
+            checkpoint_every=checkpoint_every, say=say, keep=keep,
         )  # fmt: skip
     trunk_dir.mkdir(parents=True, exist_ok=True)
     opt = make_optimizer(draft, s)
@@ -171,6 +178,7 @@ def run_wsd_fork_pretrain(
             ckpt_dir / checkpoint_name("pretrain", step), draft, opt,
             {"step": step, "log": lg.to_json()},
         )  # fmt: skip
+        prune_checkpoints(ckpt_dir, "pretrain", keep)
 
     train_stage(
         draft, feats, s, opt=opt, log=log, start=branch, on_checkpoint=save,

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from workloads._kv import additive_mask
 from workloads.data.packing import attention_allowed, same_segment
@@ -76,6 +77,9 @@ class StageSettings:
     feature_noise: float = 0.0
     """EAGLE's uniform noise on the input hidden states (see :func:`input_noise`); 0 = off.
     Drawn from a generator seeded by (seed, step, rank), so a resumed run draws the same"""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """fp32: float32 throughout; bf16: the forward and loss in bfloat16 autocast on the draft's
+    device (weights, gradients and the optimiser stay float32: the master copy)"""
 
 
 @dataclass
@@ -149,13 +153,64 @@ def position_losses(
     target_h = hid[:, 1:-1]
     weight = (mask_bt[:, 2:] & same_segment(pos_bt, 2)).float()
     reg = nn.functional.smooth_l1_loss(f_bth, target_h, reduction="none").mean(-1)
-    with torch.no_grad():
-        p_target_btn = torch.softmax(draft.logits(target_h), -1)
-    logp_draft_btn = torch.log_softmax(draft.logits(f_bth), -1)
-    cls = -(p_target_btn * logp_draft_btn).sum(-1)
-    with torch.no_grad():
-        agree = (logp_draft_btn.argmax(-1) == p_target_btn.argmax(-1)).float()
+    cls, agree = vocab_cross_entropy(draft, f_bth, target_h)
     return reg, cls, agree, weight
+
+
+CE_CHUNK_ELEMENTS = 1 << 26
+"""logits held at once by :func:`vocab_cross_entropy`: positions per chunk x vocabulary (64M
+elements, 256 MiB in float32; [16, 2048, 128K] would be 16 GiB per copy)"""
+
+
+def _soft_ce(
+    draft: DraftModel, f_ph: torch.Tensor, target_ph: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy [P] of the draft's distribution from ``f_ph`` against the target's from
+    ``target_ph``, and top-1 agreement [P] (no graph), over the draft vocabulary."""
+    with torch.no_grad():
+        p_target_pn = torch.softmax(draft.logits(target_ph), -1)
+    logp_draft_pn = torch.log_softmax(draft.logits(f_ph), -1)
+    cls = -(p_target_pn * logp_draft_pn).sum(-1)
+    with torch.no_grad():
+        agree = (logp_draft_pn.argmax(-1) == p_target_pn.argmax(-1)).float()
+    return cls, agree
+
+
+def vocab_cross_entropy(
+    draft: DraftModel,
+    f_bth: torch.Tensor,
+    target_bth: torch.Tensor,
+    *,
+    chunk_elements: int = CE_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """EAGLE's classification loss per position without a whole [B, T, N] logit tensor.
+
+    The positions are cut into chunks of ``chunk_elements // N`` positions; each chunk's logits
+    are computed, reduced to [chunk] and dropped, and recomputed in the backward pass (activation
+    checkpointing), so at most one chunk's logits live at a time in either pass. A batch that
+    fits one chunk runs as one piece, without recomputation.
+
+    Args:
+        f_bth: [B, T, h] draft outputs (graph attached).
+        target_bth: [B, T, h] target hidden states at the same positions.
+
+    Returns:
+        ``cls`` [B, T] (graph attached) and ``agree`` [B, T] (draft top-1 = target top-1).
+    """
+    b, t, h = f_bth.shape
+    per_chunk = max(1, chunk_elements // max(1, draft.vocab_size))
+    if b * t <= per_chunk:
+        return _soft_ce(draft, f_bth, target_bth)
+    f_ph, target_ph = f_bth.reshape(b * t, h), target_bth.reshape(b * t, h)
+    cls, agree = [], []
+    for lo in range(0, b * t, per_chunk):
+        c, a = checkpoint(
+            _soft_ce, draft, f_ph[lo : lo + per_chunk], target_ph[lo : lo + per_chunk],
+            use_reentrant=False,
+        )  # fmt: skip
+        cls.append(c)
+        agree.append(a)
+    return torch.cat(cls).view(b, t), torch.cat(agree).view(b, t)
 
 
 def draft_loss(
@@ -170,6 +225,7 @@ def draft_loss(
     noise_bth: torch.Tensor | None = None,
     denom: float | None = None,
     forward: nn.Module | None = None,
+    precision: Literal["fp32", "bf16"] = "fp32",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """EAGLE loss on a batch of rows; returns (loss, {loss_reg, loss_cls, top1}).
 
@@ -178,9 +234,12 @@ def draft_loss(
     data-parallel rank passes the global batch's over the world size, see
     :class:`DataParallel`). Inputs move to the draft's device.
     """
-    reg_bt, cls_bt, agree_bt, weight = position_losses(
-        draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward
-    )
+    dev = draft.embed_weight.device
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        reg_bt, cls_bt, agree_bt, weight = position_losses(
+            draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward
+        )
+    reg_bt, cls_bt = reg_bt.float(), cls_bt.float()
     if denom is None:
         denom = float(weight.sum().clamp_min(1.0))
     reg, cls = (reg_bt * weight).sum(), (cls_bt * weight).sum()
@@ -337,6 +396,7 @@ def train_stage(
             noise_bth=noise,
             denom=denom,
             forward=parallel.model if parallel else None,
+            precision=s.precision,
         )
         if parallel is not None and parallel.update is not None:
             parallel.update(loss)

@@ -120,6 +120,11 @@ def _dry_run(plan: Plan, run_root: Path) -> None:
             Text.assemble(("warning", "yellow"), f": a real submit would stop here: {exc}"),
             emoji=False,
         )
+    describe = spec.workload_info.describe
+    if describe is not None and plan.trials:
+        distinct = {t.config.model_dump_json(): t.config for t in plan.trials}
+        for line in describe(list(distinct.values())):
+            out.print(line, markup=False, highlight=False)
     out.print(
         f"{plan.n_trials} trials; resources per trial: {resources}. Nothing was run or written."
     )

@@ -275,9 +275,11 @@ def check_parent_run(uri: str, info: SweepInfo, run_root: Path) -> None:
         )
 
 
-def check_fits_locally(spec: SweepSpec, path: Path) -> None:
+def check_fits_locally(spec: SweepSpec, path: Path, *, extra_gpus: float = 0) -> None:
     """On a local Ray (no ``--address``), refuse a trial that asks for more CPUs or GPUs than
-    this machine has: Ray would keep it waiting for ever (recorded ``running``).
+    this machine has: Ray would keep it waiting for ever (recorded ``running``). ``extra_gpus``:
+    GPUs a trial holds beyond ``resources.num_gpus`` (the one a trial training on workers keeps
+    for its features and evaluation, see :func:`orchestrator.driving.runner.task_options`).
 
     Raises:
         SpecError: ``file:line`` of the resource and the fix.
@@ -291,11 +293,19 @@ def check_fits_locally(spec: SweepSpec, path: Path) -> None:
         import torch
 
         gpus = torch.cuda.device_count()
-    for name, asked, have in (("num_cpus", r.num_cpus, cpus), ("num_gpus", r.num_gpus, gpus)):
+    gpus_asked = r.num_gpus + extra_gpus
+    for name, asked, have in (("num_cpus", r.num_cpus, cpus), ("num_gpus", gpus_asked, gpus)):
         if asked > have:
             line = spec_line(path, ("resources", name), ("resources",))
             raise SpecError(
-                f"{path}:{line}: resources.{name}: a trial asks for {asked:g} and this machine "
+                f"{path}:{line}: resources.{name}: a trial asks for {asked:g}"
+                + (
+                    f" ({r.num_gpus:g} + {extra_gpus:g} kept by the trial beside its training "
+                    "workers)"
+                    if name == "num_gpus" and extra_gpus
+                    else ""
+                )
+                + " and this machine "
                 f"has {have}, so no trial could ever start on the local Ray. Fix: ask for at "
                 f"most {have}, or run on a cluster that has them (--address)"
             )

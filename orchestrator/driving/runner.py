@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,13 +100,15 @@ def in_flight_limit(spec: SweepSpec) -> int:
 def task_options(spec: SweepSpec, *, hold_gpus: bool = True) -> dict[str, Any]:
     """Ray options of a trial's task: the spec's resources and retries.
 
-    ``hold_gpus=False``: the task asks for no GPU, for a trial whose training workers take the
-    spec's GPUs (Ray lends a waiting task's CPUs to the workers it waits for, not its GPUs).
+    ``hold_gpus=False``: a trial whose training workers take the spec's GPUs (Ray lends a
+    waiting task's CPUs to the workers it waits for, not its GPUs); the task itself keeps one
+    GPU (when the spec has any) for its target, features and evaluation, so it asks for
+    ``num_gpus + 1`` in all (:func:`extra_gpus`).
     """
     r = spec.resources
     return {
         "num_cpus": r.num_cpus,
-        "num_gpus": r.num_gpus if hold_gpus else 0,
+        "num_gpus": r.num_gpus if hold_gpus else min(1.0, r.num_gpus),
         "max_retries": r.max_retries,
         "retry_exceptions": r.retry_exceptions,
         "memory": int(r.memory_gb * 2**30) if r.memory_gb else None,
@@ -124,9 +126,17 @@ def trial_task(spec: SweepSpec, *, hold_gpus: bool = True) -> Any:
 def trains_on_workers(config: BaseModel) -> bool:
     """Whether a trial trains its draft on Ray Train workers (``train.workers > 1`` or
     ``train.deepspeed``): its task then holds the spec's CPUs, lent to the workers while it
-    waits for them, and no GPU (each worker takes ``num_gpus / workers``)."""
+    waits for them, and one GPU of its own (each worker takes ``num_gpus / workers``)."""
     train = getattr(config, "train", None)
     return bool(getattr(train, "on_workers", False))
+
+
+def extra_gpus(spec: SweepSpec, configs: Sequence[BaseModel]) -> float:
+    """GPUs a trial of ``spec`` holds beyond ``resources.num_gpus``: 1 when it has GPUs and
+    any of ``configs`` trains on workers (the trial keeps one for itself), else 0."""
+    if not spec.resources.num_gpus or not any(trains_on_workers(c) for c in configs):
+        return 0.0
+    return min(1.0, spec.resources.num_gpus)
 
 
 def check_ray_address(address: str, timeout_s: float = 5.0) -> None:

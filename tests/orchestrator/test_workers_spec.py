@@ -9,7 +9,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.driving.runner import task_options, trains_on_workers
+from orchestrator.driving.runner import extra_gpus, task_options, trains_on_workers
 from orchestrator.errors import SpecError
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import load_spec
@@ -59,8 +59,18 @@ def test_deepspeed_on_gpus_is_accepted(tmp_path: Path) -> None:
     spec = load_spec(spec_file(tmp_path, train, "  num_cpus: 4\n  num_gpus: 2\n"))
     trial = expand(spec)[0]
     assert trains_on_workers(trial.config)
-    assert task_options(spec, hold_gpus=False)["num_gpus"] == 0  # the workers hold the GPUs
+    # the workers hold the spec's 2 GPUs; the trial keeps one for its features and evaluation
+    assert task_options(spec, hold_gpus=False)["num_gpus"] == 1
     assert task_options(spec)["num_gpus"] == 2
+    assert extra_gpus(spec, [trial.config]) == 1
+    cpu_only = load_spec(
+        spec_file(
+            tmp_path,
+            train.replace("    deepspeed: {zero_optimization: {stage: 2}}\n", ""),
+            "  num_cpus: 4\n",
+        )
+    )
+    assert extra_gpus(cpu_only, [expand(cpu_only)[0].config]) == 0
 
 
 BAD = {
@@ -100,11 +110,11 @@ BAD = {
         "stage 3 is not supported",
     ),
     "mixed precision": (
-        "    deepspeed: {bf16: {enabled: true}}\n",
+        "    deepspeed: {fp16: {enabled: true}}\n",
         "  num_gpus: 1\n",
         "",
         4,
-        "float32",
+        "float16 mixed precision is not supported",
     ),
     "no workers": ("    workers: 0\n", "", "", 4, "greater than or equal to 1"),
 }

@@ -1,0 +1,129 @@
+"""What a ``draft_train`` sweep will cost, told before it runs (no torch, nothing loaded).
+
+The dry run and the submit print these lines: the pretraining and SFT tokens of the grid, and per
+stage whether the target's features are cached on disk (and how much disk) or computed online.
+The feature mode rule lives here so that the dry run and the trial decide the same way:
+``features.mode: auto`` caches a stage while its tokens x hidden x 2 bytes (float16) stay under
+``features.max_cache_gb``, and goes online above (issue 15; SpecForge and vLLM speculators offer
+the same two modes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from workloads.config import DraftTrainConfig
+
+FEATURE_BYTES = 2
+"""bytes per cached hidden-state element (float16)"""
+
+FeatureMode = Literal["cached", "online"]
+
+
+def feature_gib(tokens: int, hidden: int) -> float:
+    """GiB of cached features for ``tokens`` tokens at hidden size ``hidden`` (float16)."""
+    return tokens * hidden * FEATURE_BYTES / 2**30
+
+
+def resolve_feature_mode(
+    mode: str, *, tokens: int, hidden: int | None, max_cache_gb: float
+) -> FeatureMode:
+    """``cached`` or ``online`` for one stage of ``tokens`` tokens.
+
+    ``auto`` caches while :func:`feature_gib` is at most ``max_cache_gb``; an unknown hidden
+    size (a hub target not downloaded yet) counts as cached until the trial knows it.
+    """
+    if mode in ("cached", "online"):
+        return mode  # type: ignore[return-value]
+    if hidden is None:
+        return "cached"
+    return "cached" if feature_gib(tokens, hidden) <= max_cache_gb else "online"
+
+
+def target_hidden_size(name: str) -> int | None:
+    """Hidden size of ``target.model`` from its shape or ``config.json``, without loading it:
+    a builtin name or shape, a local folder, or a hub id already in the local cache; else None."""
+    from workloads.roofline.models import load_model_shape
+
+    try:
+        return load_model_shape(name).hidden
+    except ValueError:
+        pass
+    if Path(name).expanduser().exists():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - not a hub id, or no cache: unknown
+        return None
+    if isinstance(found, str):
+        try:
+            return load_model_shape(found).hidden
+        except ValueError:
+            return None
+    return None
+
+
+def _tokens(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def _gib(g: float) -> str:
+    return f"{g / 1024:.1f} TiB" if g >= 1024 else f"{g:.2f} GiB"
+
+
+def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
+    """Lines for the dry run: tokens of the grid and each distinct stage's feature mode.
+
+    Cached features are shared by every trial of every sweep with the same target, corpus and
+    sequence length, and nested budgets share their prefix, so the disk a grid needs is that of
+    its largest cached budget per stage, not the sum.
+    """
+    if not configs:
+        return []
+    pre = sum(c.pretrain.tokens for c in configs)
+    sft = sum(c.sft.tokens * c.sft.epochs for c in configs)
+    lines = [
+        f"draft training: {len(configs)} trials, {_tokens(pre)} pretraining tokens and "
+        f"{_tokens(sft)} SFT tokens (epochs counted) in all"
+    ]
+    stages: dict[tuple[str, str], dict[FeatureMode, list[int]]] = {}
+    hidden_of: dict[str, int | None] = {}
+    for c in configs:
+        hidden = hidden_of.setdefault(c.target.model, target_hidden_size(c.target.model))
+        for stage, tokens in (("pretrain", c.pretrain.tokens), ("sft", c.sft.tokens)):
+            if not tokens:
+                continue
+            mode = resolve_feature_mode(
+                c.features.mode, tokens=tokens, hidden=hidden,
+                max_cache_gb=c.features.max_cache_gb,
+            )  # fmt: skip
+            stages.setdefault((c.target.model, stage), {}).setdefault(mode, []).append(tokens)
+    for (target, stage), by_mode in sorted(stages.items()):
+        hidden = hidden_of[target]
+        parts = []
+        if "cached" in by_mode:
+            top = max(by_mode["cached"])
+            size = _gib(feature_gib(top, hidden)) if hidden else "size unknown"
+            parts.append(
+                f"cached on disk up to {_tokens(top)} tokens: {size} (hidden {hidden or '?'}, "
+                "float16, shared by nested budgets)"
+            )
+        if "online" in by_mode:
+            n, top = len(set(by_mode["online"])), max(by_mode["online"])
+            size = _gib(feature_gib(top, hidden)) if hidden else "?"
+            parts.append(
+                f"online for {n} budget(s) up to {_tokens(top)} tokens (no disk; {size} if cached)"
+            )
+        lines.append(f"  {target} {stage} features: " + "; ".join(parts))
+    modes = {c.features.mode for c in configs}
+    if "auto" in modes:
+        limits = sorted({c.features.max_cache_gb for c in configs})
+        lines.append(f"  (features.mode auto: cached up to {', '.join(map(str, limits))} GiB)")
+    return lines
