@@ -14,18 +14,52 @@ the trainer, Ray lends those CPUs to the workers (a task blocked in ``ray.get`` 
 CPUs), which take ``num_cpus / N`` CPUs and ``num_gpus / N`` GPUs each. GPUs are not released
 that way, so a trial that trains on workers holds no GPU itself (``orchestrator.driving.runner``).
 
+Features: each stage's :class:`~workloads.features.FeatureSet` goes to the workers through the
+object store once (``ray.put``). A lazy set pickles small and reads rows only when asked, so each
+rank reads its own rows and nothing else: a :class:`~workloads.features.CachedFeatures` maps
+only the cache chunks of its rank's rows (its folder must be readable on every node: on a
+multi-node cluster, shared storage), an :class:`~workloads.features.OnlineFeatures` loads the
+target inside the worker on first use, on its ``TargetSpec.device`` (one target per worker: N
+workers on one node hold N copies), and runs it on the rank's rows of each step. An in-RAM
+:class:`~workloads.features.Features` is copied whole to every worker (small sets, tests).
+
+Precision: each stage's ``StageSettings.precision``. ``bf16`` runs the forward and the loss in
+bfloat16 autocast on the worker's device while weights, gradients and the optimiser stay float32
+(with DDP the gradient all-reduce is float32). A DeepSpeed config with ``bf16: {enabled: true}``
+is DeepSpeed's own mixed precision: the engine casts the draft's trainable weights to bfloat16
+and keeps the float32 master copy in its (ZeRO-partitioned) optimiser; such a stage always runs
+its forward in bfloat16 autocast, and at the end of each stage the float32 master weights are
+gathered back into the draft, so what rank 0 hands back (and the next stage starts from) is never
+rounded to bfloat16. Both run on CPU workers with gloo (tested on 2 workers: autocast with DDP
+and ZeRO-2, DeepSpeed's bf16 with ZeRO-2; its bf16 with ZeRO 0-1 ran in one process, stage 0
+through its ``BF16_Optimizer``, about 1% off the autocast losses). fp16 is refused
+(:func:`~workloads.config.check_deepspeed_config`).
+
+GPUs (not run: no GPU was at hand): workers get ``num_gpus / N`` GPUs, DDP and DeepSpeed use
+NCCL, the draft moves to ``ray.train.torch.get_device()`` and bf16 autocast is CUDA's. Untested
+there: DeepSpeed's bf16 and the weight gathering over NCCL, and an online target's device on a
+worker (``cuda`` is the worker's current CUDA device, which Ray Train sets per worker).
+``tests/workloads/test_distributed.py`` holds a 2-GPU test (DDP, ZeRO-2 with bf16) that skips
+without GPUs.
+
+DeepSpeed on CPU: its comm backend would JIT-compile a shared-memory all-reduce (ninja, ~60 s
+on the first engine start on each machine) that only its inference tensor parallelism uses; it is
+marked unbuildable before the engine starts (:func:`_deepspeed_engine`), so no op is compiled
+and training's collectives run through torch.distributed (gloo, NCCL) as they would anyway.
+
 Ray and DeepSpeed are imported only here, and only when a trial asks for workers.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +68,7 @@ from safetensors.torch import load_file, save_file
 
 from workloads.config import check_deepspeed_config
 from workloads.draft_model import DraftModel
-from workloads.features import Features
+from workloads.features import FeatureSet
 from workloads.training import (
     DataParallel,
     StageLog,
@@ -99,7 +133,8 @@ class Stage:
     """One training stage for the workers: its name, rows and settings."""
 
     name: str
-    feats: Features
+    feats: FeatureSet
+    """the stage's rows and hidden states; sent to every worker (lazy sets pickle small)"""
     settings: StageSettings
 
 
@@ -127,7 +162,8 @@ def train_stages(
         resources: workers and their Ray resources.
         storage: Ray Train's ``storage_path`` (under the trial's folder; shared storage on a
             multi-node cluster); emptied first, removed once the weights are loaded.
-        deepspeed: a DeepSpeed config (ZeRO stage 0-2) instead of DDP; None = DDP.
+        deepspeed: a DeepSpeed config (ZeRO stage 0-2, optionally ``bf16: {enabled: true}``)
+            instead of DDP; None = DDP.
 
     Returns:
         Each stage's log (per-step losses of the global batch, tokens seen) and its training
@@ -135,6 +171,8 @@ def train_stages(
 
     Raises:
         ValueError: a bad ``deepspeed`` config.
+        TypeError: a stage's features cannot be pickled (an
+            :class:`~workloads.features.OnlineFeatures` over a model object, not a spec).
         ray.train.TrainingFailedError: a worker failed (its error is in the message).
     """
     import ray
@@ -204,15 +242,23 @@ def _worker_loop(config: dict[str, Any]) -> None:
     logs: dict[str, StageLog] = {}
     wall_s: dict[str, float] = {}
     for name, feats_ref, settings in config["stages"]:
-        feats: Features = ray.get(feats_ref)
+        feats: FeatureSet = ray.get(feats_ref)  # a lazy set reads only this rank's rows
+        engine = None
+        if ds is not None and deepspeed_bf16(ds):
+            settings = replace(settings, precision="bf16")  # bf16 weights need bf16 inputs
         opt = make_optimizer(draft, settings)
         if ds is None:
             assert ddp is not None
             parallel = DataParallel(rank=rank, world=world, model=ddp)
         else:
-            parallel = _deepspeed_parallel(draft, opt, ds, settings, rank=rank, world=world)
+            engine = _deepspeed_engine(draft, opt, ds, settings, world=world)
+            parallel = DataParallel(
+                rank=rank, world=world, model=engine, update=functools.partial(_ds_update, engine)
+            )
         t0 = time.perf_counter()
         logs[name] = train_stage(draft, feats, settings, opt=opt, parallel=parallel)
+        if engine is not None:
+            _deepspeed_release(engine, draft)
         wall_s[name] = time.perf_counter() - t0
         if rank == 0:
             log.info("%s: %d steps on %d workers", name, len(logs[name].loss), world)
@@ -228,25 +274,62 @@ def _worker_loop(config: dict[str, Any]) -> None:
         ray.train.report(steps, checkpoint=checkpoint)
 
 
-def _deepspeed_parallel(
+def deepspeed_bf16(ds: dict[str, Any]) -> bool:
+    """Whether a DeepSpeed config turns on DeepSpeed's own bfloat16 (``bf16: {enabled: true}``;
+    DeepSpeed also reads the older spelling ``bfloat16``)."""
+    block = ds.get("bf16", ds.get("bfloat16"))
+    return isinstance(block, dict) and bool(block.get("enabled", False))
+
+
+def _deepspeed_engine(
     draft: DraftModel,
     opt: torch.optim.Optimizer,
     ds: dict[str, Any],
     s: StageSettings,
     *,
-    rank: int,
     world: int,
-) -> DataParallel:
+) -> Any:
     """A DeepSpeed engine around ``draft`` and ``opt`` (the learning rate stays ``opt``'s)."""
     import deepspeed  # optional extra: pip install --no-build-isolation 'specscale[deepspeed]'
+    import deepspeed.ops
 
+    # DeepSpeed's shared-memory all-reduce serves only its inference tensor parallelism
+    # (`inference_all_reduce`); on a CPU accelerator its comm backend JIT-compiles it with ninja
+    # (~60 s) at the first engine start on each machine. Training's collectives go through
+    # torch.distributed (gloo, NCCL) either way, so mark it unbuildable: no compile, same math.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     cfg = deepspeed_config(ds, batch_size=s.batch_size, world=world, grad_clip=s.grad_clip)
     engine, *_ = deepspeed.initialize(
         model=draft, optimizer=opt, config=cfg, dist_init_required=False
     )
+    return engine
 
-    def update(loss: torch.Tensor) -> None:
-        engine.backward(loss)
-        engine.step()  # clips to gradient_clipping, steps opt, zeroes the gradients
 
-    return DataParallel(rank=rank, world=world, model=engine, update=update)
+def _ds_update(engine: Any, loss: torch.Tensor) -> None:
+    """One optimiser step of a DeepSpeed engine on ``loss``."""
+    engine.backward(loss)
+    engine.step()  # clips to gradient_clipping, steps opt, zeroes the gradients
+
+
+def _deepspeed_release(engine: Any, draft: DraftModel) -> None:
+    """End a stage's engine: the float32 master weights back into ``draft``, hooks removed.
+
+    Every rank must call it (gathering a ZeRO-partitioned weight is a collective). With
+    DeepSpeed's bf16 the draft's trainable weights are bfloat16 copies during the stage; they
+    become float32 again, with the master values, so the next stage and the weights rank 0 hands
+    back are not rounded to bfloat16.
+    """
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    full = {
+        name: safe_get_full_fp32_param(p)
+        for name, p in draft.named_parameters()
+        if p.requires_grad and hasattr(p, "_hp_mapping")
+    }
+    engine.destroy()  # removes ZeRO's gradient hooks from the draft's parameters
+    with torch.no_grad():
+        for name, p in draft.named_parameters():
+            if full.get(name) is not None:
+                p.data = full[name].to(device=p.device, dtype=torch.float32).view_as(p)
+            elif p.requires_grad and p.dtype != torch.float32:
+                p.data = p.data.float()

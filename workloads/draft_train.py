@@ -7,199 +7,63 @@ Source: Scylla (arXiv 2505.07858) Sec. 4 (two-stage training, Thm 1.1 experiment
 
 from __future__ import annotations
 
-import functools
+import gzip
 import json
 import logging
 import math
+import resource
 import time
 from pathlib import Path
-from typing import cast
+from typing import Literal
 
 import torch
 
-from workloads import _rows, distributed
+from workloads import distributed
 from workloads.config import DraftTrainConfig, Resources
-from workloads.data import (
-    Conversation,
-    corpus_fingerprint,
-    load_prompt_sets,
-    read_sharegpt,
-    split_conversations,
-)
+from workloads.data import load_prompt_sets
 from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import TreeShape, evaluate
-from workloads.features import Features, ensure_features, feature_dir, tokenizer_fingerprint
-from workloads.regenerate import RegenSettings, ResponseRegenerator, regen_cache_file
-from workloads.result import Progress, TrialResult
+from workloads.features import FeatureSet
+from workloads.result import MAX_SERIES_POINTS, Progress, TrialResult, downsample
+from workloads.stage_data import draft_vocab, splits, stage_data, target_spec
 from workloads.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
 from workloads.step_cost import measure_step_cost
-from workloads.target import Target, load_target
+from workloads.target import resolve_device
 from workloads.training import StageLog, StageSettings
 
 log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=1)
-def _splits() -> dict[str, list[Conversation]]:
-    convs, stats = read_sharegpt()
-    log.info(
-        "ShareGPT: %d complete objects, %d conversations kept (truncated tail: %s)",
-        stats.objects,
-        stats.conversations,
-        stats.truncated,
-    )
-    return split_conversations(convs)
+def _record_series(logs: dict[str, StageLog], result: TrialResult, out_dir: Path) -> None:
+    """Per-step series of both stages: the full ones to ``series.json.gz`` (an artifact), at most
+    :data:`MAX_SERIES_POINTS` averaged points each to the result (SQL and MLflow; step stride in
+    ``<stage>/series_stride``), and each one's mean over its last tenth as ``<key>_final``."""
+    full: dict[str, list[float]] = {}
+    m = result.metrics
+    for stage, lg in logs.items():
+        for k in ("loss", "loss_reg", "loss_cls", "top1"):
+            series = getattr(lg, k)
+            full[f"{stage}/{k}"] = series
+            result.series[f"{stage}/{k}"], stride = downsample(series, MAX_SERIES_POINTS)
+            m[f"{stage}/series_stride"] = stride
+            if series:
+                tail = series[-max(1, len(series) // 10) :]
+                m[f"{stage}/{k}_final"] = sum(tail) / len(tail)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with gzip.open(out_dir / "series.json.gz", "wt") as f:
+        json.dump(full, f)
+    result.artifact_paths.append(out_dir / "series.json.gz")
 
 
-@functools.lru_cache(maxsize=2)
-def _target(name: str, cache_dir: Path, dtype: str) -> Target:
-    return load_target(name, cache_dir=cache_dir, dtype=dtype)
+def precision(cfg: DraftTrainConfig, device: torch.device) -> Literal["fp32", "bf16"]:
+    """``train.precision`` resolved: ``auto`` is bf16 on CUDA, fp32 on the CPU."""
+    p = cfg.train.precision
+    if p == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    return p
 
 
-def _regenerator(
-    cfg: DraftTrainConfig, target: Target, cache_dir: Path, say: Progress
-) -> ResponseRegenerator | None:
-    """The target's own SFT replies (``sft.responses: target``), or None for the dataset's."""
-    sft = cfg.sft
-    if sft.responses != "target":
-        return None
-    settings = RegenSettings(
-        max_new_tokens=sft.regen_reply_tokens,
-        temperature=sft.regen_temperature,
-        max_prompt_tokens=sft.seq_len - sft.regen_reply_tokens,
-    )
-    cache_file = regen_cache_file(
-        cache_dir,
-        target=cfg.target.model,
-        dtype=cfg.target.dtype,
-        tokenizer_fp=_tokenizer_id(target),
-        conversation_ids=[c.id for c in _rows.sft_order(_splits()["sft"])],
-        settings=settings,
-    )
-    return ResponseRegenerator(
-        target.model,
-        target.tokenizer,
-        target.eos_token_ids,
-        cache_file=cache_file,
-        settings=settings,
-        progress=say,
-    )
-
-
-def _stage_features(
-    cfg: DraftTrainConfig,
-    target: Target,
-    cache_dir: Path,
-    stage: str,
-    tokens: int,
-    say: Progress,
-) -> tuple[Features, dict[str, float]]:
-    """Cached features of one stage covering ``tokens`` tokens (rounded up to whole rows)."""
-    seq_len = cfg.pretrain.seq_len if stage == "pretrain" else cfg.sft.seq_len
-    packing = cfg.pretrain.packing
-    n_rows = -(-tokens // seq_len)
-    splits = _splits()
-    regen = None
-    if stage == "pretrain":
-        recipe = corpus_fingerprint(cfg.pretrain.mix, 0)
-        build = functools.partial(
-            _rows.pretrain_rows,
-            target.tokenizer,
-            splits["pretrain"],
-            dict(cfg.pretrain.mix),
-            seq_len,
-            packing=packing,
-        )
-    else:
-        recipe = corpus_fingerprint({"sharegpt": 1.0}, 0) + "-sft"
-        regen = _regenerator(cfg, target, cache_dir, say) if tokens else None
-        if regen is not None:  # the replies' recipe: its cache file's key
-            recipe += "-regen" + regen.cache_file.stem[:8]
-        build = functools.partial(
-            _rows.sft_rows, target.tokenizer, splits["sft"], seq_len,
-            packing=packing, regenerator=regen,
-        )  # fmt: skip
-    folder = feature_dir(
-        cache_dir,
-        target=cfg.target.model,
-        stage=stage,
-        recipe=recipe if packing == "joined" else f"{recipe}-isolated",
-        seq_len=seq_len,
-    )
-    manifest = {
-        "target": cfg.target.model,
-        "dtype": cfg.target.dtype,
-        "stage": stage,
-        "recipe": recipe,
-        "seq_len": seq_len,
-        "tokenizer": _tokenizer_id(target),
-        "hidden": "last_hidden_state:float16",
-        "packing": packing,
-    }
-    feats, stats = ensure_features(
-        folder,
-        n_rows=n_rows,
-        rows_per_chunk=max(1, 4096 // seq_len),
-        build_rows=build,
-        target_model=target.model,
-        manifest=manifest,
-    )
-    out = {
-        f"features/{stage}_hits": stats.hits,
-        f"features/{stage}_misses": stats.misses,
-        f"features/{stage}_rebuilt": stats.rebuilt,
-        f"wall_s/features_{stage}": stats.build_s,
-    }
-    if regen is not None and (regen.stats.generated or regen.stats.cached):  # chunks built
-        r = regen.stats
-        out |= {
-            "wall_s/regenerate": r.seconds,
-            "sft.regen_generated": r.generated,
-            "sft.regen_cached": r.cached,
-            "sft.regen_tokens": r.tokens,
-            "sft.regen_skipped": r.skipped,
-        }
-        out[f"wall_s/features_{stage}"] = stats.build_s - r.seconds
-    return feats, out
-
-
-@functools.lru_cache(maxsize=2)
-def _tokenizer_fp(name: str, tokenizer: object) -> str:
-    return tokenizer_fingerprint(tokenizer)
-
-
-def _tokenizer_id(target: Target) -> str:
-    return _tokenizer_fp(target.name, target.tokenizer)
-
-
-def _draft_vocab(ids: list[torch.Tensor], size: int, vocab: int) -> torch.Tensor | None:
-    """The ``size`` most frequent target ids in the token rows ``ids`` (ties by id), or None =
-    the full vocabulary (EAGLE-3-style truncation, arXiv 2503.01840 Sec. 3)."""
-    if size == 0 or size >= vocab:
-        return None
-    counts = torch.zeros(vocab, dtype=torch.long)
-    for rows in ids:
-        if rows.numel():
-            counts += torch.bincount(rows.flatten(), minlength=vocab)
-    order = torch.argsort(-counts * vocab + torch.arange(vocab))  # count desc, id asc
-    return order[:size].sort().values
-
-
-def _vocab_rows(cfg: DraftTrainConfig, target: Target, pre: Features) -> torch.Tensor:
-    """Pretraining token rows the draft vocabulary is counted over: the trial's own rows, or the
-    first ``draft.vocab_tokens`` tokens of the same stream (tokenised only, no features)."""
-    n_tokens = cfg.draft.vocab_tokens
-    if n_tokens is None or not cfg.draft.vocab_size:
-        return pre.input_ids
-    seq_len = cfg.pretrain.seq_len
-    rows = _rows.pretrain_rows(
-        target.tokenizer, _splits()["pretrain"], dict(cfg.pretrain.mix), seq_len,
-        -(-n_tokens // seq_len), packing=cfg.pretrain.packing,
-    )  # fmt: skip
-    return rows.input_ids
-
-
-def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
+def _stage(cfg: DraftTrainConfig, stage: str, device: torch.device) -> StageSettings:
     t = cfg.train
     lr, epochs = (cfg.pretrain.lr, 1) if stage == "pretrain" else (cfg.sft.lr, cfg.sft.epochs)
     return StageSettings(
@@ -213,13 +77,14 @@ def _stage(cfg: DraftTrainConfig, stage: str) -> StageSettings:
         w_cls=t.w_cls,
         seed=cfg.seed,
         feature_noise=t.feature_noise,
+        precision=precision(cfg, device),
     )
 
 
 def _train(
     cfg: DraftTrainConfig,
     draft: DraftModel,
-    feats: dict[str, Features],
+    feats: dict[str, FeatureSet],
     cache_dir: Path,
     out_dir: Path,
     say: Progress,
@@ -231,7 +96,7 @@ def _train(
     logs: dict[str, StageLog] = {}
     for stage in ("pretrain", "sft"):
         t0 = time.perf_counter()
-        s = _stage(cfg, stage)
+        s = _stage(cfg, stage, draft.embed_weight.device)
         if stage == "pretrain" and cfg.pretrain.schedule == "wsd-fork" and feats[stage].tokens:
             out = run_wsd_fork_pretrain(
                 draft,
@@ -242,12 +107,14 @@ def _train(
                 ckpt_dir=ckpt_dir,
                 checkpoint_every=every,
                 say=say,
+                keep=cfg.train.keep_checkpoints,
             )
             m["pretrain.trunk_steps_reused"] = out.trunk_steps_reused
         else:
             out = run_stage(
-                stage, draft, feats[stage], s, ckpt_dir=ckpt_dir, checkpoint_every=every, say=say
-            )
+                stage, draft, feats[stage], s, ckpt_dir=ckpt_dir, checkpoint_every=every, say=say,
+                keep=cfg.train.keep_checkpoints,
+            )  # fmt: skip
         logs[stage] = out.log
         m[f"wall_s/{stage}"] = time.perf_counter() - t0
         m[f"{stage}.tokens_seen"] = out.log.tokens_seen
@@ -266,7 +133,7 @@ def _train(
 def _train_on_workers(
     cfg: DraftTrainConfig,
     draft: DraftModel,
-    feats: dict[str, Features],
+    feats: dict[str, FeatureSet],
     resources: Resources,
     out_dir: Path,
     say: Progress,
@@ -280,7 +147,10 @@ def _train_on_workers(
     t0 = time.perf_counter()
     done = distributed.train_stages(
         draft,
-        [distributed.Stage(name, f, _stage(cfg, name)) for name, f in feats.items()],
+        [
+            distributed.Stage(name, f, _stage(cfg, name, draft.embed_weight.device))
+            for name, f in feats.items()
+        ],
         resources=share,
         storage=out_dir / "ray_train",
         deepspeed=cfg.train.deepspeed,
@@ -326,22 +196,40 @@ def run(
         ``tokens_per_s/speculative`` and ``tokens_per_s/greedy``, per stage
         ``tokens_trained`` (this trial's own work; a wsd-fork trunk reused from the cache or a
         checkpoint resumed from is not counted), ``draft.ms_per_step``, ``target.ms_per_step``,
-        ``speedup`` (net, from the step costs, see :mod:`workloads.step_cost`); series: per-step
-        losses.
+        ``speedup`` (net, from the step costs, see :mod:`workloads.step_cost`),
+        ``features/<stage>_online`` (1 when the stage's features were computed online),
+        ``target.random_weights`` (1: acceptance is meaningless), ``memory.peak_rss_gb`` and,
+        on CUDA, ``memory.peak_gpu_gb``; series: per-step losses, averaged down to at most
+        :data:`~workloads.result.MAX_SERIES_POINTS` points (``<stage>/series_stride`` steps
+        each), the full ones in the artifact ``series.json.gz``.
 
     Raises:
-        ValueError: a budget larger than the data, a bad prompt-set directory.
+        ValueError: a budget larger than the data (the corpus, with both sizes), a bad
+            prompt-set directory, ``device: cuda`` without a GPU.
     """
     say = progress or (lambda msg: log.info("%s", msg))
     t_start = time.perf_counter()
     result = TrialResult(artifact_paths=[out_dir / "per_prompt.json", out_dir / "draft"])
     m = result.metrics
-    target = _target(cfg.target.model, cache_dir, cfg.target.dtype)
-    say(f"target {cfg.target.model} ready")
-    pre, pre_stats = _stage_features(cfg, target, cache_dir, "pretrain", cfg.pretrain.tokens, say)
-    sft, sft_stats = _stage_features(cfg, target, cache_dir, "sft", cfg.sft.tokens, say)
-    m.update(pre_stats | sft_stats)
-    say(f"features ready: pretrain {pre.tokens} tokens, sft {sft.tokens} tokens")
+    device = resolve_device(cfg.device)
+    if device.type == "cuda":  # TF32 matmuls for what autocast leaves in float32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        torch.cuda.reset_peak_memory_stats()
+    spec = target_spec(cfg, cache_dir, device)
+    target = spec.load()
+    m["target.random_weights"] = float(target.random_weights)
+    say(
+        f"target {cfg.target.model} ready on {target.input_device}"
+        + (" (random weights: acceptance is meaningless)" if target.random_weights else "")
+    )
+    pre = stage_data(cfg, target, spec, cache_dir, "pretrain", cfg.pretrain.tokens, say)
+    sft = stage_data(cfg, target, spec, cache_dir, "sft", cfg.sft.tokens, say)
+    m.update(pre.metrics | sft.metrics)
+    say(
+        f"features ready: pretrain {pre.feats.tokens} tokens ({pre.mode}), "
+        f"sft {sft.feats.tokens} tokens ({sft.mode})"
+    )
 
     model = target.model
     arch = DraftArch.from_target(
@@ -351,36 +239,31 @@ def run(
         first_input_norm=cfg.draft.input_norm,
         rope_theta=cfg.draft.rope_theta,
     )
-    vocab = _draft_vocab(
-        [_vocab_rows(cfg, target, pre), sft.input_ids],
-        cfg.draft.vocab_size,
-        model.config.vocab_size,
-    )
+    vocab = draft_vocab(cfg, target, cache_dir, pre, sft, say)
     torch.manual_seed(cfg.seed)  # right here: cache misses (target conversion) use the RNG too
+    embed, head = target.frozen_weights()
+    dev = target.input_device
+    compute = torch.bfloat16 if precision(cfg, device) == "bf16" else torch.float32
     draft = DraftModel(
         arch,
-        embed_weight=cast(torch.Tensor, model.get_input_embeddings().weight),
-        lm_head_weight=cast(torch.Tensor, model.get_output_embeddings().weight),
+        embed_weight=embed.to(dev),
+        lm_head_weight=head.to(dev),
         draft_to_target=vocab,
-    )
+        compute_dtype=compute,
+    ).to(dev)
     m["draft.params"] = draft.num_parameters()
     m["draft.vocab"] = draft.vocab_size
 
-    stages = {"pretrain": pre, "sft": sft}
+    stages: dict[str, FeatureSet] = {"pretrain": pre.feats, "sft": sft.feats}
     if cfg.train.on_workers:
         logs = _train_on_workers(cfg, draft, stages, resources or Resources(), out_dir, say, m)
     else:
         logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m)
-    for stage, lg in logs.items():
-        for k in ("loss", "loss_reg", "loss_cls", "top1"):
-            series = getattr(lg, k)
-            result.series[f"{stage}/{k}"] = series
-            if series:
-                tail = series[-max(1, len(series) // 10) :]
-                m[f"{stage}/{k}_final"] = sum(tail) / len(tail)
+    _record_series(logs, result, out_dir)
+    draft.set_compute_dtype(model.dtype)  # evaluated beside the target, in its dtype
 
     e = cfg.eval
-    sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=_splits()["heldout"])
+    sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=splits()["heldout"])
     t0 = time.perf_counter()
     ev = evaluate(
         model,
@@ -425,6 +308,9 @@ def run(
         f"net speedup {m['speedup']:.2f}x"
     )
     m["wall_s/total"] = time.perf_counter() - t_start
+    m["memory.peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    if device.type == "cuda":
+        m["memory.peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
     out_dir.mkdir(parents=True, exist_ok=True)
     draft.save(out_dir / "draft")
     clear_checkpoints(out_dir / "checkpoints")

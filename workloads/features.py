@@ -1,72 +1,159 @@
-"""On-disk cache of target features: packed token rows with the target's last-layer hidden states.
+"""Target features, the draft's inputs: packed token rows and the target's last hidden states.
 
-Features depend only on (target, corpus recipe, stage, sequence length, dtype, packing), so they
-are computed once and shared by every trial of every sweep. Rows carry their ``position_ids``:
-with document-isolated packing (:mod:`workloads.data.packing`) the target's hidden states of a
-document are computed with a block-diagonal causal mask and positions from 0, so they equal those
-of the document alone (SDPA/eager attention get the boolean mask; a target loaded with a
-flash-attention kernel gets the positions only, from which transformers derives the varlen
-boundaries of packed sequences, all rows of a batch as one sequence). Rows are stored in chunks of
-``rows_per_chunk`` rows (``chunk-NNNNN.safetensors``); a trial that needs ``n`` rows builds the
-missing chunks and reads the first ``n`` rows. Packing is streaming, so the rows of a smaller
-budget are a prefix of a larger one's: nested budgets share chunks.
+A stage's features are a :class:`FeatureSet`: rows read by index, their hidden states next to
+them. Three implementations:
+
+- :class:`CachedFeatures` (``features.mode: cached``), built by :func:`ensure_features` into the
+  shared on-disk cache and read lazily, memory-mapped, a few rows at a time;
+- :class:`OnlineFeatures` (``features.mode: online``): the target runs inside each training
+  step on that step's rows, nothing on disk (the online mode of SpecForge, whose
+  ``OnlineEagle3Model`` runs the frozen target under ``no_grad`` in the step's forward, and of
+  vLLM's speculators, whose online mode asks a live vLLM server for the step's hidden states
+  and discards them);
+- :class:`Features`, rows and hidden states held in RAM (tests, small experiments).
+
+:func:`choose_mode` picks cached or online for ``features.mode: auto`` from the size of the
+cache (:func:`feature_bytes`).
+
+Cached features depend only on (target, corpus recipe, stage, sequence length, dtype, packing),
+so they are computed once and shared by every trial of every sweep. Rows carry their
+``position_ids``: with document-isolated packing (:mod:`workloads.data.packing`) the target's
+hidden states of a document are computed with a block-diagonal causal mask and positions from 0,
+so they equal those of the document alone (SDPA/eager attention get the boolean mask; a target
+loaded with a flash-attention kernel gets the positions only, from which transformers derives the
+varlen boundaries of packed sequences, all rows of a batch as one sequence). Rows are stored in
+chunks of ``rows_per_chunk`` rows (``chunk-NNNNN.safetensors``); chunk c holds rows
+``[c * rows_per_chunk, (c + 1) * rows_per_chunk)`` and is built from exactly those rows of the
+stage's :class:`~workloads.data.packing.RowSource`, so building n chunks costs n chunks of work.
+Packing is deterministic, so the rows of a smaller budget are a prefix of a larger one's: nested
+budgets share chunks (a last chunk cut short by a small budget is rebuilt whole when a larger
+budget needs its missing rows).
 
 The folder's ``manifest.json`` holds the identity of the feature set (target, dtype, stage,
 corpus recipe, tokenizer fingerprint, sequence length, packing, rows per chunk; a mismatch is
 refused). A manifest written before packing was part of the identity describes joined rows: it is
 upgraded in place (``packing: joined``) when joined rows are asked for, and refused with the fix
-when isolated rows are, so rows of the two packings are never mixed
-and what has been built: per chunk its row range, token count and the SHA-256 of its file, so
-``token_range`` says which tokens of the stream are cached.
+when isolated rows are, so rows of the two packings are never mixed. It also records what has
+been built: per chunk its row range, token count and the SHA-256 of its file, and
+``token_range``, the tokens of the stream cached without a gap from the first. A chunk built is
+recorded by appending one line to ``manifest.journal`` (constant work per chunk); each
+:func:`ensure_features` call folds the journal into ``manifest.json`` once, at its end, and
+readers see both.
 
-Integrity: a chunk's checksum is recorded when the chunk is written and checked each time it is
-read; the checked bytes are the ones used. A chunk whose file does not match (or that safetensors
-cannot parse) is logged as a warning, rebuilt from the corpus and the target, and the rebuilt
-chunk is used, never the corrupt one. A chunk recorded by a manifest from before checksums
-existed is trusted on its first read (trust on first use): its checksum is computed then and
-recorded, and checked from then on; a legacy chunk that no longer parses is rebuilt.
+Integrity: a chunk's checksum is recorded when the chunk is written. :func:`ensure_features`
+checks every chunk it hands out (a streaming hash of the file); a chunk whose file does not
+match (or does not parse as a chunk) is logged as a warning, rebuilt from the corpus and the
+target, and the rebuilt chunk is used, never the corrupt one. A chunk recorded by a manifest from
+before checksums existed is trusted on its first read (trust on first use): its checksum is
+computed then and recorded, and checked from then on; a legacy chunk that no longer parses is
+rebuilt. A :class:`CachedFeatures` object checks each chunk once per process, when it first maps
+it (one sent to a Ray worker checks the chunks that worker reads), unless the file is the very one
+(same inode, size and modification time) that :func:`ensure_features` checked in this process.
+Chunk files are replaced only by renaming a new file over them, never written in place, so a
+mapped file stays the file that was checked.
 
 Concurrency: each chunk is built under its own file lock and written atomically (temporary file,
 then rename). A trial first builds whatever chunks nobody else is building (non-blocking lock),
 then waits for the rest, so two trials asking at once split the work instead of duplicating it.
 
-Shape legend: R rows, L sequence length, h hidden size.
+Shape legend: R rows, L sequence length, h hidden size, b rows asked for.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import mmap
+import os
+import struct
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
 
+import numpy as np
 import torch
 from filelock import FileLock, Timeout
-from safetensors import SafetensorError
-from safetensors.torch import load, save
+from safetensors.torch import save
 
-from workloads.data.packing import PackedRows, attention_allowed
+from workloads.data.packing import InMemoryRows, PackedRows, RowSource, attention_allowed
+
+if TYPE_CHECKING:
+    from workloads.target import Target
 
 log = logging.getLogger(__name__)
 
-RowBuilder = Callable[[int], PackedRows]
-"""``n -> PackedRows``: the first n packed rows (ids, loss mask, positions)."""
+
+@runtime_checkable
+class FeatureSet(Protocol):
+    """The rows of one training stage and the target's hidden states of those rows.
+
+    Row ``r`` is the same for every reader, process and run. What training reads per step is
+    proportional to the step's rows, never to the stage.
+    """
+
+    @property
+    def rows(self) -> int:
+        """R, rows in the stage."""
+        ...
+
+    @property
+    def seq_len(self) -> int:
+        """L, tokens per row."""
+        ...
+
+    @property
+    def tokens(self) -> int:
+        """R * L, tokens in the stage."""
+        ...
+
+    def packed(self, idx: torch.Tensor) -> PackedRows:
+        """Rows ``idx`` [b] (long, any order, each < R): ids, loss mask, positions [b, L], CPU."""
+        ...
+
+    def hidden(self, idx: torch.Tensor, packed: PackedRows | None = None) -> torch.Tensor:
+        """[b, L, h] float16: the target's last-layer hidden states (after the final norm) of
+        rows ``idx``, on the device they were computed on (the CPU for a cache). ``packed``:
+        the rows' :meth:`packed`, when the caller has it (saves reading them again)."""
+        ...
 
 
-@dataclass(frozen=True)
 class Features:
-    """Rows of one stage: ``input_ids`` [R, L] long, ``loss_mask`` [R, L] bool,
-    ``hidden`` [R, L, h] float16 (target last-layer hidden states, after the final norm),
-    ``position_ids`` [R, L] long (None: every row is one document, positions ``0..L-1``)."""
+    """A :class:`FeatureSet` held in RAM.
 
-    input_ids: torch.Tensor
-    loss_mask: torch.Tensor
-    hidden: torch.Tensor
-    position_ids: torch.Tensor | None = None
+    Args:
+        input_ids: [R, L] long.
+        loss_mask: [R, L] bool.
+        hidden: [R, L, h] float16, the target's last-layer hidden states (kept as
+            ``hidden_states``; :meth:`hidden` reads rows of it).
+        position_ids: [R, L] long; None: every row is one document, positions ``0..L-1``.
+    """
+
+    def __init__(
+        self,
+        input_ids: torch.Tensor,
+        loss_mask: torch.Tensor,
+        hidden: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+    ) -> None:
+        self.input_ids = input_ids
+        self.loss_mask = loss_mask
+        self.hidden_states = hidden
+        self.position_ids = position_ids
+
+    @property
+    def rows(self) -> int:
+        """R, rows held."""
+        return int(self.input_ids.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        """L, tokens per row (0 when empty)."""
+        return int(self.input_ids.shape[1]) if self.input_ids.ndim == 2 else 0
 
     @property
     def tokens(self) -> int:
@@ -80,18 +167,31 @@ class Features:
         length = int(self.input_ids.shape[1])
         return torch.arange(length).expand(len(rows), length)
 
+    def packed(self, idx: torch.Tensor) -> PackedRows:
+        """Rows ``idx`` [b] -> ids, loss mask, positions, each [b, L]."""
+        return PackedRows(self.input_ids[idx], self.loss_mask[idx], self.positions(idx))
+
+    def hidden(self, idx: torch.Tensor, packed: PackedRows | None = None) -> torch.Tensor:
+        """[b, L, h] hidden states of rows ``idx`` (``packed`` is not needed)."""
+        return self.hidden_states[idx]
+
 
 @dataclass
 class CacheStats:
-    """Chunks found (hits) and built (misses) by one :func:`ensure_features` call, and seconds.
+    """What one :func:`ensure_features` call found and did.
 
-    ``rebuilt`` counts chunks found corrupt (checksum mismatch or unreadable) and built again;
-    they count as misses too."""
+    ``hits``/``misses``: chunks found valid / built. ``rebuilt`` counts chunks found corrupt
+    (checksum mismatch or unreadable) and built again; they count as misses too.
+    ``rows_packed``: rows asked of the row source (each chunk asks for its own rows only, so
+    this is the chunks built times ``rows_per_chunk``, at most). ``target_rows``: rows run
+    through the target. ``build_s``: seconds spent building."""
 
     hits: int = 0
     misses: int = 0
     build_s: float = 0.0
     rebuilt: int = 0
+    rows_packed: int = 0
+    target_rows: int = 0
 
 
 def tokenizer_fingerprint(tokenizer: object) -> str:
@@ -112,10 +212,22 @@ def feature_dir(cache_dir: Path, *, target: str, stage: str, recipe: str, seq_le
 
 @torch.inference_mode()
 def target_hidden(
-    target_model: torch.nn.Module, ids_rl: torch.Tensor, pos_rl: torch.Tensor, batch: int = 4
+    target_model: torch.nn.Module,
+    ids_rl: torch.Tensor,
+    pos_rl: torch.Tensor,
+    batch: int = 4,
+    *,
+    to_cpu: bool = True,
 ) -> torch.Tensor:
     """Last-layer hidden states [R, L, h] (float16) of the target for rows ``ids_rl`` with
-    positions ``pos_rl`` [R, L]: each segment (positions from 0) sees only its own tokens."""
+    positions ``pos_rl`` [R, L]: each segment (positions from 0) sees only its own tokens.
+
+    Rows go through the target ``batch`` at a time; the result is on the CPU, or with
+    ``to_cpu=False`` on the target's (first) device.
+
+    Raises:
+        ValueError: a hidden state overflows float16.
+    """
     body = cast(torch.nn.Module, target_model.model)
     param = next(target_model.parameters(), None)
     dev = param.device if param is not None else torch.device("cpu")
@@ -132,73 +244,143 @@ def target_hidden(
             allowed = attention_allowed(pos)
             out = body(input_ids=ids, position_ids=pos, attention_mask=allowed)
             hidden = out.last_hidden_state
-        outs.append(hidden.to(torch.float16).cpu())
+        hidden = hidden.to(torch.float16)
+        outs.append(hidden.cpu() if to_cpu else hidden)
     hidden = torch.cat(outs)
     if not torch.isfinite(hidden).all():
         raise ValueError("target hidden states overflow float16; use a float32 cache")
     return hidden
 
 
+class LazyRows:
+    """A :class:`~workloads.data.packing.RowSource` whose rows are packed in RAM on first use.
+
+    For the builtin corpora, packed whole by a function of the row count: a feature cache that
+    finds all its chunks never packs anything, and one that builds packs once, not per chunk.
+
+    Args:
+        build: ``n -> PackedRows``, the first n rows (ids, loss mask, positions [n, L]).
+        n: R, rows this source offers (pass whole chunks: ``ceil(n_rows / rows_per_chunk) *
+            rows_per_chunk``, so that a chunk is never cut short).
+        seq_len: L, tokens per row (known before packing).
+    """
+
+    def __init__(self, build: Callable[[int], PackedRows], n: int, seq_len: int) -> None:
+        self._build, self._n, self._seq_len = build, n, seq_len
+        self._data: InMemoryRows | None = None
+
+    @property
+    def rows(self) -> int:
+        """R, rows offered."""
+        return self._n
+
+    @property
+    def seq_len(self) -> int:
+        """L, tokens per row."""
+        return self._seq_len
+
+    @property
+    def built(self) -> bool:
+        """Whether the rows have been packed."""
+        return self._data is not None
+
+    def packed(self, idx: torch.Tensor) -> PackedRows:
+        """Rows ``idx`` [b] -> each [b, L] (packs all R rows on the first call).
+
+        Raises:
+            ValueError: ``build`` gave rows of another shape than [R, L].
+        """
+        if self._data is None:
+            data = self._build(self._n)
+            if tuple(data.input_ids.shape) != (self._n, self._seq_len):
+                raise ValueError(
+                    f"the row builder gave {tuple(data.input_ids.shape)} rows, not "
+                    f"({self._n}, {self._seq_len})"
+                )
+            self._data = InMemoryRows(data)
+        return self._data.packed(idx)
+
+
 def ensure_features(
     folder: Path,
     *,
+    rows: RowSource,
     n_rows: int,
     rows_per_chunk: int,
-    build_rows: RowBuilder,
     target_model: torch.nn.Module,
     manifest: dict[str, object],
     batch: int = 4,
-) -> tuple[Features, CacheStats]:
-    """Return the first ``n_rows`` feature rows, building missing chunks on the way.
+) -> tuple[CachedFeatures, CacheStats]:
+    """The first ``n_rows`` feature rows of a stage, building missing chunks on the way.
+
+    Chunk c is built from rows ``[c * rows_per_chunk, (c + 1) * rows_per_chunk)`` of ``rows``
+    (fewer when ``rows`` ends first) and nothing else. Every chunk handed out is checked
+    against its recorded checksum first (see the module docstring); nothing is read into RAM
+    beyond one chunk being built.
 
     Args:
         folder: the feature set's folder (see :func:`feature_dir`).
-        n_rows: rows wanted (0 gives empty tensors).
+        rows: the stage's packed rows (row r the same in every run); asked only for the rows of
+            the chunks built.
+        n_rows: rows wanted (0 gives an empty set), at most ``rows.rows``.
         rows_per_chunk: rows per chunk file; fixed per folder (recorded in the manifest).
-        build_rows: packs the first n rows of the stage's corpus.
         target_model: the frozen target, used on a miss.
         manifest: what identifies the feature set (target, recipe, seq_len, ...), written once.
         batch: rows per target forward when building.
 
+    Returns:
+        The rows as a lazy :class:`CachedFeatures`, and what this call found and built.
+
     Raises:
-        ValueError: the folder's manifest disagrees with ``manifest`` (a stale or foreign cache).
+        ValueError: the folder's manifest disagrees with ``manifest`` (a stale or foreign
+            cache), or ``rows`` has fewer than ``n_rows`` rows or another ``seq_len`` than the
+            manifest's.
     """
+    seq_len = int(rows.seq_len)
+    if n_rows > rows.rows:
+        raise ValueError(f"{n_rows} feature rows asked for, but the row source has {rows.rows}")
+    if "seq_len" in manifest and manifest["seq_len"] != seq_len:
+        raise ValueError(
+            f"rows of length {seq_len} for a manifest of seq_len {manifest['seq_len']}"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     _check_manifest(folder, {**manifest, "rows_per_chunk": rows_per_chunk})
     stats = CacheStats()
     n_chunks = -(-n_rows // rows_per_chunk)
-    path = [folder / f"chunk-{c:05d}.safetensors" for c in range(n_chunks)]
+    path = [folder / _chunk_name(c) for c in range(n_chunks)]
+    checked: dict[int, _FileId] = {}  # chunk -> the file checked (or written) by this call
 
-    def build(c: int) -> bytes:
-        """Build chunk c, write it atomically, record its checksum; its bytes."""
+    def build(c: int) -> None:
+        """Build chunk c from its own rows, write it atomically, journal its checksum."""
         t0 = time.perf_counter()
-        rows = build_rows((c + 1) * rows_per_chunk)
         lo = c * rows_per_chunk
-        ids, mask, pos = rows.input_ids[lo:], rows.loss_mask[lo:], rows.position_ids[lo:]
-        hidden = target_hidden(target_model, ids, pos, batch)
+        hi = min(lo + rows_per_chunk, rows.rows)
+        part = rows.packed(torch.arange(lo, hi))
+        stats.rows_packed += hi - lo
+        hidden = target_hidden(target_model, part.input_ids, part.position_ids, batch)
+        stats.target_rows += hi - lo
         raw = save(
             {
-                "input_ids": ids.to(torch.int32).contiguous(),
-                "loss_mask": mask.to(torch.uint8).contiguous(),
-                "position_ids": pos.to(torch.int32).contiguous(),
+                "input_ids": part.input_ids.to(torch.int32).contiguous(),
+                "loss_mask": part.loss_mask.to(torch.uint8).contiguous(),
+                "position_ids": part.position_ids.to(torch.int32).contiguous(),
                 "hidden": hidden.contiguous(),
             }
         )
         tmp = path[c].with_suffix(".tmp")
         tmp.write_bytes(raw)
         tmp.replace(path[c])
-        _record_chunks(folder, {path[c].name: _sha256(raw)})
+        checked[c] = _file_id(os.stat(path[c]))
+        _journal(folder, path[c].name, lo, hi, seq_len, hashlib.sha256(raw).hexdigest())
         stats.misses += 1
         stats.build_s += time.perf_counter() - t0
         log.info(
             "features: built %s (%d tokens) in %.1f s",
             path[c].name,
-            ids.numel(),
+            (hi - lo) * seq_len,
             time.perf_counter() - t0,
         )
-        return raw
 
-    built: dict[int, bytes] = {}
     for blocking in (False, True):  # first build what nobody else builds, then wait for the rest
         for c in range(n_chunks):
             if path[c].exists():
@@ -206,92 +388,496 @@ def ensure_features(
             try:
                 with FileLock(str(path[c]) + ".lock", timeout=-1 if blocking else 0):
                     if not path[c].exists():
-                        built[c] = build(c)
+                        build(c)
             except Timeout:
                 continue
-    if n_chunks == 0:
-        empty = torch.zeros(0, 0, dtype=torch.long)
-        return Features(empty, empty.bool(), torch.zeros(0, 0, 0, dtype=torch.float16)), stats
-    parts = []
+    recorded = _recorded_sha256s(folder)  # read once: per chunk it would cost chunks^2
     for c in range(n_chunks):
-        tensors = _parse(built[c]) if c in built else _read_verified(folder, path[c])
-        if tensors is None:  # no checksum yet, or corrupt: settle it under the chunk's lock
+        if c in checked:
+            continue
+        lo, need = c * rows_per_chunk, min(rows_per_chunk, n_rows - c * rows_per_chunk)
+        status, fid = _check_chunk(folder, path[c], lo, need, recorded.get(path[c].name))
+        if status != "ok":  # no checksum yet, corrupt or short: settle it under the chunk's lock
             with FileLock(str(path[c]) + ".lock"):
-                tensors = _read_verified(folder, path[c], first_use=True, warn=True)
-                if tensors is None:  # corrupt (and nobody rebuilt it meanwhile): rebuild it
-                    stats.rebuilt += 1
-                    tensors = _parse(build(c))
-        assert tensors is not None, "a chunk just built parses"
-        parts.append(tensors)
+                want = _recorded_sha256s(folder).get(path[c].name)  # may be newer now
+                status, fid = _check_chunk(
+                    folder, path[c], lo, need, want, first_use=True, warn=True
+                )
+                if status != "ok":  # (and nobody rebuilt it meanwhile): rebuild it
+                    stats.rebuilt += status == "corrupt"
+                    build(c)
+                    continue
+        assert fid is not None, "a chunk checked ok has a file"
+        checked[c] = fid
     stats.hits = n_chunks - stats.misses
-    length = int(parts[0]["input_ids"].shape[1])
-    positions = [  # a chunk from before positions were stored holds joined rows
-        p["position_ids"] if "position_ids" in p else torch.arange(length).expand_as(p["input_ids"])
-        for p in parts
-    ]
-    feats = Features(
-        input_ids=torch.cat([p["input_ids"] for p in parts])[:n_rows].long(),
-        loss_mask=torch.cat([p["loss_mask"] for p in parts])[:n_rows].bool(),
-        hidden=torch.cat([p["hidden"] for p in parts])[:n_rows],
-        position_ids=torch.cat(positions)[:n_rows].long(),
-    )
+    _fold_journal(folder)
+    feats = CachedFeatures(folder, n_rows=n_rows, rows_per_chunk=rows_per_chunk, seq_len=seq_len)
+    feats._checked.update(checked)
     return feats, stats
 
 
-def _sha256(raw: bytes) -> str:
-    return hashlib.sha256(raw).hexdigest()
+class CachedFeatures:
+    """A :class:`FeatureSet` read lazily from a feature folder's chunk files (memory-mapped).
+
+    Only the chunks holding the rows asked for are mapped (at most ``max_open`` at once, the
+    least recently used unmapped first); rows are copied out of the mapping, so RAM holds the
+    rows of a step, never the stage. Each chunk is checked against the manifest's checksum once
+    per process, when first mapped. Pickling keeps the folder and the sizes only (a few hundred
+    bytes): a Ray worker given the object maps and checks only the chunks of its own rows.
+
+    Args:
+        folder: a folder :func:`ensure_features` built.
+        n_rows: R, rows of the stage (the first R of the folder).
+        rows_per_chunk: the folder's rows per chunk.
+        seq_len: L.
+        max_open: chunks kept mapped at once.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        n_rows: int,
+        rows_per_chunk: int,
+        seq_len: int,
+        max_open: int = 16,
+    ) -> None:
+        self.folder, self.n_rows, self.rows_per_chunk = Path(folder), n_rows, rows_per_chunk
+        self._seq_len, self.max_open = seq_len, max_open
+        self._reset()
+
+    def _reset(self) -> None:
+        self._maps: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
+        self._checked: dict[int, _FileId] = {}
+        self._sha256: dict[str, str] | None = None
+        self._opened: list[int] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        keep = ("folder", "n_rows", "rows_per_chunk", "_seq_len", "max_open")
+        return {k: self.__dict__[k] for k in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"CachedFeatures({str(self.folder)!r}, rows={self.n_rows}, seq_len={self.seq_len})"
+
+    @property
+    def rows(self) -> int:
+        """R, rows of the stage."""
+        return self.n_rows
+
+    @property
+    def seq_len(self) -> int:
+        """L, tokens per row."""
+        return self._seq_len
+
+    @property
+    def tokens(self) -> int:
+        """R * L."""
+        return self.n_rows * self._seq_len
+
+    @property
+    def opened_chunks(self) -> tuple[int, ...]:
+        """Chunks this object mapped in this process, in order (a chunk mapped again after
+        being unmapped appears again)."""
+        return tuple(self._opened)
+
+    def packed(self, idx: torch.Tensor) -> PackedRows:
+        """Rows ``idx`` [b] -> ids (long), loss mask (bool), positions (long), each [b, L].
+
+        Raises:
+            IndexError: an index outside ``[0, R)``.
+            RuntimeError: a chunk no longer matches its checksum (run the trial again: its
+                feature step rebuilds it).
+        """
+        got = self._gather(idx, ("input_ids", "loss_mask", "position_ids"))
+        ids = got["input_ids"].long()
+        pos = got.get("position_ids")  # absent in chunks from before positions were stored
+        positions = torch.arange(self._seq_len).expand_as(ids) if pos is None else pos.long()
+        return PackedRows(ids, got["loss_mask"].bool(), positions)
+
+    def hidden(self, idx: torch.Tensor, packed: PackedRows | None = None) -> torch.Tensor:
+        """[b, L, h] float16 hidden states of rows ``idx`` (CPU); raises as :meth:`packed`."""
+        return self._gather(idx, ("hidden",))["hidden"]
+
+    def _gather(self, idx: torch.Tensor, keys: tuple[str, ...]) -> dict[str, torch.Tensor]:
+        """The tensors ``keys`` of rows ``idx``, read chunk by chunk (a key a chunk lacks is
+        left out)."""
+        idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1).cpu()
+        if len(idx) == 0:
+            empty = torch.zeros(0, self._seq_len, dtype=torch.int32)
+            return {k: empty[..., None].half() if k == "hidden" else empty for k in keys}
+        if int(idx.min()) < 0 or int(idx.max()) >= self.n_rows:
+            raise IndexError(f"row indices outside [0, {self.n_rows}) of {self}")
+        chunk = idx // self.rows_per_chunk
+        out: dict[str, torch.Tensor] = {}
+        for c in torch.unique(chunk).tolist():
+            arrays = self._arrays(c)
+            where = (chunk == c).nonzero().squeeze(1)
+            local = (idx[where] - c * self.rows_per_chunk).numpy()
+            for k in keys:
+                if k in arrays:
+                    part = torch.from_numpy(arrays[k][local])
+                    if k not in out:
+                        out[k] = torch.empty((len(idx), *part.shape[1:]), dtype=part.dtype)
+                    out[k][where] = part
+        return out
+
+    def _arrays(self, c: int) -> dict[str, np.ndarray]:
+        """Chunk c's tensors as read-only arrays over its mapped file (mapped and checked on
+        first use)."""
+        if c in self._maps:
+            self._maps.move_to_end(c)
+            return self._maps[c]
+        path = self.folder / _chunk_name(c)
+        with open(path, "rb") as f:
+            fid = _file_id(os.fstat(f.fileno()))
+            if self._checked.get(c) != fid:
+                want = self._recorded(path.name)
+                got = _sha256_of(f) if want is not None else None
+                if got != want:
+                    raise RuntimeError(
+                        f"{path} is corrupt (sha256 {str(got)[:12]}..., the manifest records "
+                        f"{str(want)[:12]}...); run the trial again to rebuild it"
+                    )
+                self._checked[c] = fid
+            header = _read_header(f, fid[2])
+            need = min(self.rows_per_chunk, self.n_rows - c * self.rows_per_chunk)
+            if header is None or header["input_ids"][1][0] < need:
+                raise RuntimeError(f"{path} is not a chunk of {need} rows; run the trial again")
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        arrays = {
+            k: np.frombuffer(mapped, dtype, int(np.prod(shape)), offset).reshape(shape)
+            for k, (dtype, shape, offset) in header.items()
+        }
+        self._maps[c] = arrays
+        self._opened.append(c)
+        while len(self._maps) > self.max_open:  # the mapping closes with its last array
+            self._maps.popitem(last=False)
+        return arrays
+
+    def _recorded(self, name: str) -> str | None:
+        if self._sha256 is None or name not in self._sha256:
+            self._sha256 = _recorded_sha256s(self.folder)
+        return self._sha256.get(name)
 
 
-def _parse(raw: bytes) -> dict[str, torch.Tensor] | None:
-    """The tensors of a chunk file's bytes, or None when they are not a chunk."""
+@dataclass(frozen=True, kw_only=True)
+class TargetSpec:
+    """How to load the frozen target (the trial's ``target`` block): small and picklable, so
+    :class:`OnlineFeatures` sent to a worker loads the target there (once per process).
+
+    ``load()`` calls :func:`workloads.target.load_target` with these fields."""
+
+    name: str
+    """``target.model``: a builtin name, a local folder or a hub id"""
+    cache_dir: Path
+    """the shared cache (where the converted default target is kept)"""
+    dtype: str = "float32"
+    """``target.dtype``"""
+    weights: Literal["pretrained", "random"] = "pretrained"
+    """``target.weights``"""
+    device_map: Literal["none", "auto"] = "none"
+    """``target.device_map``"""
+    seed: int = 0
+    """seed of random weights"""
+    device: str = "cpu"
+    """``cpu``, ``cuda`` or ``auto``"""
+
+    def load(self) -> Target:
+        """The target, loaded once per process and spec (later calls return the same one)."""
+        return _load_target(self)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_target(spec: TargetSpec) -> Target:
+    from workloads.target import load_target
+
+    return load_target(
+        spec.name,
+        cache_dir=spec.cache_dir,
+        dtype=spec.dtype,
+        device=spec.device,
+        weights=spec.weights,
+        device_map=spec.device_map,
+        seed=spec.seed,
+    )
+
+
+class OnlineFeatures:
+    """A :class:`FeatureSet` whose hidden states the target computes when asked, inside the
+    training step, on that step's rows only; nothing is stored.
+
+    The hidden states are those a cache would hold, bit for bit up to the batching of rows:
+    the same masks and positions (:func:`target_hidden`) and the same float16 rounding, left on
+    the target's device.
+
+    Args:
+        rows: the stage's packed rows.
+        target: a :class:`TargetSpec` (loaded on first use, once per process) or the loaded
+            target model itself (then the object cannot be pickled).
+        model: the spec's target model when the caller has already loaded it (not pickled).
+        batch: rows per target forward.
+    """
+
+    def __init__(
+        self,
+        rows: RowSource,
+        target: TargetSpec | torch.nn.Module,
+        *,
+        model: torch.nn.Module | None = None,
+        batch: int = 4,
+    ) -> None:
+        self.source = rows
+        self.spec = target if isinstance(target, TargetSpec) else None
+        self._model = model if isinstance(target, TargetSpec) else target
+        self.batch = batch
+        self.target_rows = 0
+        """rows run through the target by this object in this process"""
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.spec is None:
+            raise TypeError(
+                "OnlineFeatures over a target model object cannot be pickled (sent to a "
+                "worker); build it with a TargetSpec"
+            )
+        return {"source": self.source, "spec": self.spec, "batch": self.batch}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._model, self.target_rows = None, 0
+
+    @property
+    def rows(self) -> int:
+        """R, rows of the stage."""
+        return int(self.source.rows)
+
+    @property
+    def seq_len(self) -> int:
+        """L, tokens per row."""
+        return int(self.source.seq_len)
+
+    @property
+    def tokens(self) -> int:
+        """R * L."""
+        return self.rows * self.seq_len
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The target model (loaded from the spec on first use)."""
+        if self._model is None:
+            assert self.spec is not None, "an OnlineFeatures has a model or a spec"
+            self._model = self.spec.load().model
+        return self._model
+
+    def packed(self, idx: torch.Tensor) -> PackedRows:
+        """Rows ``idx`` [b] of the row source, each [b, L]."""
+        return self.source.packed(idx)
+
+    def hidden(self, idx: torch.Tensor, packed: PackedRows | None = None) -> torch.Tensor:
+        """[b, L, h] float16 hidden states of rows ``idx``, computed now (inference mode) on the
+        target's device.
+
+        Raises:
+            ValueError: a hidden state overflows float16.
+        """
+        part = packed if packed is not None else self.packed(idx)
+        hidden = target_hidden(
+            self.model, part.input_ids, part.position_ids, self.batch, to_cpu=False
+        )
+        self.target_rows += int(part.input_ids.shape[0])
+        return hidden
+
+
+# --- chunk files -------------------------------------------------------------------------------
+
+_FileId = tuple[int, int, int, int]
+"""(device, inode, size, modification ns) of a chunk file: the file that was checked"""
+
+_DTYPES: dict[str, type[np.generic]] = {
+    "I32": np.int32,
+    "I64": np.int64,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+    "F16": np.float16,
+    "F32": np.float32,
+}
+_KEYS = ("input_ids", "loss_mask", "hidden")
+"""tensors every chunk has (``position_ids`` too, since packing is recorded)"""
+
+
+def _chunk_name(c: int) -> str:
+    return f"chunk-{c:05d}.safetensors"
+
+
+def _file_id(st: os.stat_result) -> _FileId:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _sha256_of(f: IO[bytes]) -> str:
+    """SHA-256 of an open file's bytes, read in 1 MiB blocks."""
+    f.seek(0)
+    h = hashlib.sha256()
+    while block := f.read(1 << 20):
+        h.update(block)
+    return h.hexdigest()
+
+
+def _read_header(
+    f: IO[bytes], size: int
+) -> dict[str, tuple[type[np.generic], tuple[int, ...], int]] | None:
+    """A chunk file's tensors as ``name -> (dtype, shape, byte offset)``, or None when the file
+    is not a chunk (not safetensors, a tensor outside the file, a required tensor missing).
+
+    The safetensors layout: 8 bytes little-endian header length N, N bytes of JSON
+    ``{name: {dtype, shape, data_offsets: [begin, end]}}``, offsets relative to byte 8 + N."""
     try:
-        tensors = load(raw)
-    except (SafetensorError, ValueError, KeyError, RuntimeError):
+        f.seek(0)
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > min(size - 8, 1 << 24):
+            return None
+        header = json.loads(f.read(n))
+        out = {}
+        for name, spec in header.items():
+            if name == "__metadata__":
+                continue
+            dtype, shape = _DTYPES[spec["dtype"]], tuple(int(s) for s in spec["shape"])
+            begin, end = (int(o) for o in spec["data_offsets"])
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            if end - begin != nbytes or begin < 0 or 8 + n + end > size:
+                return None
+            out[name] = (dtype, shape, 8 + n + begin)
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if {"input_ids", "loss_mask", "hidden"} - tensors.keys():
+    if set(_KEYS) - out.keys() or len(out["input_ids"][1]) != 2:
         return None
-    return tensors
+    return out
 
 
-def _recorded_sha256(folder: Path, name: str) -> str | None:
-    """The checksum the manifest records for chunk ``name`` (None: not recorded)."""
+def _check_chunk(
+    folder: Path,
+    path: Path,
+    lo: int,
+    need: int,
+    want: str | None,
+    *,
+    first_use: bool = False,
+    warn: bool = False,
+) -> tuple[Literal["ok", "missing", "unrecorded", "corrupt", "short"], _FileId | None]:
+    """Whether chunk ``path`` (first row ``lo``) matches its recorded checksum ``want``, parses
+    and holds at least ``need`` rows, with the identity of the file checked (a streaming hash).
+
+    ``unrecorded``: no checksum recorded, unless ``first_use``: then the chunk predates
+    checksums and is trusted if it parses, and its checksum is recorded. Call with
+    ``first_use`` only while holding the chunk's lock (its builder records the checksum under
+    that lock). ``warn``: log why a chunk is corrupt.
+    """
+    if want is None and not first_use:
+        return "unrecorded", None
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return "missing", None
+    with f:
+        fid = _file_id(os.fstat(f.fileno()))
+        got = _sha256_of(f)
+        header = _read_header(f, fid[2])
+    if want is None:
+        if header is None:
+            if warn:
+                log.warning("features: %s cannot be read as a chunk; rebuilding it", path)
+            return "corrupt", None
+        rows = header["input_ids"][1][0]
+        seq_len = header["input_ids"][1][1]
+        _journal(folder, path.name, lo, lo + rows, seq_len, got)
+    elif got != want or header is None:
+        if warn:
+            log.warning(
+                "features: %s is corrupt (sha256 %s..., the manifest records %s...); rebuilding it",
+                path,
+                got[:12],
+                want[:12],
+            )
+        return "corrupt", None
+    if header["input_ids"][1][0] < need:
+        if warn:
+            log.info("features: %s holds fewer than the %d rows needed; extending it", path, need)
+        return "short", None
+    return "ok", fid
+
+
+# --- manifest ----------------------------------------------------------------------------------
+
+
+def _recorded_sha256s(folder: Path) -> dict[str, str]:
+    """Checksums recorded by chunk file name: the manifest's, then the journal's (newer)."""
     with FileLock(str(folder / "manifest.json") + ".lock"):
         data = json.loads((folder / "manifest.json").read_text())
-    entry = data.get("chunks", {}).get(name, {})
-    return entry.get("sha256") if isinstance(entry, dict) else None
+        entries = _journal_entries(folder)
+    chunks: dict[str, Any] = data.get("chunks", {}) | entries
+    return {
+        name: e["sha256"] for name, e in chunks.items() if isinstance(e, dict) and "sha256" in e
+    }
 
 
-def _read_verified(
-    folder: Path, path: Path, *, first_use: bool = False, warn: bool = False
-) -> dict[str, torch.Tensor] | None:
-    """A chunk's tensors, parsed from the very bytes that matched the manifest's checksum.
+def _journal(folder: Path, name: str, lo: int, hi: int, seq_len: int, sha256: str) -> None:
+    """Record one chunk (rows ``[lo, hi)``, its checksum): one line appended to the journal."""
+    entry = {"name": name, "rows": [lo, hi], "tokens": (hi - lo) * seq_len, "sha256": sha256}
+    lock = FileLock(str(folder / "manifest.json") + ".lock")
+    with lock, open(folder / "manifest.journal", "a") as f:
+        f.write(json.dumps(entry) + "\n")
 
-    None when the file is missing, does not match or does not parse (``warn``: log why), and
-    when no checksum is recorded, unless ``first_use``: then the chunk predates checksums and is
-    trusted if it parses, and its checksum is recorded. Call with ``first_use`` only while
-    holding the chunk's lock (its builder records the checksum under that lock).
-    """
-    want = _recorded_sha256(folder, path.name)
-    raw = path.read_bytes() if path.exists() else b""
-    if want is None:
-        if not first_use:
-            return None
-        tensors = _parse(raw)
-        if tensors is not None:
-            _record_chunks(folder, {path.name: _sha256(raw)})
-        elif warn:
-            log.warning("features: %s cannot be read as a chunk; rebuilding it", path)
-        return tensors
-    got = _sha256(raw)
-    tensors = _parse(raw) if got == want else None
-    if tensors is None and warn:
-        log.warning(
-            "features: %s is corrupt (sha256 %s..., the manifest records %s...); rebuilding it",
-            path,
-            got[:12],
-            want[:12],
-        )
-    return tensors
+
+def _journal_entries(folder: Path) -> dict[str, dict[str, Any]]:
+    """The journal's chunk entries by name, later lines winning (caller holds the lock); a torn
+    last line (a crash while appending) is skipped."""
+    path = folder / "manifest.journal"
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        name = entry.pop("name")
+        out[name] = entry
+    return out
+
+
+def _fold_journal(folder: Path) -> None:
+    """Move the journal's entries into ``manifest.json`` (one rewrite), dropping entries whose
+    chunk file is gone, and refresh ``token_range``."""
+    path = folder / "manifest.json"
+    with FileLock(str(path) + ".lock"):
+        entries = _journal_entries(folder)
+        if not entries:
+            return
+        data = json.loads(path.read_text())
+        chunks = {
+            name: e
+            for name, e in (data.get("chunks", {}) | entries).items()
+            if (folder / name).exists()
+        }
+        data["chunks"] = dict(sorted(chunks.items()))
+        rows_per_chunk = int(data["identity"]["rows_per_chunk"])
+        data["token_range"] = [0, _contiguous_tokens(chunks, rows_per_chunk)]
+        _write_json(path, data)
+        (folder / "manifest.journal").unlink()
+
+
+def _contiguous_tokens(chunks: dict[str, Any], rows_per_chunk: int) -> int:
+    """Tokens of the chunks from chunk 0 on without a gap (a chunk cut short ends the run)."""
+    tokens, c = 0, 0
+    while (entry := chunks.get(_chunk_name(c))) is not None:
+        tokens += int(entry["tokens"])
+        lo, hi = entry["rows"]
+        if hi - lo < rows_per_chunk:  # short: a later, larger budget extends it
+            break
+        c += 1
+    return tokens
 
 
 def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
@@ -311,7 +897,7 @@ def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
             legacy = {k: v for k, v in want.items() if k not in ("tokenizer", "packing")}
             if found == legacy and want.get("packing", "joined") == "joined":
                 _write_json(path, {"identity": want, "chunks": {}, "token_range": [0, 0]})
-                _record_chunks_locked(folder, path)
+                _list_legacy_chunks(folder, path)
                 return
             found = {"identity": found}
         before = found["identity"]
@@ -340,25 +926,13 @@ def _write_json(path: Path, data: dict[str, object]) -> None:
     tmp.replace(path)
 
 
-def _record_chunks(folder: Path, sha256: dict[str, str] | None = None) -> None:
-    with FileLock(str(folder / "manifest.json") + ".lock"):
-        _record_chunks_locked(folder, folder / "manifest.json", sha256)
-
-
-def _record_chunks_locked(folder: Path, path: Path, sha256: dict[str, str] | None = None) -> None:
-    """Refresh the built-chunk list and the cached token range (caller holds the lock).
-
-    ``sha256`` gives new checksums by chunk file name; recorded ones of chunks still on disk are
-    kept.
-    """
+def _list_legacy_chunks(folder: Path, path: Path) -> None:
+    """List the chunk files of a first-format folder (which recorded none) in its upgraded
+    manifest, without checksums (trusted on first use); the caller holds the lock. The only
+    place the folder is listed: once, at the upgrade."""
     data = json.loads(path.read_text())
     rows_per_chunk = int(data["identity"]["rows_per_chunk"])
     seq_len = int(data["identity"]["seq_len"])
-    known = {
-        name: entry["sha256"]
-        for name, entry in data.get("chunks", {}).items()
-        if isinstance(entry, dict) and "sha256" in entry
-    } | (sha256 or {})
     chunks: dict[str, dict[str, object]] = {}
     for p in sorted(folder.glob("chunk-*.safetensors")):
         c = int(p.stem.split("-")[1])
@@ -366,11 +940,6 @@ def _record_chunks_locked(folder: Path, path: Path, sha256: dict[str, str] | Non
             "rows": [c * rows_per_chunk, (c + 1) * rows_per_chunk],
             "tokens": rows_per_chunk * seq_len,
         }
-        if p.name in known:
-            chunks[p.name]["sha256"] = known[p.name]
-    contiguous = 0
-    while f"chunk-{contiguous:05d}.safetensors" in chunks:
-        contiguous += 1
     data["chunks"] = chunks
-    data["token_range"] = [0, contiguous * rows_per_chunk * seq_len]
+    data["token_range"] = [0, _contiguous_tokens(chunks, rows_per_chunk)]
     _write_json(path, data)

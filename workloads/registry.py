@@ -76,6 +76,9 @@ class ConfigError(ValueError):
 Preflight = Callable[[Sequence[Any], Path], None]
 """``(distinct trial configs, run root)``; raises :class:`ConfigError` (or ``ValueError``)"""
 
+Describe = Callable[[Sequence[Any]], list[str]]
+"""``(distinct trial configs) -> lines``: what the sweep will cost, printed by ``--dry-run``"""
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -92,6 +95,8 @@ class Workload:
         report: which report the sweep gets (:data:`Report`).
         summary: one line for ``--help`` and the docs.
         example: a shipped sweep of the workload, named by spec errors as an example.
+        describe: what the sweep will cost (tokens, disk, ...), for ``--dry-run``; no lines
+            when None.
     """
 
     name: str
@@ -103,6 +108,7 @@ class Workload:
     status_columns: tuple[str, ...] = ()
     report: Report = "table"
     example: str = "sweeps/tokens.yaml"
+    describe: Describe | None = None
 
 
 def _truthy(name: str) -> bool:
@@ -116,15 +122,20 @@ def check_targets(configs: Sequence[Any], _run_root: Path) -> None:
     Raises:
         ConfigError: naming the target and the fix.
     """
-    from workloads.target_source import HF_ENDPOINT, check_target_source
+    from workloads.target_source import HF_ENDPOINT, check_random_target, check_target_source
 
     offline = _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE")
     endpoint = os.environ.get("HF_ENDPOINT") or HF_ENDPOINT
-    for name in sorted({c.target.model for c in configs}):
+    for name in sorted({c.target.model for c in configs if c.target.weights == "pretrained"}):
         try:
             check_target_source(name, offline=offline, endpoint=endpoint)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+    for name in sorted({c.target.model for c in configs if c.target.weights == "random"}):
+        try:
+            check_random_target(name)
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("target", "model")) from exc
 
 
 def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
@@ -136,11 +147,49 @@ def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path) -
     """
     from workloads.target_source import check_chat_template
 
-    for name in sorted({c.target.model for c in configs if c.sft.tokens > 0}):
+    pretrained = (c for c in configs if c.target.weights == "pretrained")  # random: builtin's
+    for name in sorted({c.target.model for c in pretrained if c.sft.tokens > 0}):
         try:
             check_chat_template(name)
         except ValueError as exc:
             raise ConfigError(str(exc), ("target", "model")) from exc
+
+
+def check_devices(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
+    """``device: cuda`` needs a CUDA GPU that torch sees on this machine (as decode_bench's).
+
+    Raises:
+        ConfigError: blaming ``device``.
+    """
+    from workloads.target import resolve_device
+
+    for device in sorted({c.device for c in configs}):
+        try:
+            resolve_device(device)
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("device",)) from exc
+
+
+def check_corpora(configs: Sequence[DraftTrainConfig], run_root: Path) -> None:
+    """Each pretraining budget fits its corpus (see :mod:`workloads.corpus_check`: exact up to
+    20M tokens, an upper bound above; the run root's cache keeps what was tokenised).
+
+    Raises:
+        ConfigError: blaming ``pretrain.tokens``, with both sizes and the fix.
+    """
+    from workloads.corpus_check import check_budget
+
+    biggest: dict[str, DraftTrainConfig] = {}
+    for c in configs:  # the largest budget per corpus: smaller ones are its prefixes
+        key = c.pretrain.model_dump_json(exclude={"tokens", "lr", "schedule", "decay_frac"})
+        key += c.target.model_dump_json()
+        if key not in biggest or c.pretrain.tokens > biggest[key].pretrain.tokens:
+            biggest[key] = c
+    for c in biggest.values():
+        try:
+            check_budget(c, run_root / "cache")
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("pretrain", "tokens")) from exc
 
 
 def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
@@ -153,6 +202,12 @@ def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
 
     for cfg in {c.draft.model_dump_json(): c for c in configs}.values():
         preflight(cfg, run_root)
+
+
+def _describe_draft_train(configs: Sequence[DraftTrainConfig]) -> list[str]:
+    from workloads.cost import describe_cost
+
+    return describe_cost(configs)
 
 
 def _run_draft_train(cfg: DraftTrainConfig, ctx: TrialContext) -> TrialResult:
@@ -193,10 +248,11 @@ WORKLOADS: dict[str, Workload] = {
             config_model=DraftTrainConfig,
             run=_run_draft_train,
             summary="pretrain and SFT a draft, then measure its acceptance length",
-            preflight=(check_targets, check_chat_templates),
+            preflight=(check_targets, check_devices, check_chat_templates, check_corpora),
             progress=_ACCEPTANCE,
             status_columns=("acceptance_length",),
             report="law",
+            describe=_describe_draft_train,
         ),
         Workload(
             name="decode_bench",

@@ -35,7 +35,7 @@ from workloads.checkpoint import (
 )
 from workloads.config import DraftTrainConfig
 from workloads.draft_model import DraftModel
-from workloads.features import Features
+from workloads.features import FeatureSet
 from workloads.training import StageLog, StageSettings, make_optimizer, total_steps, train_stage
 
 Say = Callable[[str], None]
@@ -77,7 +77,7 @@ def trunk_key(cfg: DraftTrainConfig) -> str:
 def run_stage(
     stage: str,
     draft: DraftModel,
-    feats: Features,
+    feats: FeatureSet,
     s: StageSettings,
     *,
     ckpt_dir: Path,
@@ -90,7 +90,7 @@ def run_stage(
     The stage's final state is saved as a checkpoint too, so a retry after the stage skips it;
     only the ``keep`` newest checkpoints of the stage stay on disk.
     """
-    total = total_steps(feats.input_ids.shape[0], s)
+    total = total_steps(feats.rows, s)
     opt = make_optimizer(draft, s)
     found = latest_checkpoint(ckpt_dir, stage)
     log, start = StageLog(), 0
@@ -120,7 +120,7 @@ def run_stage(
 
 def run_wsd_fork_pretrain(
     draft: DraftModel,
-    feats: Features,
+    feats: FeatureSet,
     s: StageSettings,
     *,
     decay_frac: float,
@@ -142,7 +142,7 @@ def run_wsd_fork_pretrain(
         keep: newest checkpoints of the branch kept in ``ckpt_dir`` (the trunk's checkpoints in
             the shared cache are branch points of other budgets: all are kept).
     """
-    total = total_steps(feats.input_ids.shape[0], replace(s, epochs=1))
+    total = total_steps(feats.rows, replace(s, epochs=1))
     decay = min(total, max(1, round(decay_frac * total)))
     branch = total - decay
     s = replace(s, epochs=1, schedule="wsd", decay_steps=decay, order="stream")
@@ -191,10 +191,10 @@ def run_wsd_fork_pretrain(
     return out
 
 
-def _tokens_of_steps(feats: Features, s: StageSettings, steps: int) -> int:
+def _tokens_of_steps(feats: FeatureSet, s: StageSettings, steps: int) -> int:
     """Tokens in the rows of the first ``steps`` steps of a single-epoch stream-order stage."""
-    rows = min(steps * s.batch_size, feats.input_ids.shape[0])
-    return rows * int(feats.input_ids.shape[1])
+    rows = min(steps * s.batch_size, feats.rows)
+    return rows * feats.seq_len
 
 
 def clear_checkpoints(ckpt_dir: Path) -> None:

@@ -23,9 +23,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from workloads._kv import additive_mask
-from workloads.data.packing import attention_allowed, same_segment
+from workloads.data.packing import PackedRows, attention_allowed, same_segment
 from workloads.draft_model import DraftModel
-from workloads.features import Features
+from workloads.features import FeatureSet
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -280,38 +280,47 @@ def make_optimizer(draft: DraftModel, s: StageSettings) -> torch.optim.AdamW:
 
 
 class _RowOrder:
-    """Row indices of each step: per-epoch seeded permutations (replayed on resume) or stream."""
+    """Row indices of each step: per-epoch seeded permutations (replayed on resume) or stream.
+
+    Epoch e's permutation is the e-th ``randperm`` of a generator seeded by ``s.seed``; only the
+    current epoch's is kept (R longs, the one thing here proportional to the stage)."""
 
     def __init__(self, rows: int, s: StageSettings) -> None:
         self.rows, self.s = rows, s
         self.per_epoch = -(-rows // s.batch_size)
         self._gen = torch.Generator().manual_seed(s.seed)
-        self._perms: list[torch.Tensor] = []
+        self._epoch, self._perm = -1, torch.zeros(0, dtype=torch.long)
 
     def __call__(self, step: int) -> torch.Tensor:
         epoch, i = divmod(step, self.per_epoch)
+        lo, hi = i * self.s.batch_size, min((i + 1) * self.s.batch_size, self.rows)
         if self.s.order == "stream":
-            order = torch.arange(self.rows)
-        else:
-            while len(self._perms) <= epoch:
-                self._perms.append(torch.randperm(self.rows, generator=self._gen))
-            order = self._perms[epoch]
-        return order[i * self.s.batch_size : (i + 1) * self.s.batch_size]
+            return torch.arange(lo, hi)
+        if epoch < self._epoch:  # an earlier epoch: replay the generator from the seed
+            self._gen.manual_seed(self.s.seed)
+            self._epoch = -1
+        while self._epoch < epoch:
+            self._perm = torch.randperm(self.rows, generator=self._gen)
+            self._epoch += 1
+        return self._perm[lo:hi]
 
 
 def _share(
-    feats: Features, idx: torch.Tensor, par: DataParallel | None
-) -> tuple[torch.Tensor, torch.Tensor, float | None]:
-    """This rank's rows of the global batch ``idx``, a loss-mask factor and the denominator."""
+    feats: FeatureSet, idx: torch.Tensor, par: DataParallel | None
+) -> tuple[torch.Tensor, PackedRows, torch.Tensor, float | None]:
+    """This rank's rows of the global batch ``idx`` (indices and packed rows), a loss-mask
+    factor and the denominator; reads the packed rows of ``idx`` once."""
+    rows = feats.packed(idx)
     if par is None:
-        return idx, torch.tensor(True), None
-    mine = torch.tensor_split(idx, par.world)[par.rank]
-    weight = torch.tensor(len(mine) > 0)
-    if len(mine) == 0:  # a short last batch: one row with zero weight joins the all-reduce
-        mine = idx[:1]
-    counted = feats.loss_mask[idx][:, 2:] & same_segment(feats.positions(idx), 2)
+        return idx, rows, torch.tensor(True), None
+    at = torch.tensor_split(torch.arange(len(idx)), par.world)[par.rank]  # places in idx
+    weight = torch.tensor(len(at) > 0)
+    if len(at) == 0:  # a short last batch: one row with zero weight joins the all-reduce
+        at = torch.zeros(1, dtype=torch.long)
+    counted = rows.loss_mask[:, 2:] & same_segment(rows.position_ids, 2)
     positions = float(counted.sum().clamp_min(1))
-    return mine, weight, positions / par.world
+    mine = PackedRows(rows.input_ids[at], rows.loss_mask[at], rows.position_ids[at])
+    return idx[at], mine, weight, positions / par.world
 
 
 def _summed(
@@ -330,7 +339,7 @@ def _summed(
 
 def train_stage(
     draft: DraftModel,
-    feats: Features,
+    feats: FeatureSet,
     s: StageSettings,
     on_step: Callable[[int, int, float], None] | None = None,
     *,
@@ -346,7 +355,8 @@ def train_stage(
 
     Args:
         draft: the draft, trained in place.
-        feats: the stage's rows.
+        feats: the stage's rows and hidden states (cached, online or in RAM); each step reads
+            its own rows only.
         s: optimisation settings; the stage has ``total_steps(rows, s)`` steps.
         on_step: ``(step, total_steps, loss)`` after every optimiser step (progress).
         opt: the optimiser to continue (its state restored from a checkpoint); default a new
@@ -364,7 +374,7 @@ def train_stage(
         The log: per-step losses, top-1 agreement and tokens seen.
     """
     out = log if log is not None else StageLog()
-    rows = feats.input_ids.shape[0]
+    rows = feats.rows
     if rows == 0:
         return out
     total = total_steps(rows, s)
@@ -377,8 +387,8 @@ def train_stage(
         for group in opt.param_groups:
             group["lr"] = s.lr * lr_factor(step, total, s)
         idx = order(step)
-        mine, weight, denom = _share(feats, idx, parallel)
-        hidden = feats.hidden[mine]
+        mine, packed, weight, denom = _share(feats, idx, parallel)
+        hidden = feats.hidden(mine, packed)
         noise = None
         if s.feature_noise > 0:
             rank = parallel.rank if parallel else 0
@@ -387,12 +397,12 @@ def train_stage(
             noise = input_noise(torch.Size((b, t - 2, h)), s.feature_noise, gen, seq_len=t)
         loss, parts = draft_loss(
             draft,
-            feats.input_ids[mine],
-            feats.loss_mask[mine] & weight,
+            packed.input_ids,
+            packed.loss_mask & weight,
             hidden,
             w_reg=s.w_reg,
             w_cls=s.w_cls,
-            pos_bt=feats.positions(mine),
+            pos_bt=packed.position_ids,
             noise_bth=noise,
             denom=denom,
             forward=parallel.model if parallel else None,
@@ -411,7 +421,7 @@ def train_stage(
         out.loss_reg.append(parts["loss_reg"])
         out.loss_cls.append(parts["loss_cls"])
         out.top1.append(parts["top1"])
-        out.tokens_seen += int(feats.input_ids[idx].numel())
+        out.tokens_seen += len(idx) * feats.seq_len
         if on_step is not None:
             on_step(step + 1, total, value)
         if on_checkpoint is not None and checkpoint_every and (step + 1) % checkpoint_every == 0:

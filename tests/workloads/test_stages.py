@@ -117,7 +117,7 @@ def test_wsd_lr_before_the_decay_does_not_depend_on_the_budget() -> None:
 def test_wsd_fork_shares_the_trunk_and_matches_a_budget_trained_alone(tmp_path: Path) -> None:
     s = replace(S, epochs=1)
     small, large = _feats(8), _feats(20)  # 4 and 10 steps; large's rows extend small's
-    assert torch.equal(large.hidden[:8], small.hidden)
+    assert torch.equal(large.hidden_states[:8], small.hidden_states)
     common = {"decay_frac": 0.2, "checkpoint_every": 0, "say": _say}
     shared = tmp_path / "trunk"
     a = _draft()

@@ -13,7 +13,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.workloads.test_stages import S, _draft, _feats, _same, _weights
 from workloads import training
+from workloads.data import InMemoryRows, PackedRows
 from workloads.draft_model import DraftArch, DraftModel
+from workloads.features import Features, ensure_features, target_hidden
 from workloads.training import input_noise, train_stage
 from workloads.tree_decode import speculative_generate
 
@@ -74,3 +76,47 @@ def test_noise_is_never_applied_at_evaluation(monkeypatch: pytest.MonkeyPatch) -
     assert len(calls) == 2  # evaluation drew no noise
     assert outs[0].tokens == outs[1].tokens
     assert outs[0].accept_lengths == outs[1].accept_lengths
+
+
+def test_a_training_step_reads_only_its_own_rows_of_a_cache(tmp_path) -> None:  # noqa: ANN001
+    """train_stage takes rows through the FeatureSet API: a cached stage is mapped chunk by
+    chunk as steps reach it, never loaded whole (issue 15)."""
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    target = LlamaForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 64, (12, 10), generator=g)
+    rows = InMemoryRows(PackedRows(ids, torch.ones_like(ids, dtype=torch.bool),
+                                   torch.arange(10).expand(12, 10)))  # fmt: skip
+    cached, _ = ensure_features(tmp_path, rows=rows, n_rows=12, rows_per_chunk=2,
+                                target_model=target, manifest={"seq_len": 10})  # fmt: skip
+    d = rows.data
+    in_ram = Features(d.input_ids, d.loss_mask, target_hidden(target, d.input_ids, d.position_ids))
+    s = replace(S, order="stream", epochs=1)
+    arch = DraftArch.from_target(cfg, layers=1, output_norm=True)
+    logs = []
+    for feats in (cached, in_ram):
+        torch.manual_seed(1)
+        draft = DraftModel(arch, embed_weight=target.get_input_embeddings().weight,
+                           lm_head_weight=target.get_output_embeddings().weight)  # fmt: skip
+        logs.append(train_stage(draft, feats, s, stop=2))
+    assert cached.opened_chunks == (0, 1)  # steps 0 and 1: rows 0-3, chunks 0 and 1
+    assert logs[0].loss == logs[1].loss and logs[0].tokens_seen == 2 * 2 * 10
+
+
+def test_each_rank_reads_its_share_of_the_global_batch() -> None:
+    feats = _feats(5)
+    idx = torch.tensor([4, 0, 3])
+    whole = feats.packed(idx)
+    counted = float((whole.loss_mask[:, 2:]).sum())
+    shares = []
+    for rank in range(4):  # 3 rows on 4 ranks: rank 3 gets one zero-weight row
+        par = training.DataParallel(rank=rank, world=4, model=_draft())
+        mine, packed, weight, denom = training._share(feats, idx, par)
+        assert denom == counted / 4
+        assert torch.equal(packed.input_ids, feats.input_ids[mine])
+        shares.append((mine.tolist(), bool(weight)))
+    assert shares == [([4], True), ([0], True), ([3], True), ([4], False)]
