@@ -190,13 +190,12 @@ class CorpusSource(_Frozen):
 
     @model_validator(mode="after")
     def _check_source(self) -> CorpusSource:
-        if self.kind == "hf":
-            if not self.source[3:].strip():
-                raise ValueError("pretrain.corpus source 'hf:' needs a dataset id, e.g. hf:org/name")
-        elif self.kind == "files":
-            src = self.source
+        src = self.source
+        if self.kind == "hf" and not src[3:].strip():
+            raise ValueError("pretrain.corpus source 'hf:' needs a dataset id, e.g. hf:org/name")
+        if self.kind == "files":
             is_glob = any(ch in src for ch in "*?[")
-            if not is_glob and not Path(src).expanduser().is_dir():
+            if not is_glob and not Path(src).expanduser().is_dir():  # noqa: SIM102
                 if not src.endswith(CORPUS_SUFFIXES):
                     raise ValueError(
                         f"pretrain.corpus source {src!r} is not a builtin "
@@ -250,7 +249,9 @@ class PretrainConfig(_Frozen):
         if self.corpus is not None and not self.corpus:
             raise ValueError("pretrain.corpus is empty; name at least one source, or remove it")
         if self.repeat and self.corpus is None:
-            raise ValueError("pretrain.repeat needs pretrain.corpus (the builtin mix never repeats)")
+            raise ValueError(
+                "pretrain.repeat needs pretrain.corpus (the builtin mix never repeats)"
+            )
         return self
 
 

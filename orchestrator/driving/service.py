@@ -125,8 +125,8 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
         runner.init_ray(dest.address)
         guards.check_cluster_storage(dest)
     else:
-        configs = [t.config for t in the_plan.trials]
-        guards.check_fits_locally(spec, path, extra_gpus=runner.extra_gpus(spec, configs))
+        planned = [t.config for t in the_plan.trials]
+        guards.check_fits_locally(spec, path, extra_gpus=runner.extra_gpus(spec, planned))
     store, tracker = open_sinks(dest)
     guards.check_resubmit(store, spec, path)
     study = None
