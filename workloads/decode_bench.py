@@ -214,9 +214,12 @@ def run(
     """
     say = progress or (lambda msg: log.info("%s", msg))
     d = cfg.decode
+    t = cfg.target
     target = load_target(
-        cfg.target.model, cache_dir=cache_dir, dtype=cfg.target.dtype, device=cfg.device
-    )
+        t.model, cache_dir=cache_dir, dtype=t.dtype, device=cfg.device, weights=t.weights,
+        device_map=t.device_map, seed=cfg.seed,
+    )  # fmt: skip
+    random = f"@random-seed{cfg.seed}" if target.random_weights else ""
     draft, where = _draft(cfg.draft, target, run_root, cfg.seed)
     prompts = _prompts(cfg, target.tokenizer)
     b, eos = d.batch_size, target.eos_token_ids
@@ -232,7 +235,7 @@ def run(
                     max_new_tokens=d.max_new_tokens,
                     eos_ids=eos,
                     cache_dir=cache_dir,
-                    target_name=f"{target.name}@{target.model.device.type}",
+                    target_name=f"{target.name}{random}@{target.model.device.type}",
                 )[0]
             )
     say(f"target on {target.model.device}, draft {where}, {len(prompts)} prompts, b={b}")
