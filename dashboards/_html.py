@@ -89,6 +89,24 @@ def description_html(text: str | None) -> str:
     return f"<p class='description'>{html.escape(str(text).strip())}</p>"
 
 
+RANDOM_WEIGHTS = "target.random_weights"
+"""metric a trial sets to 1 when its target had random weights (``target.weights: random``)"""
+
+
+def random_weights_html(trials: Any) -> str:
+    """A warning paragraph when any trial of ``trials`` (a trial table) ran a target with
+    random weights: its throughput and memory are real, its acceptance is meaningless."""
+    col = trials.get(RANDOM_WEIGHTS) if hasattr(trials, "get") else None
+    if col is None or not bool((col.fillna(0) == 1).any()):
+        return ""
+    n = int((col.fillna(0) == 1).sum())
+    return (
+        "<p class='description'><strong>Random-weight target</strong> in "
+        f"{n} trial{'s' if n != 1 else ''} (<code>target.weights: random</code>): throughput "
+        "and memory are real; acceptance length and the laws fitted on it are meaningless.</p>"
+    )
+
+
 def plot_text(value: Any) -> str:
     """``value`` as text for a plotly title, legend name, tick label or hover label: ``&``, ``<``
     and ``>`` escaped, so plotly.js shows ``<b>`` or ``<a href=...>`` in a user string as typed

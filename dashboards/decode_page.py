@@ -35,7 +35,7 @@ from analysis.throughput import (
     compare_k_opt,
     throughput_surface,
 )
-from dashboards._html import description_html, page, plot_text, shown, table
+from dashboards._html import description_html, page, plot_text, random_weights_html, shown, table
 from dashboards.review_tables import paper_table
 from dashboards.sweep_page import add_fit_line, fit_rows, fit_title
 
@@ -104,6 +104,7 @@ def write_decode_dashboard(
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Decode sweep {html.escape(sweep_name)}</h1>",
         description_html(description),
+        random_weights_html(trials),
         f"<p class='note'>{len(trials)} trials, {n_done} completed, {n_failed} failed. Only "
         "completed trials are plotted. Throughput is generated tokens/s over the whole batch; "
         "k (num_draft_tokens) is the number of tokens verified per sequence per cycle, the "

@@ -22,7 +22,7 @@ from analysis.laws import LogLinearFit, baseline_summary
 from analysis.numbers import fmt
 from analysis.paper import PAPER_CONSTANTS
 from analysis.review import LawReview
-from dashboards._html import description_html, page, plot_text, shown, table
+from dashboards._html import description_html, page, plot_text, random_weights_html, shown, table
 from dashboards.review_tables import fit_numbers, paper_table, review_table
 
 _LINE_POINTS = 60
@@ -92,6 +92,7 @@ def write_sweep_dashboard(
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Sweep {html.escape(sweep_name)}</h1>",
         description_html(description),
+        random_weights_html(trials),
         f"<p class='note'>{html.escape(note)}</p>",
     ]
     js = True
@@ -355,6 +356,11 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
     if not panels:
         return None
     x_of = dict(zip(trials.get("trial_key", []), _numeric(trials, x), strict=False))
+    strides = {  # long series are averaged down: each point covers <stage>/series_stride steps
+        stage: dict(zip(trials.get("trial_key", []), _numeric(trials, f"{stage}/series_stride"),
+                        strict=False))
+        for stage in ("pretrain", "sft")
+    }  # fmt: skip
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels)
     palette = qualitative.Plotly
     colour = {k: palette[i % len(palette)] for i, k in enumerate(curves)}  # same in every panel
@@ -367,12 +373,14 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
             if not values:
                 continue
             xv = x_of.get(key, math.nan)
+            stride = strides.get(name.split("/")[0], {}).get(key, 1.0)
+            stride = int(stride) if math.isfinite(stride) and stride >= 1 else 1
             label = f"{plot_text(key)} ({plot_text(x)} = {fmt(xv, '.6g')})"
             if key in failed:
                 label += " (failed)"
             fig.add_trace(
                 go.Scatter(
-                    x=list(range(1, len(values) + 1)),
+                    x=[stride * (i + 1) for i in range(len(values))],  # a point: stride steps
                     y=[None if not math.isfinite(v) else round(v, 6) for v in values],
                     mode="lines" if len(values) > 2 else "lines+markers",
                     line={"color": colour[key]},
