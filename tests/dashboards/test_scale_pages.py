@@ -1,4 +1,4 @@
-"""Pages at paper scale: random-weight targets are named, downsampled loss series keep their steps."""
+"""Pages at paper scale: random-weight targets named, downsampled losses at their steps."""
 
 from __future__ import annotations
 
