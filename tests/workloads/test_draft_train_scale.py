@@ -7,6 +7,7 @@ position, so a retried stage trains on exactly the rows an uninterrupted one wou
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import math
@@ -117,9 +118,8 @@ def test_a_retried_stage_continues_the_corpus_where_it_was(
     first = fresh()
     opt = make_optimizer(first, s)
     log = train_stage(first, OnlineFeatures(rows, spec), s, opt=opt, stop=3)
-    state = pickle.dumps((first.trainable_state(), opt.state_dict(), log))
-    # the retry: another process's objects, the same stream positions
-    weights, opt_state, log = pickle.loads(state)
+    # the retry: another process's objects (as a checkpoint gives them), the same positions
+    weights, opt_state, log = copy.deepcopy((first.trainable_state(), opt.state_dict(), log))
     retry = fresh()
     retry.load_state_dict(weights, strict=False)
     opt2 = make_optimizer(retry, s)

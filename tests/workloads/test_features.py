@@ -228,9 +228,8 @@ def test_a_pickled_cache_is_small_reads_the_same_rows_and_checks_its_chunks(
     tmp_path: Path,
 ) -> None:
     feats, _ = _ensure(tmp_path, 20)
-    blob = pickle.dumps(feats)
-    assert len(blob) < 1024  # the folder and the sizes, no rows
-    back = pickle.loads(blob)
+    assert len(pickle.dumps(feats)) < 1024  # the folder and the sizes, no rows
+    back = pickle.loads(pickle.dumps(feats))  # as a Ray worker gets it
     assert back.opened_chunks == ()
     idx = torch.tensor([19, 0, 5, 4])
     assert torch.equal(back.packed(idx).input_ids, feats.packed(idx).input_ids)
@@ -238,7 +237,7 @@ def test_a_pickled_cache_is_small_reads_the_same_rows_and_checks_its_chunks(
     assert back.opened_chunks == (0, 2, 9)  # a worker maps only the chunks of its rows
     _flip_a_byte(tmp_path / "chunk-00004.safetensors")
     with pytest.raises(RuntimeError, match="chunk-00004.*corrupt"):  # checked on first use
-        pickle.loads(blob).hidden(torch.tensor([8]))
+        pickle.loads(pickle.dumps(feats)).hidden(torch.tensor([8]))
 
 
 def _flip_a_byte(path: Path, offset_from_end: int = 3) -> None:
@@ -443,9 +442,8 @@ def test_online_features_pickle_the_target_spec_not_the_model(
         pickle.dumps(OnlineFeatures(rows, tiny_target))
     spec = TargetSpec(name=str(tmp_path / "tiny"), cache_dir=tmp_path)
     online = OnlineFeatures(rows, spec, model=tiny_target)
-    blob = pickle.dumps(online)
-    assert len(blob) < 8 * 1024  # the spec and the rows, no weights
-    worker = pickle.loads(blob)  # as a Ray worker gets it: loads the target on first use
+    assert len(pickle.dumps(online)) < 8 * 1024  # the spec and the rows, no weights
+    worker = pickle.loads(pickle.dumps(online))  # as a worker gets it: loads the target on use
     idx = torch.tensor([3, 0])
     assert torch.equal(worker.hidden(idx), online.hidden(idx))
     assert worker.model is spec.load().model  # loaded once per process
