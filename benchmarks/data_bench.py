@@ -15,7 +15,7 @@ and a local jsonl corpus written from ShareGPT's pretraining split (``--corpus-m
    in the same run. ``TOKENIZERS_PARALLELISM=false`` throughout, so one process is one core.
 3. **Online mode memory**: for each token budget (1M and 4M), a fresh subprocess trains a tiny
    draft (1 layer, draft vocabulary truncated to ``--draft-vocab`` ids) over the whole budget
-   with :class:`~workloads.features.OnlineFeatures` on ``StreamRows`` (``repeat: true``) and
+   with :class:`~workloads.online_features.OnlineFeatures` on ``StreamRows`` (``repeat: true``) and
    reports its peak RSS (``ru_maxrss``) and its resident memory sampled after every step; the
    issue's target is <= +10% from 1M to 4M, for both. Memory-mapped shard pages count as
    resident once read (a 4M budget reads more of the corpus than a 1M one).
@@ -58,11 +58,11 @@ from workloads.config import CorpusSource  # noqa: E402
 from workloads.data import iter_pretrain_documents  # noqa: E402
 from workloads.data.shards import WORK, StreamRows, corpus_rows, corpus_tokens  # noqa: E402
 from workloads.draft_model import DraftArch, DraftModel  # noqa: E402
-from workloads.features import (  # noqa: E402
-    OnlineFeatures,
+from workloads.features import (
     ensure_features,
     tokenizer_fingerprint,
 )
+from workloads.online_features import OnlineFeatures
 from workloads.target import Target, load_target  # noqa: E402
 from workloads.training import StageLog, StageSettings, train_stage  # noqa: E402
 

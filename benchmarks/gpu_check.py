@@ -2,7 +2,8 @@
 
 ``train`` measures, for each target shape (default: llama-3-8b, then smollm2-135m), a
 random-weight target in bfloat16 (``workloads.target.random_config``, seeded initialisation on
-the device) with :class:`~workloads.features.OnlineFeatures` (the target runs inside each step)
+the device) with :class:`~workloads.online_features.OnlineFeatures` (the target runs inside
+each step)
 and a 1-layer EAGLE draft trained by :func:`~workloads.training.train_stage` in bf16 autocast
 (float32 master weights, TF32 on):
 
@@ -81,7 +82,8 @@ from transformers import LlamaConfig, PretrainedConfig, PreTrainedModel  # noqa:
 
 from workloads.data.packing import InMemoryRows, PackedRows  # noqa: E402
 from workloads.draft_model import DraftArch, DraftModel  # noqa: E402
-from workloads.features import FeatureSet, OnlineFeatures  # noqa: E402
+from workloads.features import FeatureSet  # noqa: E402
+from workloads.online_features import OnlineFeatures  # noqa: E402
 from workloads.roofline.hardware import BUILTIN_PROFILES, measure_local_cpu  # noqa: E402
 from workloads.target import _random_model, random_config  # noqa: E402
 from workloads.training import StageLog, StageSettings, make_optimizer, train_stage  # noqa: E402

@@ -18,7 +18,7 @@ Features: each stage's :class:`~workloads.features.FeatureSet` goes to the worke
 object store once (``ray.put``). A lazy set pickles small and reads rows only when asked, so each
 rank reads its own rows and nothing else: a :class:`~workloads.features.CachedFeatures` maps
 only the cache chunks of its rank's rows (its folder must be readable on every node: on a
-multi-node cluster, shared storage), an :class:`~workloads.features.OnlineFeatures` loads the
+multi-node cluster, shared storage), an :class:`~workloads.online_features.OnlineFeatures` loads the
 target inside the worker on first use, on its ``TargetSpec.device`` (one target per worker: N
 workers on one node hold N copies), and runs it on the rank's rows of each step. An in-RAM
 :class:`~workloads.features.Features` is copied whole to every worker (small sets, tests).
@@ -172,7 +172,7 @@ def train_stages(
     Raises:
         ValueError: a bad ``deepspeed`` config.
         TypeError: a stage's features cannot be pickled (an
-            :class:`~workloads.features.OnlineFeatures` over a model object, not a spec).
+            :class:`~workloads.online_features.OnlineFeatures` over a model object, not a spec).
         ray.train.TrainingFailedError: a worker failed (its error is in the message).
     """
     import ray

@@ -5,7 +5,7 @@ in RAM, ~10M tokens) or, with ``pretrain.corpus``, from memory-mapped token shar
 (:mod:`workloads.data.shards`); SFT rows are ShareGPT chats (with the target's own replies by
 default). Features are cached on disk (:func:`workloads.features.ensure_features`, shared by every
 trial with the same target, corpus, sequence length and packing) or computed online in each
-training step (:class:`workloads.features.OnlineFeatures`), as ``features.mode`` says
+training step (:class:`workloads.online_features.OnlineFeatures`), as ``features.mode`` says
 (:func:`workloads.cost.resolve_feature_mode`).
 """
 
@@ -31,12 +31,11 @@ from workloads.data import (
 from workloads.features import (
     FeatureSet,
     LazyRows,
-    OnlineFeatures,
-    TargetSpec,
     ensure_features,
     feature_dir,
     tokenizer_fingerprint,
 )
+from workloads.online_features import OnlineFeatures, TargetSpec
 from workloads.regenerate import RegenSettings, ResponseRegenerator, regen_cache_file
 from workloads.result import Progress
 from workloads.target import Target

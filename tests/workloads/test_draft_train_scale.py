@@ -22,7 +22,8 @@ from workloads import draft_train
 from workloads.config import CorpusSource, DraftTrainConfig
 from workloads.data.shards import corpus_rows
 from workloads.draft_model import DraftArch, DraftModel
-from workloads.features import OnlineFeatures, TargetSpec, tokenizer_fingerprint
+from workloads.features import tokenizer_fingerprint
+from workloads.online_features import OnlineFeatures, TargetSpec
 from workloads.target import _builtin_tokenizer
 from workloads.target_source import TOKENIZER_VOCAB
 from workloads.training import StageLog, StageSettings, make_optimizer, train_stage

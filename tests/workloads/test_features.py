@@ -31,11 +31,10 @@ from workloads.features import (
     Features,
     FeatureSet,
     LazyRows,
-    OnlineFeatures,
-    TargetSpec,
     ensure_features,
     target_hidden,
 )
+from workloads.online_features import OnlineFeatures, TargetSpec
 from workloads.training import StageSettings, train_stage
 
 L, H = 8, 4
