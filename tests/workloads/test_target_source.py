@@ -1,12 +1,23 @@
-"""Where a target comes from, checked before a sweep starts: nothing is loaded or downloaded."""
+"""Where a target comes from, checked before a sweep starts: nothing is loaded or downloaded.
+
+Also the random-weight targets' names (builtin shapes or config.json folders).
+"""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from workloads.target_source import DEFAULT_TARGET, check_target_source
+from workloads.target_source import (
+    DEFAULT_TARGET,
+    TOKENIZER_VOCAB,
+    check_random_target,
+    check_target_source,
+)
 
 CLOSED = "http://127.0.0.1:1"
 """an endpoint where nothing listens: the hub is unreachable"""
@@ -53,3 +64,46 @@ def test_a_hub_id_in_the_local_cache_passes_offline(
     check_target_source("acme/cached-model", offline=True, endpoint=CLOSED)
     with pytest.raises(ValueError, match="acme/other-model"):
         check_target_source("acme/other-model", offline=True, endpoint=CLOSED)
+
+
+def test_random_targets_accept_builtin_shapes_aliases_and_config_folders(tmp_path: Path) -> None:
+    assert check_random_target("llama-3-8b") == "llama-3-8b"
+    assert check_random_target("Qwen/Qwen2.5-7B-Instruct") == "qwen2.5-7b"
+    assert check_random_target(DEFAULT_TARGET) == "smollm2-135m"
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": TOKENIZER_VOCAB}))
+    assert check_random_target(str(tmp_path)) == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("name", "needles"),
+    [
+        ("lama-3-8b", ["'lama-3-8b'", "did you mean 'llama-3-8b'?", "qwen2.5-72b", "Fix:"]),
+        ("acme/mystery", ["'acme/mystery'", "neither a builtin shape", "config.json", "Fix:"]),
+    ],
+)
+def test_random_targets_refuse_unknown_names_with_choices_and_fix(
+    name: str, needles: list[str]
+) -> None:
+    with pytest.raises(ValueError) as err:
+        check_random_target(name)
+    msg = str(err.value)
+    assert all(n in msg for n in needles), msg
+    assert "\n" not in msg
+
+
+def test_random_targets_refuse_a_folder_without_config_or_with_a_small_vocab(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match="folder without a config.json"):
+        check_random_target(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 32}))
+    with pytest.raises(ValueError, match=f"vocab_size 32 .* {TOKENIZER_VOCAB}"):
+        check_random_target(str(tmp_path))
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        check_random_target(str(tmp_path))
+
+
+def test_the_submit_checks_import_no_torch() -> None:
+    code = "import sys, workloads.target_source; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

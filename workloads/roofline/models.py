@@ -69,6 +69,10 @@ BUILTIN_SHAPES: dict[str, ModelShape] = {
     # num_hidden_layers 80, num_attention_heads 64, num_key_value_heads 8,
     # intermediate_size 29568, vocab_size 152064); the paper's roofline target.
     "qwen2.5-72b": _shape("qwen2.5-72b", 8192, 80, 64, 8, 29568, 152064),
+    # https://huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json (hidden_size 3584,
+    # num_hidden_layers 28, num_attention_heads 28, num_key_value_heads 4,
+    # intermediate_size 18944, vocab_size 152064)
+    "qwen2.5-7b": _shape("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064),
     # https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
     "llama-3-8b": _shape("llama-3-8b", 4096, 32, 32, 8, 14336, 128256),
     # https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json
@@ -83,6 +87,8 @@ BUILTIN_SHAPES: dict[str, ModelShape] = {
 _ALIASES: dict[str, str] = {
     "qwen2.5-72b-instruct": "qwen2.5-72b",
     "qwen-2.5-72b": "qwen2.5-72b",
+    "qwen2.5-7b-instruct": "qwen2.5-7b",
+    "qwen-2.5-7b": "qwen2.5-7b",
     "llama3-8b": "llama-3-8b",
     "llama-3-8b-instruct": "llama-3-8b",
     "llama3-8b-instruct": "llama-3-8b",
@@ -103,6 +109,14 @@ _ALIASES: dict[str, str] = {
 def builtin_names() -> list[str]:
     """Canonical names of the built-in shapes, sorted."""
     return sorted(BUILTIN_SHAPES)
+
+
+def canonical_name(name: str) -> str | None:
+    """The built-in shape a name means (case-insensitive, ``org/`` prefix and ``_`` ignored,
+    aliases such as ``"Meta-Llama-3-8B-Instruct"`` resolved), or None when it names none."""
+    key = _normalise(name)
+    key = _ALIASES.get(key, key)
+    return key if key in BUILTIN_SHAPES else None
 
 
 def load_model_shape(name_or_path: str | Path) -> ModelShape:
@@ -135,9 +149,8 @@ def load_model_shape(name_or_path: str | Path) -> ModelShape:
             f"model config {text!r} does not exist. Fix: pass a config.json, a folder "
             f"holding one, or a built-in name ({', '.join(builtin_names())})"
         )
-    key = _normalise(text)
-    key = _ALIASES.get(key, key)
-    if key not in BUILTIN_SHAPES:
+    key = canonical_name(text)
+    if key is None:
         raise ValueError(
             f"unknown model {text!r}. Fix: use a built-in name ({', '.join(builtin_names())}) "
             "or a path to a Hugging Face config.json"
