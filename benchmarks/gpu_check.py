@@ -23,10 +23,10 @@ every shape) says where. Without CUDA (or with ``--tiny``) a tiny LLaMA shape ru
 instead, so the script is tested where no GPU is.
 
 The GPU machine has torch, transformers, numpy, safetensors and filelock but not pydantic, Ray,
-MLflow, SQLAlchemy or Optuna. ``workloads/__init__.py`` imports ``workloads.config``
-(pydantic), so when that import fails the script registers ``workloads`` as a bare package and
-imports only the modules it needs (``target``, ``features``, ``draft_model``, ``training``,
-``roofline.hardware``), none of which needs those packages.
+MLflow, SQLAlchemy or Optuna: the script imports only the ``workloads`` modules it needs
+(``target``, ``features``, ``online_features``, ``draft_model``, ``training``,
+``roofline.hardware``), none of which needs those packages (``workloads/__init__.py`` imports
+nothing eagerly; a test runs the script with them blocked).
 
     python benchmarks/gpu_check.py train --out gpu_check.json
 """
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib
 import json
 import math
 import os
@@ -45,7 +44,6 @@ import statistics
 import sys
 import time
 import traceback
-import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn, cast
@@ -57,26 +55,8 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _import_workloads() -> str:
-    """Make ``workloads`` importable without pydantic; return how (``package`` or ``bare``)."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    if "workloads" in sys.modules:
-        return "package"
-    try:
-        importlib.import_module("workloads")
-        return "package"
-    except ImportError:  # workloads/__init__ -> workloads.config -> pydantic, absent here
-        for name in [m for m in sys.modules if m == "workloads" or m.startswith("workloads.")]:
-            del sys.modules[name]
-        bare = types.ModuleType("workloads")
-        bare.__path__ = [str(ROOT / "workloads")]
-        bare.__file__ = str(ROOT / "workloads" / "__init__.py")
-        sys.modules["workloads"] = bare
-        return "bare"
-
-
-IMPORTED_AS = _import_workloads()
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
 
 from transformers import LlamaConfig, PretrainedConfig  # noqa: E402
 
@@ -452,7 +432,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             "transformers": transformers.__version__,
             "cuda": torch.version.cuda if dev.type == "cuda" else None,
         },
-        "workloads_imported_as": IMPORTED_AS,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "command")},
         "precision": "target bf16; draft fp32 master weights, bf16 autocast"
         + ("; TF32 on" if dev.type == "cuda" else ""),

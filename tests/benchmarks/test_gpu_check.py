@@ -52,7 +52,6 @@ def test_train_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> N
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert res["workloads_imported_as"] == "bare"  # workloads/__init__ needs pydantic
     assert res["device_type"] == "cpu" and res["tiny"] and "pending" in res["note"]
     assert res["versions"]["torch"] and res["versions"]["transformers"]
     assert res["errors"] == [] and len(res["shapes"]) == 1
