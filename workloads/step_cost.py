@@ -40,13 +40,21 @@ class StepCost:
         return acceptance_length * self.target_ms / cycle
 
 
+def _sync() -> None:
+    """Wait for queued CUDA kernels (launches are asynchronous; a CPU run has none)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _median_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        _sync()
         t0 = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - t0)
     return 1000.0 * statistics.median(times)
 
