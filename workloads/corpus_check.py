@@ -104,6 +104,40 @@ def mix_token_bound(mix: dict[str, float]) -> int:
     return int(sum(builtin_bytes(name) for name, w in mix.items() if w > 0) * EOS_SLACK)
 
 
+def _local(corpus: Sequence[CorpusSource] | None) -> bool:
+    """Whether every source is on this machine (builtin or files, no ``hf:``)."""
+    return corpus is not None and all(s.kind != "hf" for s in corpus)
+
+
+def check_hub_sources(corpus: Sequence[CorpusSource]) -> None:
+    """``hf:`` sources are streamed from the hub by the trials: refuse them when the hub cannot
+    be reached from here (offline, or no network), before anything is written.
+
+    Raises:
+        ValueError: naming the dataset, why, and the fix (a local copy).
+    """
+    import os
+
+    from workloads.target_source import HF_ENDPOINT, _unreachable
+
+    for src in corpus:
+        if src.kind != "hf":
+            continue
+        offline = any(
+            os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+            for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+        )
+        why = "HF_HUB_OFFLINE is set" if offline else _unreachable(
+            os.environ.get("HF_ENDPOINT") or HF_ENDPOINT, 5.0
+        )
+        if why is not None:
+            raise ValueError(
+                f"pretrain.corpus source {src.source!r} is streamed from the Hugging Face hub, "
+                f"which cannot be reached: {why}. Fix: run where the hub is reachable, or "
+                "download the dataset's files and name them (e.g. source: /data/c4/*.json.gz)"
+            )
+
+
 def _tokens(n: int) -> str:
     return f"{n:,} tokens"
 
@@ -152,8 +186,14 @@ def check_budget(cfg: DraftTrainConfig, cache_dir: Path) -> str:
         ValueError: the budget exceeds the corpus (exact) or its upper bound, with both sizes.
     """
     p, need = cfg.pretrain, _budget(cfg)
-    if not p.tokens or p.repeat:
+    if p.corpus is not None:
+        check_hub_sources(p.corpus)
+    if not p.tokens:
         return "not needed"
+    if p.repeat:  # any size will do, but not an empty corpus
+        need = min(need, 1) if _local(p.corpus) else 0
+        if not need:
+            return "not needed"
     if p.corpus is None:
         if need <= 1_000_000:  # the builtin mix holds ~10M tokens: no reading for small budgets
             return "small"
@@ -161,7 +201,7 @@ def check_budget(cfg: DraftTrainConfig, cache_dir: Path) -> str:
         if need > bound:
             raise _too_big(cfg, bound, "at most ")
         return "bound"
-    if need <= EXACT_TOKENS:
+    if need <= EXACT_TOKENS and _local(p.corpus):
         tokenizer = _tokenizer(cfg, cache_dir)
         if tokenizer is not None:
             from workloads.data.shards import corpus_tokens
@@ -173,7 +213,10 @@ def check_budget(cfg: DraftTrainConfig, cache_dir: Path) -> str:
                 progress=lambda msg: log.info("corpus check: %s", msg),
             )  # fmt: skip
             if size.tokens < need:
-                raise _too_big(cfg, size.tokens, "")
+                raise _too_big(cfg, size.tokens, "") if not p.repeat else ValueError(
+                    "pretrain.corpus holds no token to repeat (its files hold no document). "
+                    "Fix: name files with text in them"
+                )
             return "exact"
     corpus_bound = corpus_token_bound(p.corpus)
     if corpus_bound is None:

@@ -130,7 +130,7 @@ def check_targets(configs: Sequence[Any], _run_root: Path) -> None:
         try:
             check_target_source(name, offline=offline, endpoint=endpoint)
         except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
+            raise ConfigError(str(exc), ("target", "model")) from exc
     for name in sorted({c.target.model for c in configs if c.target.weights == "random"}):
         try:
             check_random_target(name)

@@ -138,3 +138,22 @@ def test_the_paper_grid_dry_run_with_a_local_corpus(tmp_path: Path) -> None:
     assert "Nothing was run or written" in out
     assert not (tmp_path / "run" / "results.db").exists()
     assert os.path.getsize(big) == 300 * 10**9
+
+
+def test_empty_or_unreachable_corpora_are_refused_before_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty file (even with repeat) and an hf: dataset that cannot be streamed from here are
+    refused at submit in one line, not by a failing trial or a traceback."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    corpus = f"  pretrain:\n    corpus: [{{source: {empty}}}]\n    seq_len: 64\n"
+    msg = _preflight(_spec(tmp_path, corpus))
+    assert msg.startswith("pretrain.tokens:") and "the corpus holds 0 tokens" in msg
+    msg = _preflight(_spec(tmp_path, corpus + "    repeat: true\n"))
+    assert "holds no token to repeat" in msg
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = "  pretrain:\n    corpus: [{source: 'hf:allenai/c4', subset: en}]\n"
+    msg = _preflight(_spec(tmp_path, hub))
+    assert "'hf:allenai/c4' is streamed from the Hugging Face hub" in msg
+    assert "HF_HUB_OFFLINE is set" in msg and "Fix:" in msg

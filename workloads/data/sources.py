@@ -113,12 +113,23 @@ def _file_documents(path: Path, *, source: str, text_field: str) -> Iterator[Doc
         if text.strip():
             yield Document(source, path.name, text)
         return
+    if path.stat().st_size == 0:
+        log.warning("pretrain.corpus: %s is empty; it holds no document", path)
+        return
     import datasets
 
     kind = "parquet" if path.name.endswith(".parquet") else "json"
-    ds = datasets.load_dataset(kind, data_files=str(path), split="train", streaming=True)
-    for i, text in _records_text(ds, where=str(path), text_field=text_field):
-        yield Document(source, f"{path.name}:{i}", text)
+    try:
+        ds = datasets.load_dataset(kind, data_files=str(path), split="train", streaming=True)
+        for i, text in _records_text(ds, where=str(path), text_field=text_field):
+            yield Document(source, f"{path.name}:{i}", text)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - datasets/pyarrow errors of a malformed file
+        raise ValueError(
+            f"{path} cannot be read as {kind} ({type(exc).__name__}: {exc}). Fix: repair the "
+            "file or leave it out of pretrain.corpus"
+        ) from exc
 
 
 def _hf_documents(src: CorpusSource) -> Iterator[Document]:
