@@ -200,10 +200,14 @@ class CorpusSource(_Frozen):
                     raise ValueError(
                         f"pretrain.corpus source {src!r} is not a builtin "
                         f"({', '.join(BUILTIN_SOURCES)}), not 'hf:<id>' and not a file of a "
-                        f"known kind ({', '.join(CORPUS_SUFFIXES)}). Fix: name one of those, a "
+                        f"known kind ({', '.join(CORPUS_SUFFIXES)}); name one of those, a "
                         "folder or a glob"
                     )
         return self
+
+
+DEFAULT_PRETRAIN_MIX = {"sharegpt": 0.8, "stdlib": 0.2}
+"""share of characters per builtin source when no ``pretrain.corpus`` is named"""
 
 
 class PretrainConfig(_Frozen):
@@ -213,7 +217,7 @@ class PretrainConfig(_Frozen):
     """pretraining tokens seen, counted after packing (0 = SFT only)"""
     seq_len: int = Field(default=256, ge=16, le=8192)
     """tokens per packed sequence"""
-    mix: dict[str, float] = Field(default_factory=lambda: {"sharegpt": 0.8, "stdlib": 0.2})
+    mix: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PRETRAIN_MIX))
     """share of characters per source: sharegpt (pretrain split as plain text), stdlib (Python)"""
     lr: float = Field(default=1e-3, gt=0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
@@ -248,6 +252,11 @@ class PretrainConfig(_Frozen):
             raise ValueError("pretrain.mix shares must be >= 0 with a positive sum")
         if self.corpus is not None and not self.corpus:
             raise ValueError("pretrain.corpus is empty; name at least one source, or remove it")
+        if self.corpus is not None and self.mix != DEFAULT_PRETRAIN_MIX:
+            raise ValueError(
+                "pretrain.mix applies to the builtin corpus only and pretrain.corpus replaces it; "
+                "give the shares as pretrain.corpus weights and remove pretrain.mix"
+            )
         if self.repeat and self.corpus is None:
             raise ValueError(
                 "pretrain.repeat needs pretrain.corpus (the builtin mix never repeats)"

@@ -109,6 +109,32 @@ def _local(corpus: Sequence[CorpusSource] | None) -> bool:
     return corpus is not None and all(s.kind != "hf" for s in corpus)
 
 
+def check_sources(corpus: Sequence[CorpusSource]) -> None:
+    """Every source can be read: its files exist (a glob matches), and the first record of its
+    first non-empty file holds the ``text_field`` (a ``.txt`` file is checked by its size only:
+    it is one document); ``hf:`` sources need the hub (:func:`check_hub_sources`). Cheap: a
+    record or two per source, whatever the budget, so a wrong field is not found by a GPU trial.
+
+    Raises:
+        ValueError: naming the source, the file and the fix.
+    """
+    from workloads.data.sources import _file_documents, expand_files
+
+    check_hub_sources(corpus)
+    for src in corpus:
+        if src.kind != "files":
+            continue
+        files = expand_files(src.source)
+        if all(f.stat().st_size == 0 for f in files):
+            raise ValueError(
+                f"pretrain.corpus source {src.source!r}: its files are empty. Fix: name files "
+                "with text in them"
+            )
+        first = next(f for f in files if f.stat().st_size > 0)
+        if not first.name.endswith(".txt"):
+            next(_file_documents(first, source=src.source, text_field=src.text_field), None)
+
+
 def check_hub_sources(corpus: Sequence[CorpusSource]) -> None:
     """``hf:`` sources are streamed from the hub by the trials: refuse them when the hub cannot
     be reached from here (offline, or no network), before anything is written.
@@ -186,8 +212,6 @@ def check_budget(cfg: DraftTrainConfig, cache_dir: Path) -> str:
         ValueError: the budget exceeds the corpus (exact) or its upper bound, with both sizes.
     """
     p, need = cfg.pretrain, _budget(cfg)
-    if p.corpus is not None:
-        check_hub_sources(p.corpus)
     if not p.tokens:
         return "not needed"
     if p.repeat:  # any size will do, but not an empty corpus

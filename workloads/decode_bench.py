@@ -314,6 +314,7 @@ def run(
     result.metrics.update(_metrics(spec_runs, ar_runs, hf_s, hf_tokens, counts))
     result.metrics["prompt_tokens_mean"] = sum(map(len, prompts)) / len(prompts)
     result.metrics["depth_used"] = float(min(d.depth, d.num_draft_tokens - 1))
+    result.metrics["target.random_weights"] = float(target.random_weights)  # the page says so
     if not greedy:  # sampled outputs are not compared with greedy ones
         for name in ("mismatches", "near_ties", "ar_mismatches"):
             result.metrics[name] = float("nan")

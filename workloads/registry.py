@@ -180,7 +180,7 @@ def check_corpora(configs: Sequence[DraftTrainConfig], run_root: Path) -> None:
     Raises:
         ConfigError: blaming ``pretrain.tokens``, with both sizes and the fix.
     """
-    from workloads.corpus_check import check_budget
+    from workloads.corpus_check import check_budget, check_sources
 
     biggest: dict[str, DraftTrainConfig] = {}
     for c in configs:  # the largest budget per corpus: smaller ones are its prefixes
@@ -189,6 +189,10 @@ def check_corpora(configs: Sequence[DraftTrainConfig], run_root: Path) -> None:
         if key not in biggest or c.pretrain.tokens > biggest[key].pretrain.tokens:
             biggest[key] = c
     for c in biggest.values():
+        try:
+            check_sources(c.pretrain.corpus or [])
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("pretrain", "corpus")) from exc
         try:
             check_budget(c, run_root / "cache")
         except ValueError as exc:

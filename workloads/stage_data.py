@@ -23,6 +23,8 @@ from workloads.config import DraftTrainConfig
 from workloads.cost import resolve_feature_mode
 from workloads.data import (
     Conversation,
+    InMemoryRows,
+    PackedRows,
     RowSource,
     corpus_fingerprint,
     read_sharegpt,
@@ -141,6 +143,9 @@ def _pretrain_rows(
 ) -> tuple[RowSource, str]:
     """Pretraining rows (at least ``n_rows``) and the corpus recipe that keys their features."""
     p = cfg.pretrain
+    if p.corpus is not None and n_rows == 0:  # SFT only: the corpus is not even opened
+        empty = torch.zeros(0, p.seq_len, dtype=torch.long)
+        return InMemoryRows(PackedRows(empty, empty.bool(), empty.clone())), "corpus-unread"
     if p.corpus is not None:
         from workloads.data.shards import corpus_recipe, corpus_rows
 

@@ -148,12 +148,29 @@ def test_empty_or_unreachable_corpora_are_refused_before_the_sweep(
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     corpus = f"  pretrain:\n    corpus: [{{source: {empty}}}]\n    seq_len: 64\n"
-    msg = _preflight(_spec(tmp_path, corpus))
-    assert msg.startswith("pretrain.tokens:") and "the corpus holds 0 tokens" in msg
-    msg = _preflight(_spec(tmp_path, corpus + "    repeat: true\n"))
-    assert "holds no token to repeat" in msg
+    for repeat in ("", "    repeat: true\n"):
+        msg = _preflight(_spec(tmp_path, corpus + repeat))
+        assert msg.startswith("corpus:") and "its files are empty" in msg, msg
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub = "  pretrain:\n    corpus: [{source: 'hf:allenai/c4', subset: en}]\n"
     msg = _preflight(_spec(tmp_path, hub))
     assert "'hf:allenai/c4' is streamed from the Hugging Face hub" in msg
     assert "HF_HUB_OFFLINE is set" in msg and "Fix:" in msg
+
+
+def test_corpus_sources_are_read_at_submit_and_sft_only_needs_no_corpus(tmp_path: Path) -> None:
+    """A wrong text_field or a missing file names the corpus line even with repeat (no budget
+    check then), and the mix beside a corpus is refused."""
+    body = tmp_path / "body.jsonl"
+    body.write_text(json.dumps({"body": "some text"}) + "\n")
+    spec = _spec(tmp_path, f"  pretrain:\n    corpus: [{{source: {body}}}]\n    repeat: true\n")
+    msg = _preflight(spec)
+    assert msg.startswith("corpus:") and "no field 'text'" in msg and "['body']" in msg, msg
+    spec = _spec(tmp_path, f"  pretrain:\n    corpus: [{{source: {tmp_path}/none*.jsonl}}]\n")
+    assert "matches no corpus file" in _preflight(spec)
+    from orchestrator.errors import SpecError
+    from orchestrator.spec.sweep import load_spec
+
+    mixed = f"  pretrain:\n    corpus: [{{source: {body}}}]\n    mix: {{stdlib: 1.0}}\n"
+    with pytest.raises(SpecError, match="pretrain.corpus replaces it"):
+        load_spec(_spec(tmp_path, mixed))

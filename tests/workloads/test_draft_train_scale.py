@@ -128,3 +128,21 @@ def test_a_retried_stage_continues_the_corpus_where_it_was(
     feats = pickle.loads(pickle.dumps(OnlineFeatures(rows, spec)))
     done: StageLog = train_stage(retry, feats, s, opt=opt2, log=log, start=3)
     assert done.loss == whole.loss and done.tokens_seen == whole.tokens_seen
+
+
+def test_an_sft_only_trial_with_a_corpus_reads_no_corpus(
+    tmp_path: Path, cache_dir: Path, one_thread: None
+) -> None:
+    """pretrain.tokens 0 (the grid's SFT-only baseline) with pretrain.corpus: no pretraining rows
+    and nothing tokenised (it used to ask the corpus for 0 rows and fail)."""
+    from workloads.stage_data import stage_data, target_spec
+
+    for mode in ("online", "cached"):
+        cfg = DraftTrainConfig.model_validate(
+            {"device": "cpu", "features": {"mode": mode},
+             "target": {"model": str(_tiny_target(tmp_path / "tiny")), "weights": "random"},
+             "pretrain": {"tokens": 0, "corpus": [{"source": str(tmp_path / "none.jsonl")}]}}
+        )  # fmt: skip
+        spec = target_spec(cfg, cache_dir, torch.device("cpu"))
+        data = stage_data(cfg, spec.load(), spec, cache_dir, "pretrain", 0, lambda _: None)
+        assert data.feats.rows == 0 and data.feats.tokens == 0
