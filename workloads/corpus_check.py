@@ -191,8 +191,14 @@ def _tokenizer(cfg: DraftTrainConfig, cache_dir: Path) -> Any | None:
 def _too_big(cfg: DraftTrainConfig, have: int, how: str) -> ValueError:
     need = _budget(cfg)
     rows = max(1, have // cfg.pretrain.seq_len) * cfg.pretrain.seq_len if have else 0
+    limit = (
+        f"at most {rows:,}"
+        if not how
+        else f"well under {rows:,} (an upper bound from the text's bytes: the trial checks the "
+        "exact size)"
+    )
     fix = (
-        f"Fix: pretrain.tokens at most {rows:,}, more sources (or a larger weight on the "
+        f"Fix: pretrain.tokens {limit}, more sources (or a larger weight on the "
         "larger ones), or pretrain.repeat: true to go over the corpus more than once"
         if cfg.pretrain.corpus is not None
         else "Fix: name a corpus at this scale in pretrain.corpus (local files or hf:<id>), "
