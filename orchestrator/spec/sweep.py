@@ -358,7 +358,8 @@ def spec_line(path: Path, *locs: tuple[str, ...]) -> int:
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """Field names (YAML spelling) of the nested model reached by ``loc`` (for did-you-mean).
 
-    Follows ``Model | None`` fields and the values of ``dict[str, Model]`` fields.
+    Follows ``Model | None`` fields, the values of ``dict[str, Model]`` fields and the items of
+    ``list[Model]`` fields.
     """
     parts = [str(p) for p in loc]
     while parts:
@@ -371,6 +372,9 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         if get_origin(ann) is dict and parts:
             parts.pop(0)  # the dict key, e.g. a search-space field
             ann = get_args(ann)[1]
+        elif get_origin(ann) is list and parts:
+            parts.pop(0)  # the item's index, e.g. a pretrain.corpus source
+            ann = get_args(ann)[0]
         if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
             return []
         model = ann

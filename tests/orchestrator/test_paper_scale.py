@@ -174,3 +174,13 @@ def test_corpus_sources_are_read_at_submit_and_sft_only_needs_no_corpus(tmp_path
     mixed = f"  pretrain:\n    corpus: [{{source: {body}}}]\n    mix: {{stdlib: 1.0}}\n"
     with pytest.raises(SpecError, match="pretrain.corpus replaces it"):
         load_spec(_spec(tmp_path, mixed))
+
+
+def test_a_typo_inside_a_corpus_source_gets_a_did_you_mean(tmp_path: Path) -> None:
+    from orchestrator.errors import SpecError
+    from orchestrator.spec.sweep import load_spec
+
+    spec = _spec(tmp_path, "  pretrain:\n    corpus:\n      - {source: a.jsonl, txt_field: body}\n")
+    typo = "'base.pretrain.corpus.0.txt_field' .did you mean 'text_field'"
+    with pytest.raises(SpecError, match=typo):
+        load_spec(spec)
