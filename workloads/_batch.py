@@ -10,7 +10,7 @@ import time
 import torch
 from transformers import PreTrainedModel
 
-from workloads._kv import RaggedCache, additive_mask
+from workloads._kv import RaggedStaticCache, additive_mask
 
 
 class Timer:
@@ -43,26 +43,27 @@ def pick(logits_bv: torch.Tensor, temperature: float, gen: torch.Generator | Non
 
 
 def prefill(
-    target: PreTrainedModel, prompts: list[list[int]], cache: RaggedCache
+    target: PreTrainedModel, prompts: list[list[int]], cache: RaggedStaticCache
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Run the prompts through the target: hidden [B, L, h], last logits [B, V], lengths [B]."""
+    """Run the prompts through the target and commit them to ``cache`` (empty before).
+
+    Returns:
+        hidden [B, L, h], the last prompt position's logits [B, V] (float32), lengths [B].
+    """
     dev = target.device
     ids, lengths = right_pad(prompts, dev)
     b, length = ids.shape
     key_ok = torch.arange(length, device=dev)[None] < lengths[:, None]
     causal = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
-    allowed = cache.allowed(causal[None] & key_ok[:, None, :])
+    cache.stage(length)
     h = target.model(
         input_ids=ids,
         position_ids=torch.arange(length, device=dev).expand(b, -1),
-        # equal lengths and an empty cache: plain causal attention, the model's own fast path
-        attention_mask=None
-        if bool(key_ok.all()) and cache.length == 0
-        else additive_mask(allowed, target.dtype),
-        cache=cache.cache,
+        attention_mask=additive_mask(cache.allowed(causal[None] & key_ok[:, None, :]), target.dtype),
+        cache=cache,
         use_cache=True,
     ).last_hidden_state
-    cache.append(key_ok)
+    cache.commit(None, lengths)  # padding slots stay beyond each row's length: overwritten next
     last = h.gather(1, (lengths - 1)[:, None, None].expand(b, 1, h.shape[2]))[:, 0]
     return h, target.lm_head(last).float(), lengths
 

@@ -1,18 +1,36 @@
-"""KV caches whose batch rows hold different numbers of valid slots, and attention masks (private).
+"""Preallocated KV caches whose batch rows hold different numbers of tokens (private).
 
-Rows of a batch accept different numbers of tokens per cycle, so after a cycle row r keeps its
-own slots. A :class:`RaggedCache` pairs a transformers ``DynamicCache`` ([B, H, S, d] per layer)
-with a validity mask [B, S]; invalid slots (padding, rejected tree nodes) are masked out of
-attention and dropped by :meth:`RaggedCache.compact`. Positions are passed explicitly
-(``position_ids``), and keys are cached after RoPE, so a slot's index is not its position.
+Rows of a batch accept different numbers of tokens per cycle, so row r holds its own number of
+committed slots, ``lengths[r]``. A :class:`RaggedStaticCache` keeps per layer one key and one
+value buffer [B, H, S, d], allocated once per batch (at the first write of each layer, on that
+layer's device, so a target spread over GPUs works), and writes every forward in place:
 
-Shape legend: B rows, S cached slots, n new query positions, q = S + n key positions.
+- ``stage(n)``: the next forward writes its n new slots of row r at ``lengths[r] + staged +
+  0..n-1`` (a forward of a tree stages after the slots the tree has already staged);
+- the attention mask from :meth:`allowed` lets row r see its committed slots ``< lengths[r]``
+  and, among the staged ones, what the caller allows (the tree mask); nothing else;
+- ``commit(src, n_acc)`` keeps, in order, the staged slots ``src`` (offsets in the staged region,
+  e.g. the accepted path of a tree): only those entries are moved, to ``lengths[r] + 0..``;
+  ``discard()`` drops what was staged (a draft tree).
+
+Positions are passed explicitly (``position_ids``) and keys are cached after RoPE, so a slot's
+index need not be its position. Rows leaving the batch are packed to the front of the same
+buffers (:meth:`select_rows`), so storage never moves while a batch decodes.
+
+It serves transformers' decoder layers as their ``cache``: they call :meth:`update` only, since
+the engine always passes explicit positions and a 4-D mask (transformers returns a 4-D mask
+as-is). Source: the static cache of gpt-fast / transformers ``StaticCache``, with EAGLE's
+accepted-slot copy (EAGLE ``ea_model``: only the accepted tokens' KV entries are moved).
+
+Shape legend: B rows, H kv heads, S capacity (slots per row), d head dim, n new positions,
+q staged slots (this forward's n included), W = max(lengths) + q key slots attended.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from transformers import DynamicCache
 
 
 def additive_mask(allowed_bnq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -22,52 +40,116 @@ def additive_mask(allowed_bnq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor
     return mask[:, None]
 
 
-class RaggedCache:
-    """A ``DynamicCache`` plus ``valid`` [B, S]: which cached slots each row may attend to."""
+class CacheFull(RuntimeError):
+    """A forward would write past the preallocated capacity (a bug in the capacity estimate)."""
 
-    def __init__(self, cache: DynamicCache, batch: int, device: torch.device) -> None:
-        self.cache = cache
-        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+
+class RaggedStaticCache:
+    """Per-layer preallocated keys/values [B, H, S, d] plus ``lengths`` [B] committed slots.
+
+    Args:
+        batch: B rows.
+        capacity: S slots per row: prompt + generated tokens + the largest staged region.
+        device: where ``lengths`` and the index tensors live (the first layer's device).
+        fixed_width: attend over all S slots every forward (static shapes for CUDA graphs and
+            ``torch.compile``) instead of the W that are in use.
+    """
+
+    def __init__(
+        self, batch: int, capacity: int, device: torch.device, *, fixed_width: bool = False
+    ) -> None:
+        self.capacity = capacity
+        self.fixed_width = fixed_width
+        self.keys: dict[int, torch.Tensor] = {}
+        self.values: dict[int, torch.Tensor] = {}
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        self.rows = batch  # live rows: the first ``rows`` of each buffer
+        self.staged = 0
+        self._max_len = 0  # max(lengths), kept on the host
+        self._write = torch.zeros(batch, 0, dtype=torch.long, device=device)
+        self._write_bufs: dict[int, torch.Tensor] = {}
+        self.allocations = 0  # buffers allocated (once per layer per batch)
 
     @property
-    def length(self) -> int:
-        """S, cached slots (valid or not)."""
-        return int(self.valid.shape[1])
+    def width(self) -> int:
+        """W, key slots the attention of the next forward sees."""
+        return self.capacity if self.fixed_width else self._max_len + self.staged
 
-    def allowed(self, new_bnq: torch.Tensor) -> torch.Tensor:
-        """[B, n, q'] visibility among the not-yet-cached positions -> [B, n, S + q']."""
-        b, n, _ = new_bnq.shape
-        return torch.cat([self.valid[:, None, :].expand(b, n, self.length), new_bnq], dim=2)
+    def stage(self, n: int) -> None:
+        """The next forward writes n slots per row, after those staged so far."""
+        if self._max_len + self.staged + n > self.capacity:
+            raise CacheFull(
+                f"KV cache of {self.capacity} slots per row cannot take {n} more after "
+                f"{self._max_len} committed and {self.staged} staged"
+            )
+        offs = torch.arange(self.staged, self.staged + n, device=self.lengths.device)
+        write = self.lengths[:, None] + offs
+        if self.fixed_width:  # a replayed graph reads the index at a fixed address per (B, n)
+            buf = self._write_bufs.setdefault(n, torch.zeros_like(self.lengths[:, None]).expand(
+                -1, n).contiguous())
+            self._write = buf[: self.rows]
+            self._write.copy_(write)
+        else:
+            self._write = write
+        self.staged += n
 
-    def append(self, valid_bn: torch.Tensor) -> None:
-        """Record the validity of the n slots a forward has just appended."""
-        self.valid = torch.cat([self.valid, valid_bn], dim=1)
+    def allowed(self, staged_bnq: torch.Tensor) -> torch.Tensor:
+        """[B, n, q] visibility of the staged slots -> [B, n, W] (committed slots all visible)."""
+        b, n, q = staged_bnq.shape
+        slots = torch.arange(self.width, device=self.lengths.device)
+        out = (slots[None, None] < self.lengths[:, None, None]).expand(b, n, -1).clone()
+        idx = self.lengths[:, None, None] + torch.arange(q, device=out.device)
+        return out.scatter_(2, idx.expand(b, n, q), staged_bnq)
 
-    def crop(self, length: int) -> None:
-        """Drop the cached slots beyond ``length`` (e.g. a draft tree's, never recorded)."""
-        extra = int(self.cache.get_seq_length()) - length
-        if extra > 0:
-            self.cache.crop(-extra)
-        self.valid = self.valid[:, :length]
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: Any, **__: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this forward's [B, H, n, d] keys and values in place; return [B, H, W, d] views."""
+        if layer_idx not in self.keys:
+            b, h, _, d = key_states.shape
+            shape = (len(self.lengths), h, self.capacity, d)
+            kw = {"dtype": key_states.dtype, "device": key_states.device}
+            self.keys[layer_idx] = torch.zeros(shape, **kw)  # type: ignore[arg-type]
+            self.values[layer_idx] = torch.zeros(shape, **kw)  # type: ignore[arg-type]
+            self.allocations += 2
+        keys, values = self.keys[layer_idx][: self.rows], self.values[layer_idx][: self.rows]
+        b, h, n, d = key_states.shape
+        idx = self._write.to(keys.device)[:, None, :, None].expand(b, h, n, d)
+        keys.scatter_(2, idx, key_states)
+        values.scatter_(2, idx, value_states)
+        w = self.width
+        return keys[:, :, :w], values[:, :, :w]
 
-    def compact(self) -> None:
-        """Drop invalid slots: each row keeps its valid slots in order, left-aligned."""
-        if bool(self.valid.all()):
-            return
-        counts = self.valid.sum(1)
-        width = int(counts.max())
-        order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :width]
-        for layer in self.cache.layers:
-            # transformers types cache.layers as a union incl. linear-attention layers (no keys)
-            keys, values = layer.keys, layer.values  # type: ignore[union-attr]
-            idx = order[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])  # type: ignore[union-attr]
-            layer.keys = keys.gather(2, idx)  # type: ignore[union-attr]
-            layer.values = values.gather(2, idx)  # type: ignore[union-attr]
-        self.valid = torch.arange(width, device=counts.device)[None] < counts[:, None]
+    def commit(self, src_ba: torch.Tensor | None, n_acc: torch.Tensor) -> None:
+        """Keep n_acc[r] staged slots of row r: offsets ``src[r, :n_acc[r]]`` (ascending) in the
+        staged region, or the first n_acc[r] when ``src`` is None (no entry moves then)."""
+        if src_ba is not None and src_ba.shape[1]:
+            base = self.lengths[:, None]
+            dst = base + torch.arange(src_ba.shape[1], device=base.device)
+            if not torch.equal(src_ba, dst - base):  # one sync; nothing to move on a chain
+                for layer, keys in self.keys.items():
+                    for buf in (keys, self.values[layer]):
+                        live = buf[: self.rows]
+                        b, h, _, d = live.shape
+                        dev = live.device
+                        gather = (base + src_ba).to(dev)[:, None, :, None].expand(b, h, -1, d)
+                        put = dst.to(dev)[:, None, :, None].expand(b, h, -1, d)
+                        live.scatter_(2, put, live.gather(2, gather))
+        self.lengths += n_acc
+        self._max_len = int(self.lengths.max())
+        self.staged = 0
+
+    def discard(self) -> None:
+        """Drop everything staged since the last commit."""
+        self.staged = 0
 
     def select_rows(self, rows: torch.Tensor) -> None:
-        """Keep only the batch rows ``rows`` ([B'] long)."""
-        for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(0, rows)  # type: ignore[union-attr]
-            layer.values = layer.values.index_select(0, rows)  # type: ignore[union-attr]
-        self.valid = self.valid.index_select(0, rows)
+        """Keep only the live rows ``rows`` ([B'] long, ascending), packed to the front in place."""
+        for store in (self.keys, self.values):
+            for buf in store.values():
+                live = buf[: self.rows]
+                buf[: len(rows)] = live.index_select(0, rows.to(buf.device))
+        self.lengths = self.lengths.index_select(0, rows)
+        self.rows = len(rows)
+        self._max_len = int(self.lengths.max()) if len(rows) else 0
+        self.staged = 0

@@ -8,11 +8,24 @@ row is the target's greedy output.
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from workloads._batch import Timer, pick, prefill, still_going
-from workloads._kv import RaggedCache, additive_mask
-from workloads.tree_decode import BatchResult
+from workloads._kv import RaggedStaticCache, additive_mask
+from workloads._steps import Steps
+from workloads.tree_decode import BatchResult, Compile
+
+
+class _NoDraft:
+    """The AR loop has no draft: :class:`~workloads._steps.Steps` gets this placeholder."""
+
+    draft_to_target = torch.zeros(0, dtype=torch.long)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("the autoregressive loop has no draft")
+
+    def __call__(self, *args: object, **kwargs: object) -> torch.Tensor:
+        raise NotImplementedError("the autoregressive loop has no draft")
 
 
 @torch.inference_mode()
@@ -24,8 +37,11 @@ def ar_generate(
     eos_ids: frozenset[int],
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    compile: Compile = "none",
 ) -> BatchResult:
     """Generate up to ``max_new_tokens`` per prompt, one token per target forward.
+
+    ``compile`` as in :func:`~workloads.tree_decode.generate` (the one-token step).
 
     Returns:
         A :class:`~workloads.tree_decode.BatchResult` whose ``verify_s`` is the time in target
@@ -39,35 +55,29 @@ def ar_generate(
     timer, dev = Timer(target.device), target.device
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
-    cache = RaggedCache(DynamicCache(config=target.config), len(prompts), dev)
+    room = max(map(len, prompts)) + max_new_tokens
+    cache = RaggedStaticCache(len(prompts), room, dev, fixed_width=compile != "none")
+    steps = Steps(target, _NoDraft(), compile)
     _, logits, pos = prefill(target, prompts, cache)
-    cache.compact()
     tok = pick(logits, temperature, generator)
     rows = torch.arange(len(prompts), device=dev)
     for r, t in enumerate(tok.tolist()):
         res.tokens[r].append(t)
     res.prefill_s = timer.now() - t0
     self_only = torch.ones(len(prompts), 1, 1, dtype=torch.bool, device=dev)
+    one = torch.ones(len(prompts), dtype=torch.long, device=dev)
     alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     while alive is not None:
         if len(alive) < len(rows):
-            rows, pos, tok, self_only = rows[alive], pos[alive], tok[alive], self_only[alive]
+            rows, pos, tok, self_only, one = (x[alive] for x in (rows, pos, tok, self_only, one))
             cache.select_rows(alive)
-        # no padding left (b = 1 always): one query sees every key, no mask needed
-        full = bool(cache.valid.all())
-        mask = None if full else additive_mask(cache.allowed(self_only), target.dtype)
+        cache.stage(1)
+        mask = additive_mask(cache.allowed(self_only), target.dtype)
         ta = timer.now()
-        h = target.model(
-            input_ids=tok[:, None],
-            position_ids=pos[:, None],
-            attention_mask=mask,
-            cache=cache.cache,
-            use_cache=True,
-        ).last_hidden_state
-        logits = target.lm_head(h[:, -1]).float()
+        _, logits = steps.verify(tok[:, None], pos[:, None], mask, cache)
         res.verify_s += timer.now() - ta
-        cache.append(self_only[:, :, 0])
-        tok, pos = pick(logits, temperature, generator), pos + 1
+        cache.commit(None, one)
+        tok, pos = pick(logits[:, -1], temperature, generator), pos + 1
         res.cycles += 1
         for r, t in zip(rows.tolist(), tok.tolist(), strict=True):
             res.tokens[r].append(t)

@@ -24,23 +24,29 @@ h hidden, V target vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from workloads._batch import Timer, pick, prefill, right_pad, still_going
-from workloads._kv import RaggedCache, additive_mask
+from workloads._kv import RaggedStaticCache, additive_mask
+from workloads._steps import Steps
 from workloads._tree import DraftTree, accept_greedy, accept_sampling
+
+Compile = Literal["none", "graphs", "compile"]
 
 
 class Draft(Protocol):
-    """What the engine needs from a draft (:class:`~workloads.draft_model.DraftModel`)."""
+    """What the engine needs from a draft (:class:`~workloads.draft_model.DraftModel`).
+
+    Its layers take the engine's :class:`~workloads._kv.RaggedStaticCache` as ``cache`` (they call
+    its ``update`` only) and an additive mask [B, 1, T, W].
+    """
 
     draft_to_target: torch.Tensor
-
-    def new_cache(self) -> DynamicCache: ...
 
     def __call__(
         self,
@@ -49,7 +55,7 @@ class Draft(Protocol):
         position_ids: torch.Tensor,
         *,
         attention_mask: torch.Tensor | None = None,
-        cache: DynamicCache | None = None,
+        cache: RaggedStaticCache | None = None,
     ) -> torch.Tensor: ...
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
@@ -62,6 +68,19 @@ class TreeShape:
     depth: int
     topk: int
     num_draft_tokens: int
+
+    def capped(self, vocab: int) -> TreeShape:
+        """The shape the engine uses: depth <= num_draft_tokens - 1 (a node at depth d is
+        verified only with its d ancestors) and topk <= the draft vocabulary."""
+        return TreeShape(
+            depth=min(self.depth, self.num_draft_tokens - 1),
+            topk=min(self.topk, vocab),
+            num_draft_tokens=self.num_draft_tokens,
+        )
+
+
+ShapePolicy = Callable[[int], TreeShape]
+"""live batch size -> the tree of this cycle (batch-adaptive ``num_draft_tokens``)"""
 
 
 @dataclass
@@ -95,17 +114,23 @@ class BatchResult:
         accept_lengths: per row, tokens emitted per cycle (accepted draft tokens + 1; a cycle cut
             short by EOS or ``max_new_tokens`` counts the tokens it emitted).
         cycles: decoding cycles of the batch (one target verification each).
-        prefill_s, draft_s, verify_s, total_s: prompt prefill (target + draft), draft forwards,
-            target verification forwards, the whole call. The rest of a cycle is bookkeeping.
+        num_draft_tokens: per cycle, the k verified per row (changes with the live batch size
+            under a :data:`ShapePolicy`).
+        prefill_s, draft_s, verify_s, total_s: prompt prefill (target and draft), draft forwards
+            of the cycles, target verification forwards, the whole call. The rest of a cycle is
+            bookkeeping.
+        cache_allocations: KV buffers allocated for the batch (per layer, keys and values: once).
     """
 
     tokens: list[list[int]]
     accept_lengths: list[list[int]]
     cycles: int = 0
+    num_draft_tokens: list[int] = field(default_factory=list)
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
     total_s: float = 0.0
+    cache_allocations: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -132,10 +157,11 @@ def generate(
     prompts: list[list[int]],
     *,
     max_new_tokens: int,
-    shape: TreeShape,
+    shape: TreeShape | ShapePolicy,
     eos_ids: frozenset[int],
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
+    compile: Compile = "none",
 ) -> BatchResult:
     """Generate up to ``max_new_tokens`` per prompt with tree speculative decoding.
 
@@ -144,64 +170,73 @@ def generate(
         draft: a draft for this target; a draft with per-row state (the oracle) may define
             ``keep_rows(rows)``, called when rows leave the batch.
         prompts: b token-id lists (chat template applied), any lengths >= 1.
-        shape: tree depth, topk and num_draft_tokens.
+        shape: the tree (depth, topk, num_draft_tokens), or a policy giving it from the live
+            batch size each cycle (Scylla Table 5, "Opt. top_k"). Depth is capped at
+            num_draft_tokens - 1 and topk at the draft vocabulary.
         eos_ids: a row stops after any of these tokens.
         temperature: 0 = greedy; > 0 = sampling from softmax(logits / temperature).
         generator: RNG for sampling (reproducible runs).
+        compile: none = eager; graphs = the target's verification and the draft's steps
+            replayed from CUDA graphs captured per input shape; compile = ``torch.compile`` of
+            the same steps (see :mod:`workloads._steps`).
 
     Raises:
-        ValueError: an empty prompt list or an empty prompt.
+        ValueError: an empty prompt list, an empty prompt, ``max_new_tokens`` < 1, or
+            ``graphs`` on a target that is not on CUDA.
     """
-    if not prompts or min(len(p) for p in prompts) < 1:
-        raise ValueError("generate needs at least one prompt, each of at least one token")
-    # a node at depth d is verified only with its d ancestors: deeper expansion could never be used
-    shape = TreeShape(
-        depth=min(shape.depth, shape.num_draft_tokens - 1),
-        topk=shape.topk,
-        num_draft_tokens=shape.num_draft_tokens,
-    )
+    if not prompts or min(len(p) for p in prompts) < 1 or max_new_tokens < 1:
+        raise ValueError(
+            "generate needs at least one prompt, each of at least one token, and max_new_tokens >= 1"
+        )
+    vocab = int(draft.draft_to_target.shape[0])
+    shape_at = _policy(shape, vocab)
+    sizes = [shape_at(b) for b in range(1, len(prompts) + 1)]
+    k_max = max(s.num_draft_tokens for s in sizes)
+    d_max = max(s.depth + 1 + s.depth * s.topk for s in sizes)  # pending pairs + tree steps
     timer, dt, dev = Timer(target.device), target.dtype, target.device
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
-    tcache = RaggedCache(DynamicCache(config=target.config), len(prompts), dev)
-    dcache = RaggedCache(draft.new_cache(), len(prompts), dev)
+    room = max(map(len, prompts)) + max_new_tokens
+    fixed = compile != "none"
+    tcache = RaggedStaticCache(len(prompts), room + k_max, dev, fixed_width=fixed)
+    dcache = RaggedStaticCache(len(prompts), room + d_max, dev, fixed_width=fixed)
+    steps = Steps(target, draft, compile)
     h_blh, logits, m = prefill(target, prompts, tcache)
     root = pick(logits, temperature, generator)
     ids, _ = right_pad(prompts, dev)
     pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
         1, (m - 1)[:, None], root[:, None]
     )
-    pend_h, pend_n, rows = h_blh, m.clone(), torch.arange(len(prompts), device=dev)
+    h_in, logp = _draft_prefill(steps, dcache, h_blh, pend_x, m, m)
+    rows = torch.arange(len(prompts), device=dev)
     for r, tok in enumerate(root.tolist()):
         res.tokens[r].append(tok)
     res.prefill_s = timer.now() - t0
+    pending: tuple[torch.Tensor, ...] = ()
     alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     while alive is not None:
         if len(alive) < len(rows):  # rows that finished leave the batch
-            rows, m, pend_h, pend_x, pend_n, root = (
-                x[alive] for x in (rows, m, pend_h, pend_x, pend_n, root)
+            rows, m, root, h_in, logp, *pending = (
+                x[alive] for x in (rows, m, root, h_in, logp, *pending)
             )
             tcache.select_rows(alive)
             dcache.select_rows(alive)
             if hasattr(draft, "keep_rows"):
                 draft.keep_rows(alive)
-        tree, draft_fwd_s = _draft_tree(
-            draft, dcache, root, m, pend_h, pend_x, pend_n, shape, timer
-        )
-        sel = tree.best(shape.num_draft_tokens)
+        sh = shape_at(len(rows))
+        if pending:  # the draft reads the pairs the last cycle accepted
+            ta = timer.now()
+            h_in, logp = _draft_prefill(steps, dcache, *pending, m)
+            res.draft_s += timer.now() - ta
+        tree, tree_s = _draft_tree(steps, dcache, root, m, h_in, logp, sh, timer)
+        res.draft_s += tree_s
+        sel = tree.best(sh.num_draft_tokens)
         toks, depths, anc = tree.selected(sel)
+        tcache.stage(toks.shape[1])
+        mask = additive_mask(tcache.allowed(anc), dt)
         tb = timer.now()
-        v_h = target.model(
-            input_ids=toks,
-            position_ids=m[:, None] + depths,
-            attention_mask=additive_mask(tcache.allowed(anc), dt),
-            cache=tcache.cache,
-            use_cache=True,
-        ).last_hidden_state
-        v_logits = target.lm_head(v_h).float()
-        tc = timer.now()
-        res.draft_s += draft_fwd_s
-        res.verify_s += tc - tb
+        v_h, v_logits = steps.verify(toks, m[:, None] + depths, mask, tcache)
+        res.verify_s += timer.now() - tb
         lpar = tree.local_parents(sel)
         if temperature == 0:
             last, bonus = accept_greedy(toks, depths, lpar, v_logits)
@@ -209,15 +244,15 @@ def generate(
             probs = torch.softmax(v_logits / temperature, -1)
             last, bonus = accept_sampling(toks, lpar, probs, generator)
         path = anc.gather(1, last[:, None, None].expand(-1, 1, anc.shape[2]))[:, 0]  # [B, n]
-        tcache.append(path)
-        tcache.compact()
         n_acc = path.sum(1)  # root + accepted drafts = tokens emitted this cycle
         order = torch.argsort((~path).to(torch.int8), dim=1, stable=True)[:, : int(n_acc.max())]
+        tcache.commit(order, n_acc)  # only the accepted entries move
         emitted = torch.cat([toks.gather(1, order)[:, 1:], bonus[:, None]], 1)
         emitted[torch.arange(len(rows)), n_acc - 1] = bonus
         pend_h = v_h.gather(1, order[:, :, None].expand(-1, -1, v_h.shape[2]))
-        pend_x, pend_n, m, root = emitted, n_acc, m + n_acc, bonus
+        pending, m, root = (pend_h, emitted, n_acc), m + n_acc, bonus
         res.cycles += 1
+        res.num_draft_tokens.append(sh.num_draft_tokens)
         for row, k, em in zip(rows.tolist(), n_acc.tolist(), emitted.tolist(), strict=True):
             out, before = res.tokens[row], len(res.tokens[row])
             for tok in em[:k]:
@@ -227,69 +262,100 @@ def generate(
             res.accept_lengths[row].append(len(out) - before)
         alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     res.total_s = timer.now() - t0
+    res.cache_allocations = tcache.allocations + dcache.allocations
     return res
 
 
-def _draft_tree(
-    draft: Draft,
-    dcache: RaggedCache,
-    root: torch.Tensor,
-    m: torch.Tensor,
+def _policy(shape: TreeShape | ShapePolicy, vocab: int) -> ShapePolicy:
+    """The shape of each live batch size, capped (:meth:`TreeShape.capped`), asked once per b."""
+    cache: dict[int, TreeShape] = {}
+
+    def at(b: int) -> TreeShape:
+        if b not in cache:
+            cache[b] = (shape if isinstance(shape, TreeShape) else shape(b)).capped(vocab)
+        return cache[b]
+
+    return at
+
+
+def _draft_prefill(
+    steps: Steps,
+    dcache: RaggedStaticCache,
     pend_h: torch.Tensor,
     pend_x: torch.Tensor,
     pend_n: torch.Tensor,
-    shape: TreeShape,
-    timer: Timer,
-) -> tuple[DraftTree, float]:
-    """Steps 1-2 of a cycle: draft prefill of the pending pairs, then the tree expansion.
+    m: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 1 of a cycle: the draft reads the pairs it has not seen and predicts the root's child.
 
     Args:
-        root: [B] the last committed token of each row, at position ``m`` [B].
         pend_h, pend_x, pend_n: [B, P, h] target hidden states at positions m - pend_n .. m - 1,
-            [B, P] the token after each, [B] how many of the P are real.
+            [B, P] the token after each, [B] how many of the P are real (padded, masked).
+        m: [B] position of each row's root (its last committed token).
 
     Returns:
-        The trees, and the seconds spent in draft forward passes (the rest is bookkeeping).
+        h_in [B, 1, h], the draft's hidden state at the root, and logp [B, 1, N], its log
+        distribution over the draft vocabulary of the root's child.
     """
     b, p = pend_x.shape
-    dev, topk, dt = root.device, shape.topk, pend_h.dtype
+    dev = pend_x.device
     j = torch.arange(p, device=dev)
     key_ok = j[None] < pend_n[:, None]
     causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
-    mask = additive_mask(dcache.allowed(causal[None] & key_ok[:, None]), dt)
-    t = timer.now()
-    out = draft(pend_h, pend_x, (m - pend_n)[:, None] + j, attention_mask=mask, cache=dcache.cache)
-    h_in = out.gather(1, (pend_n - 1)[:, None, None].expand(b, 1, out.shape[2]))  # [B, 1, h]
-    logp = torch.log_softmax(draft.logits(h_in).float(), -1)
-    fwd_s = timer.now() - t
-    dcache.append(key_ok)
-    dcache.compact()
-    base = dcache.length
+    dcache.stage(p)
+    mask = additive_mask(dcache.allowed(causal[None] & key_ok[:, None]), pend_h.dtype)
+    out = steps.draft(pend_h, pend_x, (m - pend_n)[:, None] + j, mask, dcache)
+    dcache.commit(None, pend_n)
+    h_in = out.gather(1, (pend_n - 1)[:, None, None].expand(b, 1, out.shape[2]))
+    return h_in, torch.log_softmax(steps.draft_logits(h_in).float(), -1)
+
+
+def _draft_tree(
+    steps: Steps,
+    dcache: RaggedStaticCache,
+    root: torch.Tensor,
+    m: torch.Tensor,
+    h_in: torch.Tensor,
+    logp: torch.Tensor,
+    shape: TreeShape,
+    timer: Timer,
+) -> tuple[DraftTree, float]:
+    """Step 2 of a cycle: the tree expansion from the root's child distribution ``logp``.
+
+    Args:
+        root: [B] the last committed token of each row, at position ``m`` [B].
+        h_in, logp: [B, 1, h] and [B, 1, N] from :func:`_draft_prefill`.
+
+    Returns:
+        The trees, and the seconds spent in draft forwards (the rest is bookkeeping). The
+        draft's cache is as before (the tree's slots are staged, then discarded).
+    """
+    b, topk, dt = root.shape[0], shape.topk, h_in.dtype
     tree = DraftTree(root, shape.depth, topk)
     lp, ix = logp.topk(topk, -1)
-    frontier = tree.add_children(torch.zeros_like(m)[:, None], lp, draft.draft_to_target[ix])
+    d2t = steps.draft_to_target
+    frontier = tree.add_children(torch.zeros_like(m)[:, None], lp, d2t[ix])
     h_in = h_in.expand(b, topk, -1)
-    slot_nodes = frontier[:, :0]
+    slot_nodes, fwd_s = frontier[:, :0], 0.0
     for _ in range(shape.depth - 1):
         slot_nodes = torch.cat([slot_nodes, frontier], 1)
         n_all = tree.anc.shape[2]
         seen = tree.anc.gather(1, frontier[:, :, None].expand(b, topk, n_all))
         seen = seen.gather(2, slot_nodes[:, None, :].expand(b, topk, slot_nodes.shape[1]))
+        dcache.stage(topk)
         mask = additive_mask(dcache.allowed(seen), dt)
         pos = m[:, None] + tree.depths[frontier] - 1
         t = timer.now()
-        f_h = draft(
-            h_in, tree.tokens.gather(1, frontier), pos, attention_mask=mask, cache=dcache.cache
-        )
-        logp = torch.log_softmax(draft.logits(f_h).float(), -1)
+        f_h = steps.draft(h_in, tree.tokens.gather(1, frontier), pos, mask, dcache)
+        logp = torch.log_softmax(steps.draft_logits(f_h).float(), -1)
         fwd_s += timer.now() - t
         lp, ix = logp.topk(topk, -1)
         lo = tree.size
-        tree.add_children(frontier, lp, draft.draft_to_target[ix])
+        tree.add_children(frontier, lp, d2t[ix])
         best = tree.scores[:, lo : tree.size].topk(topk, dim=1).indices
         frontier = lo + best
         h_in = f_h.gather(1, (best // topk)[:, :, None].expand(b, topk, f_h.shape[2]))
-    dcache.crop(base)
+    dcache.discard()
     return tree, fwd_s
 
 
