@@ -16,6 +16,11 @@ accepted too, see :func:`decode_table`), and the metrics ``tokens_per_s``, ``ar_
 ``speedup``, ``hf_tokens_per_s``, ``acceptance_length``, ... Only completed trials with a finite
 metric count; failed trials (NaN metrics) are counted, never averaged.
 
+Trials with ``num_draft_tokens: auto`` (batch-adaptive k, Scylla Table 5 "Opt. top_k": k chosen
+each cycle from the live batch size) are kept apart: the surface, the best k per b and the
+Thm 1.3 / Eq. 4 fits use numeric k only, and :func:`auto_vs_best` sets each b's auto throughput
+beside the best fixed k's.
+
 Pure functions over pandas tables: no I/O, no torch, Ray, SQL or MLflow.
 """
 
@@ -56,8 +61,15 @@ METRICS = (
     "verify_s_per_cycle",
     "bookkeeping_s_per_cycle",
     "break_even_acceptance_length",
+    "num_draft_tokens_mean",
 )
 """the ``decode_bench`` metrics this module and the dashboard read"""
+
+AUTO = "auto"
+"""the ``num_draft_tokens`` value of batch-adaptive k (``decode.num_draft_tokens: auto``)"""
+
+AUTO_K_METRIC = "num_draft_tokens_mean"
+"""metric of an auto trial: mean k over its decoding cycles (verified tokens per sequence)"""
 
 SHAPE_KNOBS = ("depth", "topk")
 """tree-shape knobs that, with (batch_size, num_draft_tokens), make one cell of the grid"""
@@ -95,6 +107,23 @@ BEST_COLUMNS = (
     "best_k_at_edge",
 )
 """columns of :func:`best_per_batch`, in order"""
+
+AUTO_COLUMNS = (
+    "batch_size",
+    "auto_tokens_per_s",
+    "auto_tokens_per_s_std",
+    "auto_k_mean",
+    "auto_speedup",
+    "auto_acceptance_length",
+    "best_num_draft_tokens",
+    "best_tokens_per_s",
+    "ratio",
+    "auto_wins",
+    "fixed_at_auto_k_tokens_per_s",
+    "n_auto",
+    "n_auto_failed",
+)
+"""columns of :func:`auto_vs_best`, in order"""
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,12 +231,14 @@ class KOptFit:
 
 
 def decode_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The trial table with plain knob names and numeric knob columns.
+    """The trial table with plain knob names, numeric knob columns and a ``k_auto`` column.
 
     A knob missing under its plain name (``batch_size``) is taken from its dotted override name
-    (``decode.batch_size``) when present; knob columns are coerced to numbers (NaN when not). The
-    input is not modified. Raises ``ValueError`` when ``batch_size`` or ``num_draft_tokens`` is
-    missing under both names.
+    (``decode.batch_size``) when present; ``k_auto`` (bool) is True where ``num_draft_tokens`` is
+    ``"auto"`` (:data:`AUTO`, batch-adaptive k); then knob columns are coerced to numbers (NaN
+    when not, so an auto trial's k is NaN and no fixed-k analysis counts it). The input is not
+    modified. Raises ``ValueError`` when ``batch_size`` or ``num_draft_tokens`` is missing under
+    both names.
     """
     out = df.copy()
     for knob, aliases in _KNOB_ALIASES.items():
@@ -223,6 +254,8 @@ def decode_table(df: pd.DataFrame) -> pd.DataFrame:
             "A decode_bench table needs batch_size and num_draft_tokens "
             "(or decode.batch_size and decode.num_draft_tokens)."
         )
+    k_text = out["num_draft_tokens"].map(lambda v: isinstance(v, str) and v.strip().lower())
+    out["k_auto"] = (k_text == AUTO).astype(bool)
     for knob in KNOBS:
         if knob in out.columns:
             out[knob] = pd.to_numeric(out[knob], errors="coerce").astype("float64")
@@ -236,10 +269,11 @@ def throughput_surface(df: pd.DataFrame, value: str = "tokens_per_s") -> pd.Data
     column) whose ``value`` is finite, the arithmetic mean of every trial at the same
     (``batch_size``, ``num_draft_tokens``), i.e. pooled over seeds *and* over any ``depth`` /
     ``topk`` values swept at that cell (filter the table first for one tree shape). Failed
-    trials (NaN metrics) are ignored. Returns a pivot: index ``batch_size`` (int, sequences),
-    columns ``num_draft_tokens`` (int, verified tokens per sequence per cycle), cells in the
-    unit of ``value`` (tokens/s for ``tokens_per_s``), NaN where no trial completed; sorted
-    ascending both ways. Raises ``ValueError`` when ``value`` or a knob column is missing.
+    trials (NaN metrics) and ``num_draft_tokens: auto`` trials are ignored. Returns a pivot:
+    index ``batch_size`` (int, sequences), columns ``num_draft_tokens`` (int, verified tokens
+    per sequence per cycle), cells in the unit of ``value`` (tokens/s for ``tokens_per_s``),
+    NaN where no trial completed; sorted ascending both ways. Raises ``ValueError`` when
+    ``value`` or a knob column is missing.
     """
     done = _completed(decode_table(df), value)
     grouped = done.groupby(["batch_size", "num_draft_tokens"])[value].mean()
@@ -251,14 +285,15 @@ def throughput_surface(df: pd.DataFrame, value: str = "tokens_per_s") -> pd.Data
 
 
 def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
-    """The best configuration at each batch size: Thm 1.3's peak throughput and the best k.
+    """The best fixed-k configuration at each batch size: Thm 1.3's peak throughput and best k.
 
-    A cell is one (``batch_size``, ``num_draft_tokens``, ``depth``, ``topk``) — shape knobs the
-    table lacks are left out — and its throughput is the mean ``tokens_per_s`` of its completed
-    trials (over seeds; a trial without a shape knob the others have forms its own cell). At
-    each batch size the best cell is the one with the highest mean (ties: the smallest k, then
-    the smallest depth and topk). When depth and topk are fixed,
-    the best k is exactly the argmax over k of :func:`throughput_surface`.
+    Only trials with a numeric ``num_draft_tokens`` count (``auto`` trials are compared by
+    :func:`auto_vs_best`). A cell is one (``batch_size``, ``num_draft_tokens``, ``depth``,
+    ``topk``) — shape knobs the table lacks are left out — and its throughput is the mean
+    ``tokens_per_s`` of its completed trials (over seeds; a trial without a shape knob the
+    others have forms its own cell). At each batch size the best cell is the one with the
+    highest mean (ties: the smallest k, then the smallest depth and topk). When depth and topk
+    are fixed, the best k is exactly the argmax over k of :func:`throughput_surface`.
 
     Columns (:data:`BEST_COLUMNS`), one row per batch size with a completed trial, sorted by b:
     ``batch_size`` (sequences); ``best_num_draft_tokens`` (k of the best cell, verified tokens
@@ -268,15 +303,15 @@ def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
     tokens/s), ``speedup`` (mean of per-trial speedups) and ``acceptance_length`` (tokens per
     cycle), all means over the best cell's trials; ``hf_tokens_per_s`` (HF generate, tokens/s,
     mean over all completed trials at b; NaN except at b = 1); ``n_trials`` (completed trials in
-    the best cell); ``n_completed`` and ``n_failed`` (trials at b); ``n_k`` (distinct k measured
-    at b); ``best_k_at_edge`` (True when the best k is the smallest or largest k measured at b,
-    so the true optimum may lie outside the grid).
+    the best cell); ``n_completed`` and ``n_failed`` (fixed-k trials at b); ``n_k`` (distinct k
+    measured at b); ``best_k_at_edge`` (True when the best k is the smallest or largest k
+    measured at b, so the true optimum may lie outside the grid).
     """
     table = decode_table(df)
     done = _completed(table, "tokens_per_s")
     shape = [k for k in SHAPE_KNOBS if k in done.columns and done[k].notna().any()]
     keys = ["batch_size", "num_draft_tokens", *shape]
-    failed = table[_state(table) == "failed"].groupby("batch_size").size()
+    failed = table[(_state(table) == "failed") & ~table["k_auto"]].groupby("batch_size").size()
     completed_b = done.groupby("batch_size").size()
     rows: list[dict[str, Any]] = []
     for b, at_b in done.groupby("batch_size", sort=True):
@@ -325,6 +360,89 @@ def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
             "n_failed": "int64",
             "n_k": "int64",
             "best_k_at_edge": "bool",
+        }
+    )
+
+
+def auto_vs_best(df: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Batch-adaptive k (``num_draft_tokens: auto``) against the best fixed k, per batch size.
+
+    The paper's "Opt. top_k" (Scylla Table 5) re-chooses the tree size per batch size; here an
+    auto trial chose k every cycle from the live batch size (its law: ``decode.k_law``). Per b
+    with a completed auto trial (finite ``tokens_per_s``): ``batch_size`` (sequences);
+    ``auto_tokens_per_s`` and ``auto_tokens_per_s_std`` (mean and std, ddof=1, over the auto
+    trials at b, e.g. seeds; NaN std for one; tokens/s over the whole batch); ``auto_k_mean``
+    (mean over those trials of :data:`AUTO_K_METRIC`, the mean k per cycle; NaN when not
+    recorded); ``auto_speedup`` (over AR, x) and ``auto_acceptance_length`` (tokens per cycle),
+    means; ``best_num_draft_tokens`` and ``best_tokens_per_s``: the best fixed k at b and its
+    mean tokens/s (:func:`best_per_batch`; NaN when no fixed-k trial completed at b);
+    ``ratio`` = auto / best fixed tokens/s (NaN without a fixed k); ``auto_wins`` (ratio > 1);
+    ``fixed_at_auto_k_tokens_per_s``: mean tokens/s of the fixed-k trials at b whose k is
+    ``auto_k_mean`` rounded half up (NaN when that k was not measured), to tell a poor law
+    (auto picked a k the grid shows is slow) from a cost of adapting; ``n_auto`` and
+    ``n_auto_failed`` (completed and failed auto trials at b). Auto trials are pooled over any
+    depth / topk at b. ``best`` defaults to :func:`best_per_batch` of ``df``. Sorted by b;
+    empty (with the columns) when the table has no finished auto trial.
+    """
+    table = decode_table(df)
+    if best is None:
+        best = best_per_batch(df)
+    values = (
+        pd.to_numeric(table["tokens_per_s"], errors="coerce").astype("float64")
+        if "tokens_per_s" in table.columns
+        else pd.Series(math.nan, index=table.index, dtype="float64")
+    )
+    state = _state(table)
+    auto = table[table["k_auto"] & table["batch_size"].notna()].copy()
+    auto["tokens_per_s"] = values
+    ok = (state[auto.index] == "completed") & np.isfinite(auto["tokens_per_s"])
+    fixed = _completed(table, "tokens_per_s") if "tokens_per_s" in table.columns else table[:0]
+    by_b = {int(r.batch_size): r for r in best.itertuples(index=False)}
+    rows: list[dict[str, Any]] = []
+    for b, at_b in auto.groupby("batch_size", sort=True):
+        done = at_b[ok[at_b.index]]
+        if not len(done) and not (state[at_b.index] == "failed").any():
+            continue  # pending or running only
+        tps = done["tokens_per_s"].to_numpy(dtype=float)
+        mean = float(tps.mean()) if len(tps) else math.nan
+        k_mean = _mean(done, AUTO_K_METRIC)
+        top = by_b.get(int(b))
+        best_tps = float(top.peak_tokens_per_s) if top is not None else math.nan
+        ratio = mean / best_tps if math.isfinite(best_tps) and best_tps > 0 else math.nan
+        at_k = math.nan
+        if math.isfinite(k_mean):
+            k_round = math.floor(k_mean + 0.5)
+            hit = fixed[(fixed["batch_size"] == b) & (fixed["num_draft_tokens"] == k_round)]
+            at_k = _mean(hit, "tokens_per_s")
+        rows.append(
+            {
+                "batch_size": int(b),
+                "auto_tokens_per_s": mean,
+                "auto_tokens_per_s_std": float(tps.std(ddof=1)) if len(tps) > 1 else math.nan,
+                "auto_k_mean": k_mean,
+                "auto_speedup": _mean(done, "speedup"),
+                "auto_acceptance_length": _mean(done, "acceptance_length"),
+                "best_num_draft_tokens": (
+                    float(top.best_num_draft_tokens) if top is not None else math.nan
+                ),
+                "best_tokens_per_s": best_tps,
+                "ratio": ratio,
+                "auto_wins": bool(math.isfinite(ratio) and ratio > 1.0),
+                "fixed_at_auto_k_tokens_per_s": at_k,
+                "n_auto": len(done),
+                "n_auto_failed": int((state[at_b.index] == "failed").sum()),
+            }
+        )
+    out = pd.DataFrame(rows, columns=list(AUTO_COLUMNS))
+    counts = ("batch_size", "auto_wins", "n_auto", "n_auto_failed")
+    floats = [c for c in AUTO_COLUMNS if c not in counts]
+    return out.astype(
+        {
+            "batch_size": "int64",
+            "auto_wins": "bool",
+            "n_auto": "int64",
+            "n_auto_failed": "int64",
+            **dict.fromkeys(floats, "float64"),
         }
     )
 

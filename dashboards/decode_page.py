@@ -4,7 +4,10 @@ Figures: the throughput surface (b x k, tokens/s), speedup over autoregressive d
 peak throughput vs log2 b with the Thm 1.3 fit and its band, the measured best k vs b next to
 the roofline's k_opt(b) and the Eq. 4 fit, and the roofline itself (arithmetic intensity
 I(b, k) vs k with I_crit). Tables: best configuration per b, the fits, measured vs predicted k,
-and every trial with its error text.
+and every trial with its error text. When the sweep has ``num_draft_tokens: auto`` trials
+(batch-adaptive k, Scylla Table 5 "Opt. top_k"), a section sets their throughput beside the best
+fixed k per b (:func:`analysis.throughput.auto_vs_best`): where adaptive k wins and where it
+loses; the fixed-k figures, best k and fits leave auto trials out.
 
 Reads tables and fits only (never models); plotly.js is inlined once, so the page works offline.
 """
@@ -25,6 +28,7 @@ from analysis.laws import LogLinearFit
 from analysis.numbers import fmt
 from analysis.paper import compare_with_paper
 from analysis.throughput import (
+    AUTO_COLUMNS,
     BEST_COLUMNS,
     KNOBS,
     METRICS,
@@ -32,7 +36,9 @@ from analysis.throughput import (
     Eq4Fit,
     KOptFit,
     RooflineData,
+    auto_vs_best,
     compare_k_opt,
+    decode_table,
     throughput_surface,
 )
 from dashboards._html import description_html, page, plot_text, random_weights_html, shown, table
@@ -49,6 +55,9 @@ TITLES = {
     "roofline": "Roofline: arithmetic intensity I(b, k) vs num_draft_tokens",
 }
 """section headings of the page, one per figure"""
+
+AUTO_TITLE = "Adaptive k (num_draft_tokens: auto) vs the best fixed k per batch size"
+"""heading of the section shown when the sweep has ``num_draft_tokens: auto`` trials"""
 
 _CURVE_POINTS = 60
 """points on a fitted curve between the smallest and largest batch size (log-spaced)"""
@@ -75,10 +84,14 @@ def write_decode_dashboard(
     roofline's I(b, k), I_crit and k_opt(b) for the local hardware; when it is None those
     figures are replaced by a note. Only completed trials are plotted; every trial is listed.
     ``description`` is the sweep's spec ``description`` (shown, escaped, under the heading).
+    Trials with ``num_draft_tokens: auto`` get their own section (:data:`AUTO_TITLE`: a figure
+    of auto / best fixed tokens/s per b and a table), and their mean k per cycle is drawn on
+    the best-k figure.
     """
     if not len(best):
         best = pd.DataFrame(columns=list(BEST_COLUMNS))
     knobs_ok = {"batch_size", "num_draft_tokens"} <= _knob_columns(trials)
+    auto = _auto_frame(trials, best) if knobs_ok else None
     states = trials["state"].astype(str) if "state" in trials.columns else pd.Series(dtype=str)
     n_done, n_failed = int((states == "completed").sum()), int((states == "failed").sum())
     figures: list[tuple[str, go.Figure | None, str]] = [
@@ -89,7 +102,7 @@ def write_decode_dashboard(
             "No completed trials with a speedup.",
         ),
         ("peak", _peak_figure(best, peak_fit), "No completed trials."),
-        ("k_opt", _k_figure(best, k_fit, roofline), "No measured best k and no roofline."),
+        ("k_opt", _k_figure(best, k_fit, roofline, auto), "No measured best k and no roofline."),
         (
             "roofline",
             _roofline_figure(roofline) if roofline is not None else None,
@@ -100,6 +113,13 @@ def write_decode_dashboard(
             ),
         ),
     ]
+    extra: dict[str, str] = {}
+    if auto is not None:
+        figures.append(
+            ("auto", _auto_figure(auto), "No auto trial has both a throughput and a fixed k.")
+        )
+        extra["auto"] = _auto_html(auto)
+    titles = {**TITLES, "auto": AUTO_TITLE}
     parts = [
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Decode sweep {html.escape(sweep_name)}</h1>",
@@ -111,6 +131,13 @@ def write_decode_dashboard(
         "tree root included. Surface cells are means over seeds and any depth/topk at that "
         "(b, k); the best k at b is the k of the best (b, k, depth, topk) cell.</p>",
     ]
+    if auto is not None:
+        n_auto = int(decode_table(trials)["k_auto"].sum())
+        parts.append(
+            f"<p class='note'>{n_auto} trials ran with num_draft_tokens: auto (k chosen every "
+            "cycle from the live batch size); they are left out of the surface, the best k "
+            f"and the fits, and compared in the section “{html.escape(AUTO_TITLE)}”.</p>"
+        )
     if roofline is None:
         parts.append(
             "<p class='note'>No roofline data was given: the roofline k_opt(b) and the "
@@ -123,16 +150,17 @@ def write_decode_dashboard(
         )
     plotly_js_included = False
     for key, fig, empty_note in figures:
-        parts.append(f"<h2>{html.escape(TITLES[key])}</h2>")
+        parts.append(f"<h2>{html.escape(titles[key])}</h2>")
         if fig is None:
             parts.append(f"<p class='note'>{html.escape(empty_note)}</p>")
-            continue
-        parts.append(
-            fig.to_html(
-                full_html=False, include_plotlyjs=not plotly_js_included, div_id=f"fig-{key}"
+        else:
+            parts.append(
+                fig.to_html(
+                    full_html=False, include_plotlyjs=not plotly_js_included, div_id=f"fig-{key}"
+                )
             )
-        )
-        plotly_js_included = True
+            plotly_js_included = True
+        parts.append(extra.get(key, ""))
     parts += [
         "<h2>Best configuration per batch size</h2>",
         _best_table(best),
@@ -298,14 +326,22 @@ def _peak_figure(best: pd.DataFrame, fit: LogLinearFit | None) -> go.Figure | No
 
 
 def _k_figure(
-    best: pd.DataFrame, k_fit: KOptFit | None, roofline: RooflineData | None
+    best: pd.DataFrame,
+    k_fit: KOptFit | None,
+    roofline: RooflineData | None,
+    auto: pd.DataFrame | None = None,
 ) -> go.Figure | None:
     predicted = _finite_k_opt(roofline.k_opt) if roofline is not None else {}
-    if not len(best) and not predicted:
+    auto_k = (
+        auto[np.isfinite(auto["auto_k_mean"].to_numpy(dtype=float))]
+        if auto is not None
+        else pd.DataFrame(columns=list(AUTO_COLUMNS))
+    )
+    if not len(best) and not predicted and not len(auto_k):
         return None
     fig = go.Figure()
     bs = best["batch_size"].tolist()
-    all_b = sorted(set(bs) | set(predicted))
+    all_b = sorted(set(bs) | set(predicted) | {int(b) for b in auto_k["batch_size"]})
     grid = np.geomspace(min(all_b), max(all_b), _CURVE_POINTS) if all_b else np.array([])
     if len(best):
         fig.add_trace(
@@ -346,6 +382,16 @@ def _k_figure(
                 mode="lines+markers",
                 line={"color": "rgb(44, 160, 44)"},
                 name=f"roofline k_opt(b), {plot_text(roofline.hardware)}",
+            )
+        )
+    if len(auto_k):
+        fig.add_trace(
+            go.Scatter(
+                x=auto_k["batch_size"].tolist(),
+                y=auto_k["auto_k_mean"].tolist(),
+                mode="markers",
+                marker={"symbol": "star", "size": 12, "color": "rgb(148, 103, 189)"},
+                name="auto: mean k per cycle",
             )
         )
     if len(grid):
@@ -460,6 +506,110 @@ def _eq4_summary(fit: Eq4Fit) -> str:
     )
 
 
+def _auto_figure(auto: pd.DataFrame) -> go.Figure | None:
+    """Bars of auto / best fixed tokens/s per b: above 1 adaptive k wins, below it loses."""
+    rows = auto[np.isfinite(auto["ratio"].to_numpy(dtype=float))]
+    if not len(rows):
+        return None
+    ratio = rows["ratio"].to_numpy(dtype=float)
+    custom = np.column_stack(
+        [
+            rows["auto_tokens_per_s"].to_numpy(dtype=float),
+            rows["best_tokens_per_s"].to_numpy(dtype=float),
+            rows["best_num_draft_tokens"].to_numpy(dtype=float),
+            rows["auto_k_mean"].to_numpy(dtype=float),
+        ]
+    )
+    fig = go.Figure(
+        go.Bar(
+            x=[str(int(b)) for b in rows["batch_size"]],
+            y=ratio.tolist(),
+            marker={"color": ["rgb(44, 160, 44)" if r > 1 else "rgb(214, 39, 40)" for r in ratio]},
+            text=[f"{r:.2f}x" for r in ratio],
+            textposition="outside",
+            customdata=_nan_to_none(custom),
+            hovertemplate="b=%{x}<br>auto %{customdata[0]:.4g} tokens/s (mean k "
+            "%{customdata[3]:.3g})<br>best fixed k=%{customdata[2]}: %{customdata[1]:.4g} "
+            "tokens/s<br>ratio %{y:.3f}<extra></extra>",
+            name="auto / best fixed k",
+        )
+    )
+    fig.add_hline(y=1.0, line_dash="dash", line_color="gray", annotation_text="equal (1x)")
+    fig.update_layout(
+        title={
+            "text": "tokens/s with num_draft_tokens: auto / tokens/s at the best fixed k "
+            "(green: auto wins, red: it loses)",
+            "font": {"size": 13},
+        },
+        xaxis={"type": "category", "title": {"text": "batch_size b (sequences)"}},
+        yaxis={"title": {"text": "auto / best fixed k (x)"}},
+        template="plotly_white",
+        height=420,
+        showlegend=False,
+    )
+    return fig
+
+
+def _auto_html(auto: pd.DataFrame) -> str:
+    """The verdict in one line and the per-b table of :func:`analysis.throughput.auto_vs_best`."""
+    ratio = auto["ratio"].to_numpy(dtype=float)
+    finite = np.isfinite(ratio)
+    wins = [
+        int(b) for b, r, f in zip(auto["batch_size"], ratio, finite, strict=True) if f and r > 1
+    ]
+    loses = [
+        int(b) for b, r, f in zip(auto["batch_size"], ratio, finite, strict=True) if f and r <= 1
+    ]
+    none = [int(b) for b, f in zip(auto["batch_size"], finite, strict=True) if not f]
+
+    def bs(values: list[int]) -> str:
+        return ", ".join(str(b) for b in values) or "none"
+
+    line = f"Adaptive k beats the best fixed k at b = {bs(wins)}; it loses at b = {bs(loses)}"
+    line += f"; no comparison at b = {bs(none)}." if none else "."
+    headers = [
+        "batch_size",
+        "auto tokens/s (± std)",
+        "auto mean k",
+        "best fixed k",
+        "best fixed tokens/s",
+        "auto / best",
+        "verdict",
+        "fixed tokens/s at auto's k",
+        "auto speedup over AR",
+        "auto acceptance length",
+        "auto trials (failed)",
+    ]
+    rows = []
+    for r in auto.itertuples(index=False):
+        verdict = (
+            fmt(math.nan) if not math.isfinite(r.ratio) else "wins" if r.auto_wins else "loses"
+        )
+        std = f" ± {fmt(r.auto_tokens_per_s_std)}" if math.isfinite(r.auto_tokens_per_s_std) else ""
+        rows.append(
+            [
+                int(r.batch_size),
+                fmt(r.auto_tokens_per_s) + std,
+                fmt(r.auto_k_mean, ".3g"),
+                fmt(r.best_num_draft_tokens, ".0f"),
+                fmt(r.best_tokens_per_s),
+                fmt(r.ratio, ".3f"),
+                verdict,
+                fmt(r.fixed_at_auto_k_tokens_per_s),
+                fmt(r.auto_speedup, ".3f"),
+                fmt(r.auto_acceptance_length, ".3f"),
+                f"{int(r.n_auto)} ({int(r.n_auto_failed)})",
+            ]
+        )
+    note = (
+        "<p class='note'>Ratio = mean tokens/s of the auto trials at b / mean tokens/s of the "
+        "best fixed-k cell at b (same sweep, same machine). “fixed tokens/s at auto's k” is the "
+        "fixed-k trial at the k auto used (its mean k rounded), when measured: near the auto "
+        "throughput, a loss comes from the law's choice of k, not from adapting.</p>"
+    )
+    return f"<p class='note'>{html.escape(line)}</p>{table(headers, rows)}{note}"
+
+
 # -- tables ------------------------------------------------------------------------------------
 
 
@@ -518,6 +668,15 @@ def _frame_table(frame: pd.DataFrame) -> str:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _auto_frame(trials: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame | None:
+    """:func:`analysis.throughput.auto_vs_best` of the trials, or None without auto trials."""
+    if not len(trials) or not bool(decode_table(trials)["k_auto"].any()):
+        return None
+    if "tokens_per_s" not in trials.columns:
+        return pd.DataFrame(columns=list(AUTO_COLUMNS))
+    return auto_vs_best(trials, best)
 
 
 def _finite_k_opt(k_opt: Mapping[int, float]) -> dict[int, float]:

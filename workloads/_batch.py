@@ -56,10 +56,11 @@ def prefill(
     key_ok = torch.arange(length, device=dev)[None] < lengths[:, None]
     causal = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
     cache.stage(length)
+    allowed = cache.allowed(causal[None] & key_ok[:, None, :])
     h = target.model(
         input_ids=ids,
         position_ids=torch.arange(length, device=dev).expand(b, -1),
-        attention_mask=additive_mask(cache.allowed(causal[None] & key_ok[:, None, :]), target.dtype),
+        attention_mask=additive_mask(allowed, target.dtype),
         cache=cache,
         use_cache=True,
     ).last_hidden_state

@@ -102,15 +102,15 @@ class RaggedStaticCache:
         return out.scatter_(2, idx.expand(b, n, q), staged_bnq)
 
     def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: Any, **__: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: Any,
+        **__: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Write this forward's [B, H, n, d] keys and values in place; return [B, H, W, d] views."""
         if layer_idx not in self.keys:
-            b, h, _, d = key_states.shape
-            shape = (len(self.lengths), h, self.capacity, d)
-            kw = {"dtype": key_states.dtype, "device": key_states.device}
-            self.keys[layer_idx] = torch.zeros(shape, **kw)  # type: ignore[arg-type]
-            self.values[layer_idx] = torch.zeros(shape, **kw)  # type: ignore[arg-type]
+            size = (len(self.lengths), key_states.shape[1], self.capacity, key_states.shape[3])
+            dt, dev = key_states.dtype, key_states.device
+            self.keys[layer_idx] = torch.zeros(size, dtype=dt, device=dev)
+            self.values[layer_idx] = torch.zeros(size, dtype=dt, device=dev)
             self.allocations += 2
         keys, values = self.keys[layer_idx][: self.rows], self.values[layer_idx][: self.rows]
         b, h, n, d = key_states.shape

@@ -24,11 +24,12 @@ from workloads.config import DecodeBenchConfig, DraftSourceConfig
 from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
 from workloads.draft_model import DraftArch, DraftModel
 from workloads.evaluation import greedy_reference, near_tie
+from workloads.k_law import make_k_law
 from workloads.oracle_draft import OracleDraft
 from workloads.result import Progress, TrialResult
 from workloads.roofline.hardware import measure_local_cpu
 from workloads.target import Target, load_target, resolve_device
-from workloads.tree_decode import BatchResult, Draft, TreeShape, generate
+from workloads.tree_decode import BatchResult, Draft, ShapePolicy, TreeShape, generate
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +207,10 @@ def run(
         acceptance length at which speculation matches AR), ``mismatches``, ``near_ties`` (T = 0,
         against the target's greedy output; NaN when sampling), ``generated_tokens``,
         ``peak_rss_mb`` (this process's peak RSS), ``prompt_tokens_mean``, ``depth_used`` (the
-        tree depth after the cap at num_draft_tokens - 1), and on CPU ``hw.peak_flops``
-        (FLOP/s) and ``hw.bandwidth`` (bytes/s) measured by the roofline micro-benchmark.
+        deepest tree after the cap at num_draft_tokens - 1), ``num_draft_tokens_mean`` (k per
+        cycle, averaged over the timed cycles: the fixed k, or what ``auto`` picked), and on
+        CPU ``hw.peak_flops`` (FLOP/s) and ``hw.bandwidth`` (bytes/s) measured by the roofline
+        micro-benchmark.
 
     Raises:
         ValueError: a bad draft source, prompt set or device.
@@ -219,11 +222,27 @@ def run(
         t.model, cache_dir=cache_dir, dtype=t.dtype, device=cfg.device, weights=t.weights,
         device_map=t.device_map, seed=cfg.seed,
     )  # fmt: skip
+    if d.attn_implementation != "sdpa":
+        target.model.set_attn_implementation(d.attn_implementation)
     random = f"@random-seed{cfg.seed}" if target.random_weights else ""
     draft, where = _draft(cfg.draft, target, run_root, cfg.seed)
     prompts = _prompts(cfg, target.tokenizer)
     b, eos = d.batch_size, target.eos_token_ids
-    shape = TreeShape(depth=d.depth, topk=d.topk, num_draft_tokens=d.num_draft_tokens)
+    law = make_k_law(
+        d,
+        model_config=target.model.config,
+        device=target.model.device,
+        dtype=str(target.model.dtype),
+        run_root=run_root,
+        context_len=round(sum(map(len, prompts)) / len(prompts) + d.max_new_tokens / 2),
+    )
+    shape: TreeShape | ShapePolicy = (
+        TreeShape(depth=d.depth, topk=d.topk, num_draft_tokens=d.num_draft_tokens)
+        if isinstance(d.num_draft_tokens, int)
+        else lambda live: TreeShape(depth=d.depth, topk=d.topk, num_draft_tokens=law(live))
+    )
+    if d.num_draft_tokens == "auto":
+        say(f"num_draft_tokens auto: {law.description}")
     greedy = d.temperature == 0
     refs: list[list[int]] = []
     if greedy or cfg.draft.source == "oracle":
@@ -245,7 +264,9 @@ def run(
         dr: Draft = cast(Draft, draft)
         if draft is None:
             seqs = [batch[i] + refs[j] for i, j in enumerate(idx)]
-            dr = OracleDraft(seqs, target.model.config.vocab_size).to(target.model.device)
+            vocab = target.model.config.vocab_size
+            dr = OracleDraft(seqs, vocab, accept=cfg.draft.oracle_accept, seed=cfg.seed + idx[0])
+            dr = dr.to(target.model.device)
         return generate(
             target.model,
             dr,
@@ -255,6 +276,7 @@ def run(
             eos_ids=eos,
             temperature=d.temperature,
             generator=gen,
+            compile=d.compile,
         )
 
     batches = [list(range(i, i + b)) for i in range(0, len(prompts), b)]
@@ -262,7 +284,13 @@ def run(
         batch = [prompts[i] for i in idx]
         spec(batch, idx, min(4, d.max_new_tokens))
         if cfg.baselines.autoregressive:
-            ar_generate(target.model, batch, max_new_tokens=min(4, d.max_new_tokens), eos_ids=eos)
+            ar_generate(
+                target.model,
+                batch,
+                max_new_tokens=min(4, d.max_new_tokens),
+                eos_ids=eos,
+                compile=d.compile,
+            )
     spec_runs: list[BatchResult] = []
     ar_runs: list[BatchResult] = []
     hf_s, hf_tokens, per_batch = 0.0, 0, []
@@ -277,6 +305,7 @@ def run(
                 eos_ids=eos,
                 temperature=d.temperature,
                 generator=gen,
+                compile=d.compile,
             )
             if cfg.baselines.autoregressive
             else None
@@ -313,7 +342,9 @@ def run(
     result = TrialResult(artifact_paths=[out_dir / "per_batch.json"])
     result.metrics.update(_metrics(spec_runs, ar_runs, hf_s, hf_tokens, counts))
     result.metrics["prompt_tokens_mean"] = sum(map(len, prompts)) / len(prompts)
-    result.metrics["depth_used"] = float(min(d.depth, d.num_draft_tokens - 1))
+    ks = [k for r in spec_runs for k in r.num_draft_tokens]
+    result.metrics["num_draft_tokens_mean"] = sum(ks) / len(ks) if ks else float("nan")
+    result.metrics["depth_used"] = float(min(d.depth, max(ks, default=2) - 1))
     result.metrics["target.random_weights"] = float(target.random_weights)  # the page says so
     if not greedy:  # sampled outputs are not compared with greedy ones
         for name in ("mismatches", "near_ties", "ar_mismatches"):

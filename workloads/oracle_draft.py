@@ -30,6 +30,15 @@ class OracleDraft(nn.Module):
             single list is one row.
         vocab_size: V of the target.
         wrong_at: indices i of the sequences whose token is proposed wrongly (forces rejections).
+        accept: probability that each other proposal is the known token; otherwise a wrong one
+            (drawn uniformly from the other V - 1 tokens). Drawn once per (row, index) from
+            ``seed``, so a proposal rejected and re-drafted stays the same. With a greedy
+            target, each drafted token is accepted with probability ``accept`` independently,
+            so a chain of depth d has acceptance length (1 - accept**(d+1)) / (1 - accept).
+        seed: seed of those draws.
+
+    Raises:
+        ValueError: ``accept`` outside [0, 1].
     """
 
     next_bs: torch.Tensor
@@ -40,8 +49,12 @@ class OracleDraft(nn.Module):
         sequences: list[list[int]] | list[int],
         vocab_size: int,
         wrong_at: frozenset[int] = frozenset(),
+        accept: float = 1.0,
+        seed: int = 0,
     ) -> None:
         super().__init__()
+        if not 0.0 <= accept <= 1.0:
+            raise ValueError(f"oracle accept {accept} must be in [0, 1]")
         rows = [sequences] if sequences and isinstance(sequences[0], int) else sequences
         width = max(len(cast(list[int], r)) for r in rows) + 2
         table = torch.zeros(len(rows), width, dtype=torch.long)
@@ -49,6 +62,11 @@ class OracleDraft(nn.Module):
             for p in range(width):
                 tok = seq[min(p, len(seq) - 1)]
                 table[i, p] = (tok + 1) % vocab_size if p in wrong_at else tok
+        if accept < 1.0 and vocab_size > 1:
+            gen = torch.Generator().manual_seed(seed)
+            miss = torch.rand(table.shape, generator=gen) >= accept
+            shift = torch.randint(1, vocab_size, table.shape, generator=gen)
+            table = torch.where(miss, (table + shift) % vocab_size, table)
         self.register_buffer("next_bs", table)
         self.register_buffer("draft_to_target", torch.arange(vocab_size))
         self._config = LlamaConfig(

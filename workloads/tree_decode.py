@@ -186,7 +186,8 @@ def generate(
     """
     if not prompts or min(len(p) for p in prompts) < 1 or max_new_tokens < 1:
         raise ValueError(
-            "generate needs at least one prompt, each of at least one token, and max_new_tokens >= 1"
+            "generate needs at least one prompt, each of at least one token, and "
+            "max_new_tokens >= 1"
         )
     vocab = int(draft.draft_to_target.shape[0])
     shape_at = _policy(shape, vocab)
@@ -212,7 +213,7 @@ def generate(
     for r, tok in enumerate(root.tolist()):
         res.tokens[r].append(tok)
     res.prefill_s = timer.now() - t0
-    pending: tuple[torch.Tensor, ...] = ()
+    pending: list[torch.Tensor] = []  # pend_h, pend_x, pend_n of the last cycle
     alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
     while alive is not None:
         if len(alive) < len(rows):  # rows that finished leave the batch
@@ -226,7 +227,7 @@ def generate(
         sh = shape_at(len(rows))
         if pending:  # the draft reads the pairs the last cycle accepted
             ta = timer.now()
-            h_in, logp = _draft_prefill(steps, dcache, *pending, m)
+            h_in, logp = _draft_prefill(steps, dcache, pending[0], pending[1], pending[2], m)
             res.draft_s += timer.now() - ta
         tree, tree_s = _draft_tree(steps, dcache, root, m, h_in, logp, sh, timer)
         res.draft_s += tree_s
@@ -250,7 +251,7 @@ def generate(
         emitted = torch.cat([toks.gather(1, order)[:, 1:], bonus[:, None]], 1)
         emitted[torch.arange(len(rows)), n_acc - 1] = bonus
         pend_h = v_h.gather(1, order[:, :, None].expand(-1, -1, v_h.shape[2]))
-        pending, m, root = (pend_h, emitted, n_acc), m + n_acc, bonus
+        pending, m, root = [pend_h, emitted, n_acc], m + n_acc, bonus
         res.cycles += 1
         res.num_draft_tokens.append(sh.num_draft_tokens)
         for row, k, em in zip(rows.tolist(), n_acc.tolist(), emitted.tolist(), strict=True):
