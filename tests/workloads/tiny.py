@@ -1,0 +1,89 @@
+"""A tiny random Llama target and a tiny random draft with real attention, masks and caches,
+plus from-scratch references (full forwards, no cache) for the decoding tests.
+
+Unlike the stubs in :mod:`tests.workloads.stubs`, these models use positions, attention masks,
+KV caches and (for the draft) hidden states, so a bug on either side changes their outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from workloads.draft_model import DraftArch, DraftModel
+from workloads.evaluation import NEAR_TIE
+
+V = 16
+"""target vocabulary"""
+
+
+def tiny_target(seed: int = 0, vocab: int = V) -> LlamaForCausalLM:
+    """2 layers, hidden 32, GQA 4/2 heads, float32; weights at std 0.5 so that next-token
+    distributions are peaked and attention depends on positions."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=vocab, max_position_embeddings=256,
+        initializer_range=0.5, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    cfg._attn_implementation = "sdpa"
+    return LlamaForCausalLM(cfg).eval().requires_grad_(False)
+
+
+def tiny_draft(
+    target: LlamaForCausalLM, seed: int = 1, draft_to_target: torch.Tensor | None = None
+) -> DraftModel:
+    """A 1-layer :class:`DraftModel` on ``target``'s embedding and head, never trained."""
+    torch.manual_seed(seed)
+    arch = DraftArch.from_target(target.config, layers=1, output_norm=True)
+    return (
+        DraftModel(
+            arch,
+            embed_weight=target.get_input_embeddings().weight,
+            lm_head_weight=target.get_output_embeddings().weight,
+            draft_to_target=draft_to_target,
+        )
+        .eval()
+        .requires_grad_(False)
+    )
+
+
+@torch.inference_mode()
+def next_logits(target: LlamaForCausalLM, seqs: list[list[int]]) -> torch.Tensor:
+    """[N, V] float32 next-token logits after each sequence (equal lengths), one plain causal
+    forward from scratch (no cache, no mask)."""
+    return target(input_ids=torch.tensor(seqs)).logits[:, -1].float()
+
+
+_GREEDY: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+
+
+def greedy_reference(
+    target: LlamaForCausalLM, prompt: list[int], n: int, eos: frozenset[int] = frozenset()
+) -> list[int]:
+    """The target's own greedy continuation, one full forward per token (up to ``n`` tokens,
+    stopping after an EOS); memoised per target and prompt."""
+    out = _GREEDY.setdefault((id(target), tuple(prompt)), [])
+    while len(out) < n:
+        out.append(int(next_logits(target, [prompt + out])[0].argmax()))
+    stop = next((i + 1 for i, t in enumerate(out[:n]) if t in eos), n)
+    return out[:stop]
+
+
+def first_divergence_gap(
+    target: LlamaForCausalLM, prompt: list[int], out: list[int], ref: list[int]
+) -> float:
+    """Gap of the target's top-2 logits where ``out`` first differs from ``ref`` (0 if equal)."""
+    i = next((j for j, (a, b) in enumerate(zip(out, ref, strict=False)) if a != b), None)
+    if i is None:
+        return 0.0 if len(out) == len(ref) else float("inf")
+    top = next_logits(target, [prompt + ref[:i]])[0].topk(2).values
+    return float(top[0] - top[1])
+
+
+def assert_greedy(
+    target: LlamaForCausalLM, prompt: list[int], out: list[int], ref: list[int]
+) -> None:
+    """``out`` equals the greedy ``ref`` but where the target's top-2 logits nearly tie."""
+    if out != ref:
+        assert first_divergence_gap(target, prompt, out, ref) < NEAR_TIE, (prompt, out, ref)
