@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from analysis.numbers import fmt
+from analysis.numbers import NA, fmt
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
@@ -39,7 +39,10 @@ document.querySelectorAll("table.sortable").forEach(function (tbl) {
       th.setAttribute("aria-sort", asc ? "ascending" : "descending");
       var body = tbl.tBodies[0];
       var rows = Array.prototype.slice.call(body.rows);
-      var key = function (r) { return r.cells[col] ? r.cells[col].textContent.trim() : ""; };
+      var key = function (r) {
+        var k = r.cells[col] ? r.cells[col].textContent.trim() : "";
+        return k === "n/a" ? "" : k;  // an undefined number sorts with the blanks
+      };
       var numeric = rows.every(function (r) {
         var k = key(r);
         return k === "" || !isNaN(Number(k));
@@ -55,15 +58,18 @@ document.querySelectorAll("table.sortable").forEach(function (tbl) {
   });
 });
 """
-"""sorts a ``table.sortable`` by the clicked column (numbers numerically, blanks last)"""
+"""sorts a ``table.sortable`` by the clicked column (numbers numerically, blanks and ``n/a``
+last)"""
 
 
-def format_cell(value: Any) -> str:
-    """A table cell as escaped text: floats to 6 significant digits, NaN/None as empty."""
+def format_cell(value: Any, *, missing: str = NA) -> str:
+    """A table cell as escaped text: floats to 6 significant digits; NaN (a number undefined
+    for the row: ``mismatches`` when sampling, a metric a trial does not report, a fit without
+    a slope) as ``missing`` (``n/a``, the console's word); None (no value at all) as empty."""
     if value is None:
         return ""
     if isinstance(value, float):
-        return "" if math.isnan(value) else html.escape(f"{value:.6g}")
+        return html.escape(missing) if math.isnan(value) else html.escape(f"{value:.6g}")
     if isinstance(value, list | tuple):
         return html.escape("[" + ", ".join(_plain(v) for v in value) + "]")
     return html.escape(str(value))
@@ -124,14 +130,16 @@ def table(
     table_id: str | None = None,
 ) -> str:
     """An HTML table; ``css`` gives an optional class per column (e.g. "error"). A ``sortable``
-    table sorts by a column when its header is clicked (script in :func:`page`)."""
+    table sorts by a column when its header is clicked (script in :func:`page`). An undefined
+    number is ``n/a`` (:func:`format_cell`), except in an "error" column (text: empty)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = []
         for i, v in enumerate(row):
-            cls = f' class="{html.escape(css[i])}"' if i < len(css) and css[i] else ""
-            cells.append(f"<td{cls}>{format_cell(v)}</td>")
+            kind = css[i] if i < len(css) else ""
+            cls = f' class="{html.escape(kind)}"' if kind else ""
+            cells.append(f"<td{cls}>{format_cell(v, missing='' if kind == 'error' else NA)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     attrs = (" class='sortable'" if sortable else "") + (
         f" id='{html.escape(table_id)}'" if table_id else ""

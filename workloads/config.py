@@ -7,6 +7,7 @@ nothing downstream reads raw dicts. Names follow the field's terms (see DESIGN.m
 from __future__ import annotations
 
 import functools
+import re
 import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -462,6 +463,10 @@ class DraftSourceConfig(_Frozen):
     """draft_train sweep name (``source: trial``)"""
     trial_key: str | None = None
     """trial key in that sweep, or a unique prefix of >= 6 characters (``source: trial``)"""
+    oracle_accept: float = Field(default=1.0, ge=0.0, le=1.0, json_schema_extra=NEW)
+    """``source: oracle`` only: probability that each oracle proposal is the target's greedy
+    token; otherwise it is replaced by a wrong token (seeded), so acceptance length is set by it
+    (about (1 - a**(d+1)) / (1 - a) for a chain of depth d) instead of being 1 or k"""
     layers: int = Field(default=1, ge=1, le=64)
     """D of a fresh draft"""
     output_norm: bool = True
@@ -473,6 +478,11 @@ class DraftSourceConfig(_Frozen):
             raise ValueError("draft.source 'path' needs draft.path (a folder saved by draft_train)")
         if self.source == "trial" and not (self.sweep and self.trial_key):
             raise ValueError("draft.source 'trial' needs draft.sweep and draft.trial_key")
+        if self.oracle_accept != 1.0 and self.source != "oracle":
+            raise ValueError(
+                f"draft.oracle_accept {self.oracle_accept} applies to draft.source 'oracle' "
+                f"only (source is {self.source!r}). Fix: remove it or use source: oracle"
+            )
         return self
 
 
@@ -485,12 +495,40 @@ class DecodeConfig(_Frozen):
     """draft steps per cycle (tree depth)"""
     topk: int = Field(default=4, ge=1, le=64)
     """children per expanded node"""
-    num_draft_tokens: int = Field(default=8, ge=2, le=1024)
-    """tokens verified per sequence per cycle, the tree root included"""
+    num_draft_tokens: Annotated[int, Field(ge=2, le=1024)] | Literal["auto"] = 8
+    """tokens verified per sequence per cycle, the tree root included; auto = chosen every
+    cycle from the live batch size by ``k_law`` (Scylla Table 5, "Opt. top_k")"""
+    k_law: str = Field(default="roofline", json_schema_extra=NEW)
+    """``num_draft_tokens: auto`` only. roofline: the roofline's k_opt(b) (Scylla Sec. 3.2) for
+    the target's shape on ``hardware``; sweep:NAME: the Eq. 4 law k = A*sqrt(1 + B/b) - C fitted
+    on the finished decode_bench sweep NAME in the results DB"""
+    hardware: str = Field(default="auto", json_schema_extra=NEW)
+    """hardware profile of ``k_law: roofline`` (``orchestrator roofline --help`` lists them);
+    auto: local-cpu measured on a CPU, the GPU's datasheet profile by name on CUDA"""
+    k_max: int = Field(default=64, ge=2, le=1024, json_schema_extra=NEW)
+    """``num_draft_tokens: auto``: largest k it may pick"""
     temperature: float = Field(default=0.0, ge=0.0, le=10.0)
     """0 = greedy (lossless token for token); > 0 = tree speculative sampling"""
     max_new_tokens: int = Field(default=32, ge=1, le=4096)
     """tokens generated per sequence"""
+    compile: Literal["none", "graphs", "compile"] = Field(default="none", json_schema_extra=NEW)
+    """none: eager; graphs: the verify and draft steps captured as CUDA graphs per (b, k) shape
+    (CUDA only; a shape that cannot be captured runs eagerly, said once); compile:
+    ``torch.compile`` of the same steps (CPU or CUDA)"""
+    attn_implementation: Literal["sdpa", "eager", "flex_attention"] = Field(
+        default="sdpa", json_schema_extra=NEW
+    )
+    """the target's attention kernel (transformers ``attn_implementation``); tree verification
+    needs an arbitrary mask, so kernels without one (flash_attention_2) are not offered"""
+
+    @model_validator(mode="after")
+    def _check_auto(self) -> DecodeConfig:
+        if not (self.k_law == "roofline" or re.fullmatch(r"sweep:[\w.\-]+", self.k_law)):
+            raise ValueError(
+                f"decode.k_law {self.k_law!r} is not 'roofline' or 'sweep:NAME'. Fix: e.g. "
+                "k_law: roofline, or k_law: sweep:batch (a finished decode_bench sweep)"
+            )
+        return self
 
 
 class BenchPromptsConfig(_Frozen):

@@ -12,6 +12,7 @@ the ``run`` and ``preflight`` functions, on the worker or once a spec is valid.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from workloads.config import DecodeBenchConfig, DraftTrainConfig, Resources
+from workloads.config import DecodeBenchConfig, DecodeConfig, DraftTrainConfig, Resources
 from workloads.result import Progress, TrialResult
 from workloads.sleep import SleepConfig
 from workloads.sleep import run as run_sleep
@@ -65,12 +66,17 @@ class ConfigError(ValueError):
     """A trial config that would fail every trial, found before the sweep starts.
 
     ``field`` is the dotted config field to blame (e.g. ``("target", "model")``), so the spec's
-    line can be named; empty when no single field is at fault.
+    line can be named; empty when no single field is at fault. ``also`` names the other fields
+    of a constraint between fields.
     """
 
-    def __init__(self, message: str, field: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, field: tuple[str, ...] = (), *also: tuple[str, ...]) -> None:
         super().__init__(message)
         self.field = field
+        self.also = also
+        """other fields of a constraint between fields (e.g. ``("draft", "vocab_size")`` beside
+        ``("eval", "topk")``): the spec's line is that of the first of them the spec sets,
+        a grid axis before a base entry"""
 
 
 Preflight = Callable[[Sequence[Any], Path], None]
@@ -211,6 +217,151 @@ def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
         preflight(cfg, run_root)
 
 
+def check_tree_vocab(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
+    """``eval.topk`` fits the draft vocabulary: each tree node takes its ``topk`` most likely
+    draft tokens, so a truncated vocabulary (``draft.vocab_size``) smaller than ``topk`` would
+    fail the evaluation after the whole training.
+
+    Raises:
+        ConfigError: blaming ``eval.topk`` (and ``draft.vocab_size``), with both values.
+    """
+    for c in configs:
+        n, topk = c.draft.vocab_size, c.eval.topk
+        if 0 < n < topk:
+            raise ConfigError(
+                f"eval.topk {topk} is larger than the draft vocabulary (draft.vocab_size {n}): "
+                f"each tree node takes its {topk} most likely draft tokens, so every trial "
+                f"would fail at evaluation, after training. Fix: eval.topk <= {n}, or "
+                f"draft.vocab_size >= {topk} (0 = the target's whole vocabulary)",
+                ("eval", "topk"),
+                ("draft", "vocab_size"),
+            )
+
+
+def draft_vocab_size(folder: Path) -> int | None:
+    """N, the vocabulary of the draft saved in ``folder`` (``draft_to_target`` [N] in its
+    ``draft.safetensors``), read from the file's header alone; None when it cannot be read."""
+    try:
+        with (folder / "draft.safetensors").open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size)) if 0 < size < 100_000_000 else {}
+    except (OSError, ValueError):
+        return None
+    shape = header.get("draft_to_target", {}).get("shape") if isinstance(header, dict) else None
+    return int(shape[0]) if isinstance(shape, list) and len(shape) == 1 else None
+
+
+def check_decode_tree(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
+    """``decode.topk`` fits the vocabulary of a saved draft (``source: trial`` or ``path``),
+    read from its ``draft.safetensors`` header (fresh and oracle drafts use the target's).
+
+    Raises:
+        ConfigError: blaming ``decode.topk``, naming the draft folder and both sizes.
+    """
+    from workloads.decode_bench import find_trial_draft
+
+    for c in configs:
+        src = c.draft
+        if src.source == "path":
+            folder = Path(str(src.path)).expanduser()
+        elif src.source == "trial":
+            try:
+                folder = find_trial_draft(run_root, str(src.sweep), str(src.trial_key))
+            except ValueError:
+                continue  # refused by check_decode with its own message
+        else:
+            continue
+        n = draft_vocab_size(folder)
+        if n is not None and n < c.decode.topk:
+            raise ConfigError(
+                f"decode.topk {c.decode.topk} is larger than the vocabulary of the draft in "
+                f"{folder} ({n} tokens): each tree node takes its topk most likely draft "
+                f"tokens. Fix: decode.topk <= {n}, or a draft trained with a larger "
+                "draft.vocab_size",
+                ("decode", "topk"),
+            )
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _flex_attention_available() -> bool:
+    from transformers.utils import is_torch_flex_attn_available
+
+    return bool(is_torch_flex_attn_available())
+
+
+def check_decode_kernels(configs: Sequence[DecodeBenchConfig], _run_root: Path) -> None:
+    """``decode.compile: graphs`` needs a CUDA GPU (CUDA graphs): refused with ``device: cpu``,
+    or ``auto`` on a machine whose torch sees none; ``compile`` (torch.compile) runs anywhere.
+    ``decode.attn_implementation: flex_attention`` needs a torch and transformers that have it.
+
+    Raises:
+        ConfigError: blaming ``decode.compile`` or ``decode.attn_implementation``, with a fix.
+    """
+    graphs = [c for c in configs if c.decode.compile == "graphs"]
+    on_cpu = [c for c in graphs if c.device == "cpu"]
+    if not on_cpu and any(c.device == "auto" for c in graphs) and not _cuda_available():
+        on_cpu = [c for c in graphs if c.device == "auto"]
+    if on_cpu:
+        where = (
+            "device is cpu"
+            if on_cpu[0].device == "cpu"
+            else "device is auto and torch sees no CUDA GPU on this machine"
+        )
+        raise ConfigError(
+            f"decode.compile 'graphs' captures CUDA graphs and needs a CUDA GPU, but {where}. "
+            "Fix: decode.compile: compile (torch.compile, CPU or CUDA) or none, or submit "
+            "from a machine with a GPU (device: auto or cuda)",
+            ("decode", "compile"),
+            ("device",),
+        )
+    flex = any(c.decode.attn_implementation == "flex_attention" for c in configs)
+    if flex and not _flex_attention_available():
+        raise ConfigError(
+            "decode.attn_implementation 'flex_attention' is not available with this torch and "
+            "transformers (torch.nn.attention.flex_attention). Fix: sdpa (the default) or "
+            "eager, or a torch that has flex attention",
+            ("decode", "attn_implementation"),
+        )
+
+
+_K_LAW_FIELDS = ("k_law", "hardware", "k_max")
+"""fields of ``decode`` that only ``num_draft_tokens: auto`` reads"""
+
+
+def check_k_laws(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
+    """The k law of ``num_draft_tokens: auto`` (:func:`workloads.k_law.check_k_law`: hardware
+    profile, the fitted sweep of ``sweep:NAME``); and ``decode.k_law``, ``hardware`` or
+    ``k_max`` set in a sweep where no trial uses ``auto`` (they would change nothing, so the
+    spec likely means something else). A sweep mixing fixed k and ``auto`` may set them.
+
+    Raises:
+        ConfigError: blaming the field, with a fix.
+    """
+    from workloads.k_law import check_k_law
+
+    auto = [c for c in configs if c.decode.num_draft_tokens == "auto"]
+    if not auto:
+        defaults = DecodeConfig()
+        for name in _K_LAW_FIELDS:
+            values = {getattr(c.decode, name) for c in configs} - {getattr(defaults, name)}
+            if values:
+                raise ConfigError(
+                    f"decode.{name} {sorted(values, key=str)[0]!r} only applies to "
+                    "decode.num_draft_tokens: auto, and no trial of this sweep uses auto. "
+                    f"Fix: remove decode.{name}, or add auto to decode.num_draft_tokens",
+                    ("decode", name),
+                    ("decode", "num_draft_tokens"),
+                )
+        return
+    for c in {c.decode.model_dump_json() + c.target.dtype: c for c in auto}.values():
+        check_k_law(c.decode, run_root, dtype=c.target.dtype)
+
+
 def _describe_draft_train(configs: Sequence[DraftTrainConfig]) -> list[str]:
     from workloads.cost import describe_cost
 
@@ -255,7 +406,13 @@ WORKLOADS: dict[str, Workload] = {
             config_model=DraftTrainConfig,
             run=_run_draft_train,
             summary="pretrain and SFT a draft, then measure its acceptance length",
-            preflight=(check_targets, check_devices, check_chat_templates, check_corpora),
+            preflight=(
+                check_targets,
+                check_devices,
+                check_tree_vocab,
+                check_chat_templates,
+                check_corpora,
+            ),
             progress=_ACCEPTANCE,
             status_columns=("acceptance_length",),
             report="law",
@@ -266,7 +423,13 @@ WORKLOADS: dict[str, Workload] = {
             config_model=DecodeBenchConfig,
             run=_run_decode_bench,
             summary="throughput and acceptance of speculative decoding against AR decoding",
-            preflight=(check_targets, check_decode),
+            preflight=(
+                check_targets,
+                check_decode,
+                check_decode_tree,
+                check_decode_kernels,
+                check_k_laws,
+            ),
             progress=(("tokens_per_s", ".2f"), ("speedup", ".2f"), *_ACCEPTANCE),
             status_columns=("tokens_per_s", "ar_tokens_per_s", "speedup", "acceptance_length"),
             report="throughput",

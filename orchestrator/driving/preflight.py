@@ -48,16 +48,21 @@ def preflight(spec_path: Path, sweep: SweepSpec, configs: list[Any], run_root: P
         try:
             check(distinct, run_root)
         except ValueError as exc:
-            field = exc.field if isinstance(exc, ConfigError) else ()
-            where = f"{spec_path}:{_line(spec_path, field)}" if field else f"{spec_path}"
+            fields = (exc.field, *exc.also) if isinstance(exc, ConfigError) else ()
+            fields = tuple(f for f in fields if f)
+            where = f"{spec_path}:{_line(spec_path, *fields)}" if fields else f"{spec_path}"
             raise SpecError(f"{where}: {exc}") from exc
 
 
-def _line(spec_path: Path, field: tuple[str, ...]) -> int:
-    """The spec line of a config field: its grid axis, search dimension, or base entry."""
-    dotted = ".".join(field)
-    locs = [("grid", dotted), ("search", "space", dotted), ("base", *field)]
-    locs += [("base", *field[:i]) for i in range(len(field) - 1, 0, -1)]
+def _line(spec_path: Path, *fields: tuple[str, ...]) -> int:
+    """The spec line of a config field: its grid axis, search dimension, or base entry (then
+    the base block above it). Several fields (a constraint between them): the first of them
+    that the spec sets, else the nearest block above the first."""
+    locs: list[tuple[str, ...]] = []
+    for f in fields:
+        dotted = ".".join(f)
+        locs += [("grid", dotted), ("search", "space", dotted), ("base", *f)]
+    locs += [("base", *f[:i]) for f in fields for i in range(len(f) - 1, 0, -1)]
     return spec_line(spec_path, *locs)
 
 

@@ -27,6 +27,7 @@ from analysis.throughput import (
 from dashboards.decode_page import write_decode_dashboard
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker
+from workloads.k_law import write_sweep_k_law
 from workloads.roofline.costs import intensity, k_opt
 from workloads.roofline.hardware import HardwareProfile
 from workloads.roofline.models import load_model_shape
@@ -103,8 +104,9 @@ def fit_decode_sweep(
     persist: bool = True,
     description: str = "",
 ) -> tuple[LogLinearFit, list[str]]:
-    """Fit Thm 1.3 and Eq. 4 over completed trials, store them (unless ``persist=False``),
-    write the dashboard (``description``: the sweep's spec ``description``, shown on it).
+    """Fit Thm 1.3 and Eq. 4 over completed trials, store them (unless ``persist=False``; stored
+    also as ``k_law.json`` beside the dashboard, for ``decode.k_law: sweep:<name>``), write the
+    dashboard (``description``: the sweep's spec ``description``, shown on it).
 
     Returns:
         The Thm 1.3 fit and summary lines for the console (best k per b, speedups, roofline).
@@ -127,6 +129,13 @@ def fit_decode_sweep(
     if persist:
         store.save_fit(sweep_id, fit_record("batch", peak, {"best": best.to_dict("records")}))
         store.save_fit(sweep_id, fit_record("k_opt", kfit.log2, {"eq4": kfit.eq4.to_dict()}))
+        # for later sweeps' ``decode.k_law: sweep:<name>`` trials, which read no database
+        write_sweep_k_law(
+            dashboard.parent,
+            kfit.eq4.to_dict(),
+            sweep=sweep_name,
+            target=str(cfg.get("target", {}).get("model", DEFAULT_TARGET)),
+        )
     if tracker is not None and parent_run is not None:
         numbers = {"a": peak.a, "b": peak.b, "r2": peak.r2, "n": float(peak.n)}
         tracker.log_metrics(parent_run, {f"fit.batch.{k}": float(v) for k, v in numbers.items()})
@@ -143,7 +152,7 @@ def fit_decode_sweep(
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
-    lines = []
+    lines = left_out_lines(df)
     cmp = compare_k_opt(best, roof.k_opt) if roof is not None else None
     for _, row in best.iterrows():
         pred = ""
@@ -159,6 +168,24 @@ def fit_decode_sweep(
             f"{fmt(row['acceptance_length'], '.2f')}{pred}"
         )
     return peak, lines
+
+
+def left_out_lines(df: pd.DataFrame) -> list[str]:
+    """One console line naming the completed trials whose ``tokens_per_s`` is undefined (NaN:
+    nothing generated), which the fits and the best-k table leave out; none when there are
+    none."""
+    if "state" not in df or "tokens_per_s" not in df:
+        return []
+    done = df[df["state"] == "completed"]
+    tps = pd.to_numeric(done["tokens_per_s"], errors="coerce")
+    gone = done[~tps.between(-math.inf, math.inf)]
+    if gone.empty:
+        return []
+    points = ", ".join(
+        f"b={b} k={k}" for b, k in zip(gone["batch_size"], gone["num_draft_tokens"], strict=True)
+    )
+    s = "s" if len(gone) != 1 else ""
+    return [f"{len(gone)} completed trial{s} with tokens_per_s n/a left out of the fits: {points}"]
 
 
 def fit_record(law: str, fit: LogLinearFit, details: dict[str, Any]) -> dict[str, Any]:

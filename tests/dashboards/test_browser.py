@@ -341,17 +341,18 @@ def _column(page: Any, table: str, header: str) -> dict[str, Any]:
 
 
 def _check_order(cells: list[str], ascending: bool) -> None:
-    filled = [c for c in cells if c != ""]
-    assert cells == filled + [""] * (len(cells) - len(filled)), cells  # blanks last
+    filled = [c for c in cells if c not in ("", "n/a")]
+    assert all(c in ("", "n/a") for c in cells[len(filled) :]), cells  # blanks and n/a last
+    assert cells[: len(filled)] == filled, cells
     numbers = [float(c) for c in filled]
     assert numbers == sorted(numbers, reverse=not ascending), cells
 
 
 def _text(value: Any) -> str:
-    """A table cell as the pages write it: ints as they are, floats to 6 digits, NaN blank."""
+    """A table cell as the pages write it: ints as they are, floats to 6 digits, NaN n/a."""
     if isinstance(value, int | np.integer):
         return str(value)
-    return "" if pd.isna(value) else f"{value:.6g}"
+    return "n/a" if pd.isna(value) else f"{value:.6g}"
 
 
 @pytest.mark.parametrize("header", ["pretrain.tokens", "acceptance_length"])

@@ -167,6 +167,27 @@ CASES: dict[str, Case] = {
     "unknown-packing": Case(
         "name: t\nbase:\n  pretrain:\n    packing: packed\n", "sweep.yaml:4:"
     ),
+    # -- constraints between fields (issue 16) ------------------------------------------------
+    "eval-topk-over-draft-vocab": Case(
+        "name: t\nbase:\n  draft: {vocab_size: 16}\n  eval:\n    topk: 32\n",
+        "sweep.yaml:5: eval.topk 32 is larger than the draft vocabulary (draft.vocab_size 16)",
+    ),
+    "decode-topk-over-draft-vocab": Case(
+        DECODE + "  draft: {source: path, path: small-draft}\n  decode:\n    topk: 4\n",
+        "sweep.yaml:6: decode.topk 4 is larger than the vocabulary of the draft",
+    ),
+    "cuda-graphs-on-cpu": Case(
+        DECODE + "  device: cpu\n  decode:\n    compile: graphs\n",
+        "sweep.yaml:6: decode.compile 'graphs' captures CUDA graphs and needs a CUDA GPU",
+    ),
+    "k-law-field-without-auto": Case(
+        DECODE + "  decode:\n    k_max: 32\n",
+        "sweep.yaml:5: decode.k_max 32 only applies to decode.num_draft_tokens: auto",
+    ),
+    "unknown-hardware-profile": Case(
+        DECODE + "  decode:\n    num_draft_tokens: auto\n    hardware: h900\n",
+        "sweep.yaml:6: decode.hardware 'h900' is not a hardware profile",
+    ),
 }
 
 ELSEWHERE = {
@@ -190,6 +211,18 @@ def _files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}
 
 
+def _small_draft(folder: Path) -> None:
+    """A saved draft folder with a 3-token vocabulary (the files preflight reads)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    if folder.exists():
+        return
+    folder.mkdir()
+    (folder / "arch.json").write_text("{}")
+    save_file({"draft_to_target": np.arange(3, dtype=np.int64)}, str(folder / "draft.safetensors"))
+
+
 def _argv(case: Case, tmp: Path) -> list[str]:
     spec = tmp / case.file
     if isinstance(case.spec, bytes):
@@ -199,6 +232,7 @@ def _argv(case: Case, tmp: Path) -> list[str]:
     (tmp / "f").write_text("a file where a folder should be\n")
     (tmp / "plain-lm").mkdir(exist_ok=True)  # a local target whose tokenizer has no chat template
     (tmp / "plain-lm" / "tokenizer_config.json").write_text('{"model_max_length": 2048}\n')
+    _small_draft(tmp / "small-draft")
     args = [a.replace("{tmp}", str(tmp)) for a in case.args]
     if case.command == "status":
         return ["status", *args, "--run-root", str(tmp / "runs")]
