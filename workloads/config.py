@@ -515,11 +515,11 @@ class DecodeConfig(_Frozen):
     """none: eager; graphs: the verify and draft steps captured as CUDA graphs per (b, k) shape
     (CUDA only; a shape that cannot be captured runs eagerly, said once); compile:
     ``torch.compile`` of the same steps (CPU or CUDA)"""
-    attn_implementation: Literal["sdpa", "eager", "flex_attention"] = Field(
-        default="sdpa", json_schema_extra=NEW
-    )
-    """the target's attention kernel (transformers ``attn_implementation``); tree verification
-    needs an arbitrary mask, so kernels without one (flash_attention_2) are not offered"""
+    attn_implementation: Literal["sdpa", "eager"] = Field(default="sdpa", json_schema_extra=NEW)
+    """the target's attention kernel (transformers ``attn_implementation``). Tree verification
+    needs an arbitrary mask over a preallocated cache: kernels without one (flash_attention_2)
+    are not offered, and flex_attention aborted the process on a CPU (heap corruption) with
+    our 4-D mask"""
 
     @model_validator(mode="after")
     def _check_auto(self) -> DecodeConfig:
@@ -546,7 +546,8 @@ class BaselineConfig(_Frozen):
     autoregressive: bool = True
     """the engine's own autoregressive loop at the same batch size"""
     hf_generate: bool = True
-    """HF ``generate`` greedy with the same dtype and threads (batch size 1 only)"""
+    """HF ``generate`` with the same dtype and threads (batch size 1 only): greedy, or sampling
+    at ``decode.temperature`` > 0 as the engine does"""
 
 
 class DecodeBenchConfig(_Frozen):

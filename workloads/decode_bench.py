@@ -150,16 +150,20 @@ def _prompts(cfg: DecodeBenchConfig, tokenizer: object) -> list[list[int]]:
     return [chat_prompt_ids(tokenizer, texts[i % len(texts)]) for i in range(n)]
 
 
-def _hf_generate(target: Target, prompt: list[int], n: int) -> tuple[list[int], float]:
-    """HF ``generate`` greedy, timed (not cached)."""
+def _hf_generate(
+    target: Target, prompt: list[int], n: int, temperature: float = 0.0
+) -> tuple[list[int], float]:
+    """HF ``generate``, timed (not cached): greedy at temperature 0, else sampling at it (no
+    top-k/top-p), as the engine decodes."""
     eos = sorted(target.eos_token_ids)
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": None, "top_p": None}
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = target.model.generate(  # type: ignore[operator]
             torch.tensor([prompt], device=target.model.device),
             attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=target.model.device),
             max_new_tokens=n,
-            do_sample=False,
+            **(sampling if temperature > 0 else {"do_sample": False}),
             eos_token_id=eos,
             pad_token_id=eos[0],
         )
@@ -312,7 +316,7 @@ def run(
         )
         sp = spec(batch, idx, d.max_new_tokens)
         if b == 1 and cfg.baselines.hf_generate:
-            _, seconds = _hf_generate(target, batch[0], d.max_new_tokens)
+            _, seconds = _hf_generate(target, batch[0], d.max_new_tokens, d.temperature)
             hf_s += seconds
             hf_tokens += len(_)
         if greedy:

@@ -288,19 +288,12 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _flex_attention_available() -> bool:
-    from transformers.utils import is_torch_flex_attn_available
-
-    return bool(is_torch_flex_attn_available())
-
-
 def check_decode_kernels(configs: Sequence[DecodeBenchConfig], _run_root: Path) -> None:
     """``decode.compile: graphs`` needs a CUDA GPU (CUDA graphs): refused with ``device: cpu``,
     or ``auto`` on a machine whose torch sees none; ``compile`` (torch.compile) runs anywhere.
-    ``decode.attn_implementation: flex_attention`` needs a torch and transformers that have it.
 
     Raises:
-        ConfigError: blaming ``decode.compile`` or ``decode.attn_implementation``, with a fix.
+        ConfigError: blaming ``decode.compile``, with a fix.
     """
     graphs = [c for c in configs if c.decode.compile == "graphs"]
     on_cpu = [c for c in graphs if c.device == "cpu"]
@@ -318,14 +311,6 @@ def check_decode_kernels(configs: Sequence[DecodeBenchConfig], _run_root: Path) 
             "from a machine with a GPU (device: auto or cuda)",
             ("decode", "compile"),
             ("device",),
-        )
-    flex = any(c.decode.attn_implementation == "flex_attention" for c in configs)
-    if flex and not _flex_attention_available():
-        raise ConfigError(
-            "decode.attn_implementation 'flex_attention' is not available with this torch and "
-            "transformers (torch.nn.attention.flex_attention). Fix: sdpa (the default) or "
-            "eager, or a torch that has flex attention",
-            ("decode", "attn_implementation"),
         )
 
 

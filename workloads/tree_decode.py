@@ -115,7 +115,8 @@ class BatchResult:
             short by EOS or ``max_new_tokens`` counts the tokens it emitted).
         cycles: decoding cycles of the batch (one target verification each).
         num_draft_tokens: per cycle, the k verified per row (changes with the live batch size
-            under a :data:`ShapePolicy`).
+            under a :data:`ShapePolicy`; at most the nodes the tree holds,
+            1 + topk + (depth - 1) * topk**2).
         prefill_s, draft_s, verify_s, total_s: prompt prefill (target and draft), draft forwards
             of the cycles, target verification forwards, the whole call. The rest of a cycle is
             bookkeeping.
@@ -253,7 +254,7 @@ def generate(
         pend_h = v_h.gather(1, order[:, :, None].expand(-1, -1, v_h.shape[2]))
         pending, m, root = [pend_h, emitted, n_acc], m + n_acc, bonus
         res.cycles += 1
-        res.num_draft_tokens.append(sh.num_draft_tokens)
+        res.num_draft_tokens.append(toks.shape[1])  # at most the nodes the tree holds
         for row, k, em in zip(rows.tolist(), n_acc.tolist(), emitted.tolist(), strict=True):
             out, before = res.tokens[row], len(res.tokens[row])
             for tok in em[:k]:

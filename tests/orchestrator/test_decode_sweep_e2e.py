@@ -31,18 +31,17 @@ def run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path
 
 def test_decode_sweep_records_throughput_and_fits(run: tuple[Path, str]) -> None:
     run_root, output = run
-    assert "4 completed, 0 already completed (skipped), 0 failed" in output
+    assert "6 completed, 0 already completed (skipped), 0 failed" in output
     assert "b=1: best k" in output and "b=2: best k" in output
     store = ResultsStore.sqlite_under(run_root)
     info = store.get_sweep("smoke-batch")
     assert info is not None and info.workload == "decode_bench"
     df = store.metrics_frame(info.id)
-    assert sorted(zip(df["decode.batch_size"], df["decode.num_draft_tokens"], strict=True)) == [
-        (1, 2),
-        (1, 4),
-        (2, 2),
-        (2, 4),
-    ]
+    cells = {(b, str(k)) for b, k in zip(df["decode.batch_size"], df["decode.num_draft_tokens"])}
+    assert cells == {(b, k) for b in (1, 2) for k in ("2", "4", "auto")}
+    auto = df[df["decode.num_draft_tokens"].astype(str) == "auto"]
+    assert auto["num_draft_tokens_mean"].between(2, 64).all()  # what auto picked, per cycle
+    assert (run_root / "smoke-batch" / "k_law.json").exists()  # the sweep's Eq. 4 for sweep:NAME
     assert (df["tokens_per_s"] > 0).all() and (df["ar_tokens_per_s"] > 0).all()
     assert (df["speedup"] - df["tokens_per_s"] / df["ar_tokens_per_s"]).abs().max() < 1e-9
     assert (df["mismatches"] == 0).all() and (df["ar_mismatches"] == 0).all()
@@ -57,7 +56,7 @@ def test_decode_sweep_records_throughput_and_fits(run: tuple[Path, str]) -> None
     page = (run_root / "smoke-batch" / "dashboard.html").read_text()
     assert "Decode sweep smoke-batch" in page and "I_crit" in page
     children = Tracker(default_tracking_uri(run_root)).child_runs(info.mlflow_run_id)
-    assert len(children) == 4 and all("tokens_per_s" in c["metrics"] for c in children)
+    assert len(children) == 6 and all("tokens_per_s" in c["metrics"] for c in children)
     assert all(not math.isnan(c["metrics"]["tokens_per_s"]) for c in children)
 
 
@@ -65,7 +64,7 @@ def test_resubmit_runs_nothing_and_fit_refits(run: tuple[Path, str], cache_dir: 
     run_root, _ = run
     res = cli("submit", str(SMOKE), "--run-root", str(run_root), "--cache-dir", str(cache_dir))
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "0 completed, 4 already completed (skipped), 0 failed" in res.stdout
+    assert "0 completed, 6 already completed (skipped), 0 failed" in res.stdout
     res = cli("fit", "smoke-batch", "--run-root", str(run_root))
     assert res.returncode == 0 and "b=2: best k" in res.stdout, res.stdout + res.stderr
 

@@ -120,19 +120,6 @@ def test_cuda_graphs_with_a_gpu_pass(tmp_path: Path, monkeypatch: pytest.MonkeyP
         check_decode_kernels([_decode(device="cpu", decode={"compile": "graphs"})], tmp_path)
 
 
-def test_flex_attention_is_refused_only_where_torch_lacks_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cfg = _decode(decode={"attn_implementation": "flex_attention"})
-    monkeypatch.setattr(registry, "_flex_attention_available", lambda: False)
-    with pytest.raises(ConfigError) as err:
-        check_decode_kernels([cfg], tmp_path)
-    assert err.value.field == ("decode", "attn_implementation")
-    check_decode_kernels([_decode(decode={"attn_implementation": "eager"})], tmp_path)
-    monkeypatch.setattr(registry, "_flex_attention_available", lambda: True)
-    check_decode_kernels([cfg], tmp_path)
-
-
 # -- the k law's fields ------------------------------------------------------------------------
 
 
