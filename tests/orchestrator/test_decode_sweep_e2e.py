@@ -37,7 +37,8 @@ def test_decode_sweep_records_throughput_and_fits(run: tuple[Path, str]) -> None
     info = store.get_sweep("smoke-batch")
     assert info is not None and info.workload == "decode_bench"
     df = store.metrics_frame(info.id)
-    cells = {(b, str(k)) for b, k in zip(df["decode.batch_size"], df["decode.num_draft_tokens"])}
+    ks = df["decode.num_draft_tokens"].astype(str)
+    cells = set(zip(df["decode.batch_size"], ks, strict=True))
     assert cells == {(b, k) for b in (1, 2) for k in ("2", "4", "auto")}
     auto = df[df["decode.num_draft_tokens"].astype(str) == "auto"]
     assert auto["num_draft_tokens_mean"].between(2, 64).all()  # what auto picked, per cycle
