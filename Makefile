@@ -50,8 +50,8 @@ test-slow: $(BIN)/.test-deps                             ## long end-to-end runs
 bench: $(BIN)/.installed                                 ## wall time and peak memory of the default sweep
 	$(BIN)/python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
 
-bench-decode: $(BIN)/.installed                          ## the decoding engine vs HF generate and its AR loop
-	$(BIN)/python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
+bench-decode: $(BIN)/.installed                          ## the decoding engine vs HF generate and its AR loop (ARGS=--quick: < 3 min)
+	$(BIN)/python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best $(ARGS)
 
 bench-report: $(BIN)/.installed                          ## fits with bootstrap + dashboards for 1,000 trials
 	$(BIN)/python benchmarks/report_bench.py --trials 1000

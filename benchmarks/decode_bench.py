@@ -16,9 +16,19 @@ speed hits all of them alike:
    speculatively.
 
 Targets (issue 3): oracle b=1 >= 2.5x HF at the best k with bookkeeping <= 15% of the cycle;
-oracle b=8 >= 1.5x batched AR; engine AR >= HF. Every output is checked against HF greedy.
+oracle b=8 >= 1.5x batched AR; engine AR >= HF. Every output is checked against HF greedy. The
+closing summary line gives the two figures tracked across issues (issue 16: 8.2-9.0x and
+2.4-2.9x so far): the oracle's best b=1 ratio over HF ``generate`` and its best b=8 (``--batch``)
+ratio over the batched AR loop.
+
+``--quick`` runs parts 1 and 2 only, at fewer k (b=1: 8, 16, 32; batched: 4, 8, 16), in under
+3 minutes on a 2-core CPU. ``--oracle-accept p`` keeps each oracle proposal with probability p
+(else a wrong token), so acceptance is set rather than all or nothing; ``--compile compile``
+runs the engine's steps through ``torch.compile`` (``graphs`` needs CUDA; this benchmark runs
+on the CPU). Bad arguments are one line on stderr and exit code 2, as in the CLI.
 
     python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
+    python benchmarks/decode_bench.py --quick
 """
 
 from __future__ import annotations
@@ -26,20 +36,61 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import psutil
 import torch
 
-from workloads.ar_decode import ar_generate
-from workloads.data import chat_prompt_ids, load_prompt_sets
-from workloads.decode_bench import find_trial_draft
-from workloads.draft_model import DraftModel
-from workloads.oracle_draft import OracleDraft
-from workloads.target import DEFAULT_TARGET, Target, load_target
-from workloads.tree_decode import BatchResult, Draft, TreeShape, generate
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from workloads.ar_decode import ar_generate  # noqa: E402
+from workloads.data import chat_prompt_ids, load_prompt_sets  # noqa: E402
+from workloads.decode_bench import find_trial_draft  # noqa: E402
+from workloads.draft_model import DraftModel  # noqa: E402
+from workloads.oracle_draft import OracleDraft  # noqa: E402
+from workloads.target import DEFAULT_TARGET, Target, load_target  # noqa: E402
+from workloads.tree_decode import BatchResult, Draft, TreeShape, generate  # noqa: E402
+
+QUICK_KS = ([8, 16, 32], [4, 8, 16])
+"""--quick: the k measured at b = 1 and at the batched size (the best k of past runs and a
+neighbour each side)"""
+
+FULL_KS = ([2, 4, 8, 16, 32], [2, 4, 8, 16])
+"""the k measured at b = 1 and at the batched size"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line (``decode_bench: error: ...``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"decode_bench: error: {message}\n")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How the engine is called in every part: its compile mode and the oracle's acceptance."""
+
+    compile: str = "none"
+    """``decode.compile``: none or compile (graphs needs CUDA)"""
+    oracle_accept: float = 1.0
+    """probability that each oracle proposal is kept (else a wrong token is proposed)"""
+    seed: int = 0
+    """seed of the oracle's draws"""
+
+    def kwargs(self) -> dict[str, Any]:
+        """Extra keyword arguments of ``generate`` and ``ar_generate``."""
+        return {"compile": self.compile}
+
+    def oracle(self, sequences: list[list[int]], vocab: int) -> Draft:
+        """An oracle draft that knows ``sequences`` (one per row)."""
+        return cast(Draft, OracleDraft(sequences, vocab, accept=self.oracle_accept, seed=self.seed))
 
 
 def _rss_mb() -> float:
@@ -84,14 +135,17 @@ class Tally:
             self.mismatches += sum(o != ref for o, ref in zip(r.tokens, refs, strict=True))
 
     def row(self) -> dict[str, float]:
+        """tokens/s, acceptance length, ms per cycle, the cycle split and mismatches (NaN for
+        what nothing was measured for)."""
         cyc = self.seconds - self.prefill_s
+        nan = math.nan
         return {
-            "tokens_per_s": self.tokens / self.seconds,
-            "acceptance_length": self.accepted / max(self.row_cycles, 1),
-            "ms_per_cycle": 1000 * cyc / max(self.cycles, 1),
-            "draft_share": self.draft_s / cyc if cyc else 0.0,
-            "verify_share": self.verify_s / cyc if cyc else 0.0,
-            "bookkeeping_share": self.book_s / cyc if cyc else 0.0,
+            "tokens_per_s": self.tokens / self.seconds if self.seconds else nan,
+            "acceptance_length": self.accepted / self.row_cycles if self.row_cycles else nan,
+            "ms_per_cycle": 1000 * cyc / self.cycles if self.cycles else nan,
+            "draft_share": self.draft_s / cyc if cyc else nan,
+            "verify_share": self.verify_s / cyc if cyc else nan,
+            "bookkeeping_share": self.book_s / cyc if cyc else nan,
             "mismatches": float(self.mismatches),
         }
 
@@ -116,8 +170,10 @@ def _print(title: str, rows: dict[str, dict[str, float]], base: str) -> None:
 
 
 def oracle_b1(
-    target: Target, prompts: list[list[int]], n: int, ks: list[int]
+    target: Target, prompts: list[list[int]], n: int, ks: list[int], engine: Engine = Engine()
 ) -> tuple[dict[str, dict[str, float]], list[list[int]]]:
+    """Part 1: HF ``generate``, the engine's AR loop and the oracle at each k, b = 1, prompt by
+    prompt; the rows and HF's greedy outputs (the references of the other parts)."""
     eos, vocab = target.eos_token_ids, target.model.config.vocab_size
     hf, ar, spec = Tally(), Tally(), {k: Tally() for k in ks}
     refs = []
@@ -129,11 +185,21 @@ def oracle_b1(
             hf.seconds + seconds,
             hf.cycles + len(ref),
         )
-        ar.add(ar_generate(target.model, [p], max_new_tokens=n, eos_ids=eos), [ref])
+        ar.add(
+            ar_generate(target.model, [p], max_new_tokens=n, eos_ids=eos, **engine.kwargs()),
+            [ref],
+        )
         for k in ks:
-            oracle = cast(Draft, OracleDraft(p + ref, vocab))
             spec[k].add(
-                generate(target.model, oracle, [p], max_new_tokens=n, shape=_chain(k), eos_ids=eos),
+                generate(
+                    target.model,
+                    engine.oracle([p + ref], vocab),
+                    [p],
+                    max_new_tokens=n,
+                    shape=_chain(k),
+                    eos_ids=eos,
+                    **engine.kwargs(),
+                ),
                 [ref],
             )
     rows = {"HF generate": hf.row(), "engine AR": ar.row()}
@@ -142,19 +208,41 @@ def oracle_b1(
 
 
 def oracle_batched(
-    target: Target, prompts: list[list[int]], refs: list[list[int]], n: int, b: int, ks: list[int]
+    target: Target,
+    prompts: list[list[int]],
+    refs: list[list[int]],
+    n: int,
+    b: int,
+    ks: list[int],
+    engine: Engine = Engine(),
 ) -> dict[str, dict[str, float]]:
+    """Part 2: the engine's batched AR loop and the oracle at each k over the full batches of
+    ``b`` prompts (a last partial batch is left out).
+
+    Raises:
+        ValueError: fewer than ``b`` prompts (no batch to measure).
+    """
+    if len(prompts) < b:
+        raise ValueError(f"{len(prompts)} prompts give the b={b} part no batch of {b}")
     eos, vocab = target.eos_token_ids, target.model.config.vocab_size
     ar, spec = Tally(), {k: Tally() for k in ks}
     for i in range(0, len(prompts) - b + 1, b):
         batch, brefs = prompts[i : i + b], refs[i : i + b]
-        ar.add(ar_generate(target.model, batch, max_new_tokens=n, eos_ids=eos), brefs)
+        ar.add(
+            ar_generate(target.model, batch, max_new_tokens=n, eos_ids=eos, **engine.kwargs()),
+            brefs,
+        )
         for k in ks:
             seqs = [p + r for p, r in zip(batch, brefs, strict=True)]
-            oracle = cast(Draft, OracleDraft(seqs, vocab))
             spec[k].add(
                 generate(
-                    target.model, oracle, batch, max_new_tokens=n, shape=_chain(k), eos_ids=eos
+                    target.model,
+                    engine.oracle(seqs, vocab),
+                    batch,
+                    max_new_tokens=n,
+                    shape=_chain(k),
+                    eos_ids=eos,
+                    **engine.kwargs(),
                 ),
                 brefs,
             )
@@ -172,7 +260,9 @@ def trained(
     ks: list[int],
     hf_row: dict[str, float],
     ar_row: dict[str, float],
+    engine: Engine = Engine(),
 ) -> dict[str, dict[str, float]]:
+    """Part 3: a trained draft's small trees (depth <= 4, topk 4) at each k, b = 1."""
     eos = target.eos_token_ids
     spec = {k: Tally() for k in ks}
     for p, ref in zip(prompts, refs, strict=True):
@@ -186,6 +276,7 @@ def trained(
                     max_new_tokens=n,
                     shape=shape,
                     eos_ids=eos,
+                    **engine.kwargs(),
                 ),
                 [ref],
             )
@@ -194,6 +285,7 @@ def trained(
 
 
 def memory(target: Target, draft: Draft, prompts: list[list[int]], n: int) -> dict[str, float]:
+    """Part 4: RSS before and after decoding ``prompts`` one after another."""
     eos = target.eos_token_ids
     shape = TreeShape(depth=3, topk=4, num_draft_tokens=6)
     generate(target.model, draft, prompts[:1], max_new_tokens=n, shape=shape, eos_ids=eos)
@@ -205,14 +297,42 @@ def memory(target: Target, draft: Draft, prompts: list[list[int]], n: int) -> di
     return {"prompts": float(len(prompts)), "rss_before_mb": before, "rss_after_mb": _rss_mb()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def summary(
+    b1: dict[str, dict[str, float]], batched: dict[str, dict[str, float]], b: int
+) -> dict[str, float]:
+    """The two tracked figures: the oracle's best b=1 tokens/s over HF ``generate`` (with its
+    k and bookkeeping share) and its best b=``b`` tokens/s over the engine's batched AR loop."""
+
+    def best(rows: dict[str, dict[str, float]], prefix: str) -> tuple[int, dict[str, float]]:
+        ks = {
+            int(name.removeprefix(prefix)): r for name, r in rows.items() if name.startswith(prefix)
+        }
+        k = max(ks, key=lambda k: ks[k]["tokens_per_s"])
+        return k, ks[k]
+
+    k1, r1 = best(b1, "oracle k=")
+    kb, rb = best(batched, f"oracle b={b} k=")
+    return {
+        "b1_ratio_over_hf": r1["tokens_per_s"] / b1["HF generate"]["tokens_per_s"],
+        "b1_best_k": float(k1),
+        "b1_bookkeeping_share": r1["bookkeeping_share"],
+        "batched_b": float(b),
+        "batched_ratio_over_ar": rb["tokens_per_s"] / batched[f"engine AR b={b}"]["tokens_per_s"],
+        "batched_best_k": float(kb),
+    }
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    ap = _Parser(description=__doc__.split("\n")[0])
     ap.add_argument(
         "--prompts",
         default="../shared/data/specbench",
         help="dir of *.jsonl or builtin names, comma-separated",
     )
-    ap.add_argument("--num-prompts", type=int, default=8, help="MT-bench prompts for parts 1-3")
+    ap.add_argument(
+        "--num-prompts", type=int, default=8, help="MT-bench prompts for parts 1-3 (>= --batch)"
+    )
+    ap.add_argument("--batch", type=int, default=8, help="b of part 2")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
@@ -220,50 +340,127 @@ def main() -> None:
     )
     ap.add_argument("--run-root", type=Path, default=Path("runs"))
     ap.add_argument("--cache-dir", type=Path, default=Path("runs/cache"))
-    ap.add_argument("--memory-prompts", type=int, default=100)
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache_dir)
-    src: list[str] | Path = (
-        Path(args.prompts) if Path(args.prompts).is_dir() else args.prompts.split(",")
+    ap.add_argument("--memory-prompts", type=int, default=100, help="part 4 (0: skip it)")
+    ap.add_argument("--quick", action="store_true", help="parts 1-2 only, fewer k (< 3 min)")
+    ap.add_argument(
+        "--oracle-accept", type=float, default=1.0, help="P(an oracle proposal is kept)"
     )
-    sets = load_prompt_sets(src, n=max(args.num_prompts, args.memory_prompts))
+    ap.add_argument("--compile", choices=["none", "graphs", "compile"], default="none")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the oracle's draws")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+    if args.num_prompts < 1 or args.max_new_tokens < 1 or args.threads < 1 or args.batch < 2:
+        ap.error(
+            "--num-prompts, --max-new-tokens and --threads must be >= 1, --batch >= 2 "
+            f"(got {args.num_prompts}, {args.max_new_tokens}, {args.threads}, {args.batch})"
+        )
+    if args.num_prompts < args.batch:
+        ap.error(
+            f"--num-prompts {args.num_prompts} gives the b={args.batch} part no batch: it needs "
+            f"at least --batch {args.batch} prompts. Fix: --num-prompts {args.batch} "
+            f"(or --batch {args.num_prompts})"
+            if args.num_prompts >= 2
+            else f"--num-prompts {args.num_prompts} gives the b={args.batch} part no batch. "
+            f"Fix: --num-prompts {args.batch}"
+        )
+    if args.memory_prompts < 0:
+        ap.error(f"--memory-prompts {args.memory_prompts} must be >= 0 (0 skips part 4)")
+    if not 0.0 <= args.oracle_accept <= 1.0:
+        ap.error(f"--oracle-accept {args.oracle_accept} must be in [0, 1]. Example: 0.8")
+    if args.compile == "graphs":
+        ap.error(
+            "--compile graphs captures CUDA graphs and this benchmark runs on the CPU. "
+            "Fix: --compile compile (torch.compile) or --compile none"
+        )
+    if args.quick:
+        args.draft, args.memory_prompts = "none", 0
+    return args
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the arguments name, read before the target is loaded."""
+
+    set_name: str
+    texts: list[str]
+    """the main set's prompts (parts 1-3)"""
+    memory_texts: list[str]
+    """part 4's prompts"""
+    draft_folder: Path | None
+
+
+def _inputs(args: argparse.Namespace) -> Inputs:
+    """Read the prompt sets and find the trained draft.
+
+    Raises:
+        ValueError: a prompt set that cannot be read or holds fewer than ``--num-prompts``
+            prompts; no trained draft where ``--draft`` says (with the fix).
+    """
+    is_dir = Path(args.prompts).is_dir() or "/" in args.prompts
+    src: list[str] | Path = Path(args.prompts) if is_dir else args.prompts.split(",")
+    sets = load_prompt_sets(src, n=max(args.num_prompts, args.memory_prompts, 1))
     by_name = {s.name: s for s in sets}
     main_set = by_name.get("mt_bench", sets[0])
-    prompts = [chat_prompt_ids(target.tokenizer, t) for t in main_set.prompts[: args.num_prompts]]
-    all_texts = [t for s in sets for t in s.prompts][: args.memory_prompts]
-    n = args.max_new_tokens
+    texts = list(main_set.prompts[: args.num_prompts])
+    if len(texts) < args.num_prompts:
+        raise ValueError(
+            f"--prompts {args.prompts}: the set {main_set.name} holds {len(texts)} prompts, "
+            f"fewer than --num-prompts {args.num_prompts}. Fix: --num-prompts {len(texts)} "
+            f"(and --batch <= {len(texts)}), or a larger set"
+        )
+    folder: Path | None = None
+    if args.draft != "none":
+        if args.draft == "best":
+            try:
+                folder = find_trial_draft(args.run_root, "tokens", "best")
+            except ValueError as e:
+                raise ValueError(f"--draft best: {e}. Or skip part 3: --draft none") from None
+        else:
+            folder = Path(args.draft)
+            if not (folder / "arch.json").exists():
+                raise ValueError(
+                    f"--draft {args.draft}: no draft saved there (no arch.json). Fix: a folder "
+                    "saved by draft_train, --draft best, or --draft none"
+                )
+    memory_texts = [t for s in sets for t in s.prompts][: args.memory_prompts]
+    return Inputs(main_set.name, texts, memory_texts, folder)
+
+
+def run(args: argparse.Namespace, inputs: Inputs) -> dict[str, Any]:
+    """Parts 1-4 (1-2 with ``--quick``); prints each table and the summary line."""
+    torch.set_num_threads(args.threads)
+    engine = Engine(compile=args.compile, oracle_accept=args.oracle_accept, seed=args.seed)
+    target = load_target(DEFAULT_TARGET, cache_dir=args.cache_dir)
+    prompts = [chat_prompt_ids(target.tokenizer, t) for t in inputs.texts]
+    n, b = args.max_new_tokens, args.batch
+    ks1, ksb = QUICK_KS if args.quick else FULL_KS
     print(
         f"target {DEFAULT_TARGET} float32, {args.threads} threads, {len(prompts)} "
-        f"{main_set.name} prompts, {n} new tokens, temperature 0"
+        f"{inputs.set_name} prompts, {n} new tokens, temperature 0, oracle_accept "
+        f"{args.oracle_accept}, compile {args.compile}" + (", quick" if args.quick else "")
     )
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()}}
     # warm-up: first-call allocations
-    ar_generate(target.model, prompts[:2], max_new_tokens=4, eos_ids=target.eos_token_ids)
-    rows, refs = oracle_b1(target, prompts, n, [2, 4, 8, 16, 32])
+    ar_generate(
+        target.model, prompts[:2], max_new_tokens=4, eos_ids=target.eos_token_ids,
+        **engine.kwargs(),
+    )  # fmt: skip
+    rows, refs = oracle_b1(target, prompts, n, ks1, engine)
     _print("1. oracle draft, b=1 (x = vs HF generate greedy)", rows, "HF generate")
     out["oracle_b1"] = rows
-    rows8 = oracle_batched(target, prompts, refs, n, 8, [2, 4, 8, 16])
-    _print("2. oracle draft, b=8 (x = vs the engine's batched AR)", rows8, "engine AR b=8")
-    out["oracle_b8"] = rows8
+    rows_b = oracle_batched(target, prompts, refs, n, b, ksb, engine)
+    _print(f"2. oracle draft, b={b} (x = vs the engine's batched AR)", rows_b, f"engine AR b={b}")
+    out[f"oracle_b{b}"] = rows_b
     draft: Draft | None = None
-    if args.draft != "none":
-        folder = (
-            find_trial_draft(args.run_root, "tokens", "best")
-            if args.draft == "best"
-            else Path(args.draft)
-        )
-        model = target.model
-        dm = DraftModel.load(
-            folder,
-            embed_weight=model.get_input_embeddings().weight,
-            lm_head_weight=model.get_output_embeddings().weight,
-        ).eval()
+    if inputs.draft_folder is not None:
+        folder = inputs.draft_folder
+        embed, head = target.frozen_weights()
+        dm = DraftModel.load(folder, embed_weight=embed, lm_head_weight=head).eval()
         draft = cast(Draft, dm)
         rows_t = trained(
-            target, dm, prompts, refs, n, [2, 3, 4, 6, 8], rows["HF generate"], rows["engine AR"]
-        )
+            target, dm, prompts, refs, n, [2, 3, 4, 6, 8], rows["HF generate"],
+            rows["engine AR"], engine,
+        )  # fmt: skip
         _print(f"3. trained draft {folder} (x = vs HF generate greedy)", rows_t, "HF generate")
         ar_ms = rows["engine AR"]["ms_per_cycle"]
         for name, r in rows_t.items():
@@ -274,20 +471,41 @@ def main() -> None:
                     f"measured {r['acceptance_length']:.2f}"
                 )
         out["trained"] = {"draft": str(folder), **rows_t}
-    if draft is None:
-        draft = cast(Draft, OracleDraft(prompts[0] * 2, target.model.config.vocab_size))
-    mem_prompts = [chat_prompt_ids(target.tokenizer, t) for t in all_texts]
-    mem = memory(target, draft, mem_prompts, 16)
+    if inputs.memory_texts:
+        if draft is None:
+            draft = cast(Draft, OracleDraft(prompts[0] * 2, target.model.config.vocab_size))
+        mem_prompts = [chat_prompt_ids(target.tokenizer, t) for t in inputs.memory_texts]
+        mem = memory(target, draft, mem_prompts, 16)
+        print(
+            f"\n4. memory: {mem['prompts']:.0f} consecutive prompts x 16 tokens: RSS "
+            f"{mem['rss_before_mb']:.0f} MB before, {mem['rss_after_mb']:.0f} MB after "
+            f"({mem['rss_after_mb'] - mem['rss_before_mb']:+.0f} MB)"
+        )
+        out["memory"] = mem
+    s = summary(rows, rows_b, b)
+    out["summary"] = s
     print(
-        f"\n4. memory: {mem['prompts']:.0f} consecutive prompts x 16 tokens: RSS "
-        f"{mem['rss_before_mb']:.0f} MB before, {mem['rss_after_mb']:.0f} MB after "
-        f"({mem['rss_after_mb'] - mem['rss_before_mb']:+.0f} MB)"
+        f"\nsummary: oracle b=1 {s['b1_ratio_over_hf']:.2f}x HF generate (k={s['b1_best_k']:.0f}, "
+        f"bookkeeping {s['b1_bookkeeping_share']:.0%}); oracle b={b} "
+        f"{s['batched_ratio_over_ar']:.2f}x batched AR (k={s['batched_best_k']:.0f})"
     )
-    out["memory"] = mem
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, check the inputs (one line and exit code 2 when they are wrong), run."""
+    args = _args(sys.argv[1:] if argv is None else argv)
+    try:
+        inputs = _inputs(args)
+    except ValueError as e:
+        print(f"decode_bench: error: {e}", file=sys.stderr)
+        return 2
+    run(args, inputs)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -10,7 +10,7 @@ import time
 import torch
 from transformers import PreTrainedModel
 
-from workloads._kv import RaggedStaticCache, additive_mask
+from workloads._kv import CACHE_KW, RaggedStaticCache, additive_mask
 
 
 class Timer:
@@ -61,7 +61,7 @@ def prefill(
         input_ids=ids,
         position_ids=torch.arange(length, device=dev).expand(b, -1),
         attention_mask=additive_mask(allowed, target.dtype),
-        cache=cache,
+        **{CACHE_KW: cache},
         use_cache=True,
     ).last_hidden_state
     cache.commit(None, lengths)  # padding slots stay beyond each row's length: overwritten next

@@ -28,9 +28,22 @@ q staged slots (this forward's n included), W = max(lengths) + q key slots atten
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
+from transformers import LlamaModel
+
+
+def _cache_kw() -> str:
+    """The keyword transformers' decoder forwards take the KV cache by: ``cache`` from 5.2x on
+    (``past_key_values`` a deprecated alias until 5.40), ``past_key_values`` before (5.17)."""
+    names = inspect.signature(LlamaModel.forward).parameters
+    return "cache" if "cache" in names else "past_key_values"
+
+
+CACHE_KW = _cache_kw()
+"""pass a cache as ``**{CACHE_KW: cache}`` to run on the transformers of either era"""
 
 
 def additive_mask(allowed_bnq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -138,6 +151,11 @@ class RaggedStaticCache:
         self.lengths += n_acc
         self._max_len = int(self.lengths.max())
         self.staged = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """max(lengths): older transformers (5.17) ask it for ``cache_position``; the engine
+        always passes positions and a 4-D mask, so the value only has to be an int."""
+        return self._max_len
 
     def discard(self) -> None:
         """Drop everything staged since the last commit."""

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from workloads._kv import RaggedStaticCache
+from workloads._kv import CACHE_KW, RaggedStaticCache
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,11 @@ class Steps:
 
         def verify(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any) -> Any:
             h = target.model(
-                input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True
+                input_ids=ids,
+                position_ids=pos,
+                attention_mask=mask,
+                use_cache=True,
+                **{CACHE_KW: cache},
             ).last_hidden_state
             return h, target.lm_head(h).float()
 

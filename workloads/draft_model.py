@@ -35,6 +35,8 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
+from workloads._kv import CACHE_KW
+
 
 @dataclass(frozen=True, kw_only=True)
 class DraftArch:
@@ -228,8 +230,8 @@ class DraftModel(nn.Module):
                 x,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                cache=cache,
                 use_cache=cache is not None,
+                **{CACHE_KW: cache},
                 position_embeddings=pos_emb,
             )
         return self.norm(x)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from workloads._kv import CACHE_KW
 from workloads.draft_model import DraftModel
 
 
@@ -84,15 +85,15 @@ def measure_step_cost(
     pos = torch.arange(length, device=device)[None]
 
     t_cache = DynamicCache(config=target.config)
-    target(input_ids=ids[:, :context], cache=t_cache, use_cache=True)
+    target(input_ids=ids[:, :context], use_cache=True, **{CACHE_KW: t_cache})
 
     def target_step(n: int) -> Callable[[], object]:
         def run() -> object:
             out = target(
                 input_ids=ids[:, context : context + n],
                 position_ids=pos[:, context : context + n],
-                cache=t_cache,
                 use_cache=True,
+                **{CACHE_KW: t_cache},
             )
             t_cache.crop(-n)
             return out

@@ -102,3 +102,89 @@ def test_bad_arguments_are_one_line_and_exit_2(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu_check: error: ") and err.count("\n") == 1 and says in err
+
+
+# --- decode (issue 16, item 8) ---------------------------------------------------------------
+
+
+def test_decode_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> None:
+    out = tmp_path / "gpu_check.json"
+    code = _RUN_WITHOUT.format(names=ABSENT_ON_THE_GPU_MACHINE, script=str(SCRIPT))
+    cmd = [
+        sys.executable, "-c", code, "decode", "--device", "cpu", "--out", str(out),
+        "--batches", "1,2", "--ks", "2,4", "--prompt-len", "8", "--max-new-tokens", "8",
+        "--calls", "2", "--budget-s", "240",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    res = json.loads(out.read_text())
+    assert res["check"] == "decode" and res["device_type"] == "cpu" and res["tiny"]
+    assert "pending" in res["note"] and res["errors"] == [] and res["tracebacks"] == []
+    assert res["hardware"]["name"] == "local-cpu" and res["hf_generate_b1"]["tokens_per_s"] > 0
+    assert [e["b"] for e in res["batches"]] == [1, 2]
+    for e in res["batches"]:
+        assert e["ar"]["tokens_per_s"] > 0 and e["ar"]["acceptance_length"] == 1.0
+        assert set(e["spec"]) == {"2", "4"}
+        for r in [*e["spec"].values(), e["auto"]]:
+            assert r["tokens_per_s"] > 0 and 1.0 <= r["acceptance_length"] <= 4.0
+            assert 1 <= r["calls"] <= 2 and r["ratio_over_ar"] > 0
+            split = r["draft_share"] + r["verify_share"] + r["bookkeeping_share"]
+            assert split == pytest.approx(1.0)
+        assert e["best_k"] in (2, 4) and e["k_opt"] >= 1 and e["auto_over_best"] > 0
+        assert 2 <= e["auto"]["mean_k"] <= 4 and e["auto"]["k_at_b"] in range(2, 5)
+    assert set(res["roofline_k_opt"]) == {"1", "2"}
+    assert res["goals"]["b1_best_over_hf_generate"] > 0
+    assert "HF generate b=1" in done.stdout and "best fixed k=" in done.stdout
+
+
+def test_the_auto_law_is_the_roofline_k_opt_clamped_and_cached() -> None:
+    mod = _load()
+    from workloads.roofline import get_profile, k_opt, load_model_shape
+
+    shape, hw = load_model_shape("llama-3-8b"), get_profile("h200")
+    law = mod._k_law(shape, hw, 300, [2, 4, 8, 16, 32, 64])
+    for b in (1, 8, 32, 64):
+        assert law(b) == min(max(k_opt(shape, hw, b, 300, k_max=64).k, 2), 64)
+    assert law(1) == 64 and law(64) < law(8)  # k falls as the batch fills the GPU
+    small = mod._k_law(shape, hw, 300, [2, 4])
+    assert small(1) == 4 and small(64) >= 2
+
+
+def test_best_k_is_read_beside_k_opt_and_auto() -> None:
+    def row(tps: float) -> dict[str, float]:
+        return {"tokens_per_s": tps}
+
+    entry = {
+        "b": 8, "ar": row(100.0), "spec": {"4": row(150.0), "8": row(210.0), "16": row(180.0)},
+        "auto": row(189.0),
+    }  # fmt: skip
+    _load()._summarise(entry, {"k": 20})
+    assert entry["best_k"] == 8 and entry["best_ratio_over_ar"] == pytest.approx(2.1)
+    assert entry["k_opt"] == 20 and entry["best_k_within_one_doubling"] is False
+    assert entry["auto_over_best"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["decode", "--ks", "1,2"], "--ks >= 2"),
+        (["decode", "--batches", "0,4"], "--batches must be >= 1"),
+        (["decode", "--batches", "a,b"], "not a comma list of integers"),
+        (["decode", "--oracle-accept", "1.2"], "--oracle-accept 1.2 must be in [0, 1]"),
+        (["decode", "--device", "cpu", "--compile", "graphs"], "Fix: --compile compile"),
+        (["decode", "--hardware", "tpu-v5"], "--hardware tpu-v5: unknown"),
+        (["decode", "--device", "cpu", "--hardware", "h200"], "Fix: --dtype bfloat16"),
+        (["decode", "--shape", "llama-9b"], "--shape llama-9b"),
+        (["decode", "--calls", "0"], "--calls >= 1"),
+        (["decode", "--attn", "flash"], "invalid choice"),
+    ],
+)
+def test_decode_bad_arguments_are_one_line_and_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mod = _load()
+    with pytest.raises(SystemExit) as exc:
+        mod.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu_check: error: ") and err.count("\n") == 1 and says in err

@@ -1,0 +1,242 @@
+"""Benchmark (issue 16, item 4): does ``torch.compile`` bring a small verification forward closer
+to one autoregressive step on this CPU?
+
+Speculative decoding pays only when a forward of n new tokens (the verification of n - 1 drafted
+tokens) costs little more than a forward of one. On this CPU HF's eager forward of 2-8 new tokens
+after a 256-token prefix takes ~1.75x one token (small-M matrix products), so a draft needs an
+acceptance length of ~1.8 to pay. This script measures, in one process, with the same threads and
+the same cache, the ratio verify(n) / AR(1) for n in ``--ns``:
+
+- ``eager``: the target's forward as is;
+- ``compiled``: ``torch.compile`` (inductor, ``dynamic=False``: one graph per n) with
+  ``torch._inductor.config.freezing = True``, which folds the frozen weights into the graph as
+  constants and prepacks them for oneDNN (the weight layout change that small-M products need);
+- ``compiled-unfrozen`` (``--unfrozen``): inductor without freezing, to separate the two effects.
+
+Every forward runs on a transformers ``StaticCache`` holding the prefix (``--prefix`` random token
+ids of the target's vocabulary, prefilled once): the n new tokens are written at positions
+prefix..prefix+n-1 and the next repetition overwrites them, so every call sees the same
+prefix and the same shapes. Times are the median of ``--reps`` calls after two warm-ups, the
+modes interleaved call by call so drift in machine speed hits all of them alike. The logits of
+all n positions are computed (verification needs each), as the engine does.
+
+    python benchmarks/compile_bench.py --json runs/compile_bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from transformers import PreTrainedModel, StaticCache  # noqa: E402
+
+from workloads.target import DEFAULT_TARGET, load_target  # noqa: E402
+
+Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(ids [1, n], positions [n]) -> logits [1, n, V]"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line (``compile_bench: error: ...``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"compile_bench: error: {message}\n")
+
+
+def _forward(model: PreTrainedModel, cache: StaticCache) -> Forward:
+    """The forward on ``cache``: transformers >= 5.2x takes ``cache=`` and writes at the cache's
+    own length (rewound by :func:`_rewind`); older ones take ``past_key_values=`` and write at
+    ``cache_position``."""
+    new_api = "cache" in inspect.signature(type(model.model).forward).parameters
+
+    def fwd(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        if new_api:
+            out = model(input_ids=ids, position_ids=pos[None], cache=cache, use_cache=True)
+        else:
+            out = model(
+                input_ids=ids,
+                position_ids=pos[None],
+                cache_position=pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
+        return out.logits  # type: ignore[no-any-return]
+
+    return fwd
+
+
+def _rewind(cache: StaticCache, length: int) -> None:
+    """Set the cache's length back to ``length`` tokens in place (the next forward overwrites
+    what followed); a no-op where the write position is passed in (``cache_position``)."""
+    for layer in cache.layers:
+        counter = getattr(layer, "cumulative_length", None)
+        if isinstance(counter, torch.Tensor):
+            counter.fill_(length)
+
+
+def _compiled(model: PreTrainedModel, cache: StaticCache, *, freezing: bool) -> Forward:
+    """``torch.compile`` of the forward on ``cache``; freezing is read when a graph is compiled,
+    so it is set around each call (the first call of each n compiles)."""
+    import torch._inductor.config as inductor_config
+
+    inner = torch.compile(_forward(model, cache), backend="inductor", dynamic=False)
+
+    def fwd(ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        previous = inductor_config.freezing
+        inductor_config.freezing = freezing
+        try:
+            return inner(ids, pos)  # type: ignore[no-any-return]
+        finally:
+            inductor_config.freezing = previous
+
+    return fwd
+
+
+def measure(
+    model: PreTrainedModel,
+    *,
+    prefix: int,
+    ns: list[int],
+    reps: int,
+    modes: list[str],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Median seconds of a forward of n new tokens after ``prefix`` tokens, per mode and n.
+
+    Returns ``{"seconds": {mode: {n: s}}, "ratio_to_ar": {mode: {n: s_n / s_1}},
+    "compile_s": {mode: {n: first-call seconds}}, "compiled_over_eager": {mode: {n: ratio}},
+    "max_abs_logit_diff_vs_first_mode": {mode: {n: max |logits - the first mode's|}}}``
+    (``n = 1`` must be in ``ns``: it is the AR step every ratio is taken against).
+
+    Raises:
+        ValueError: 1 not in ``ns``, an unknown mode, ``reps`` < 1.
+    """
+    if 1 not in ns or reps < 1:
+        raise ValueError("ns must include 1 (the AR step) and reps must be >= 1")
+    config = model.config
+    vocab = int(config.vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (1, prefix + max(ns)), generator=gen)
+    cache = StaticCache(config=config, max_cache_len=prefix + max(ns))
+    with torch.no_grad():  # inductor's freezing needs grad off, not inference tensors
+        _forward(model, cache)(ids[:, :prefix], torch.arange(prefix))
+        fwds: dict[str, Forward] = {}
+        for mode in modes:
+            if mode == "eager":
+                fwds[mode] = _forward(model, cache)
+            elif mode == "compiled":
+                fwds[mode] = _compiled(model, cache, freezing=True)
+            elif mode == "compiled-unfrozen":
+                fwds[mode] = _compiled(model, cache, freezing=False)
+            else:
+                raise ValueError(f"unknown mode {mode!r}")
+        compile_s: dict[str, dict[int, float]] = {m: {} for m in modes}
+        times: dict[str, dict[int, list[float]]] = {m: {n: [] for n in ns} for m in modes}
+        args = {n: (ids[:, prefix : prefix + n], torch.arange(prefix, prefix + n)) for n in ns}
+        diff: dict[str, dict[int, float]] = {m: {} for m in modes}
+        for n in ns:  # first calls: compilation, then one more warm-up
+            first: torch.Tensor | None = None
+            for mode, fwd in fwds.items():
+                t0 = time.perf_counter()
+                logits = fwd(*args[n])
+                compile_s[mode][n] = time.perf_counter() - t0
+                first = logits.clone() if first is None else first
+                diff[mode][n] = float((logits - first).abs().max())
+                _rewind(cache, prefix)
+                fwd(*args[n])
+                _rewind(cache, prefix)
+        for _ in range(reps):
+            for n in ns:
+                for mode, fwd in fwds.items():
+                    t0 = time.perf_counter()
+                    fwd(*args[n])
+                    times[mode][n].append(time.perf_counter() - t0)
+                    _rewind(cache, prefix)
+    seconds = {m: {n: statistics.median(t) for n, t in by_n.items()} for m, by_n in times.items()}
+    out: dict[str, Any] = {
+        "seconds": seconds,
+        "ratio_to_ar": {m: {n: s[n] / s[1] for n in ns} for m, s in seconds.items()},
+        "compile_s": compile_s,
+        "max_abs_logit_diff_vs_first_mode": diff,
+    }
+    if "eager" in seconds:
+        out["compiled_over_eager"] = {
+            m: {n: s[n] / seconds["eager"][n] for n in ns}
+            for m, s in seconds.items()
+            if m != "eager"
+        }
+    return out
+
+
+def _report(res: dict[str, Any], ns: list[int]) -> None:
+    print(f"\n{'mode':<20}" + "".join(f"{f'n={n} ms':>11}" for n in ns) + "   verify(n)/AR(1)")
+    for mode, s in res["seconds"].items():
+        ratios = " ".join(f"{res['ratio_to_ar'][mode][n]:.2f}" for n in ns if n != 1)
+        print(f"{mode:<20}" + "".join(f"{1000 * s[n]:>11.1f}" for n in ns) + f"   {ratios}")
+    for mode, r in res.get("compiled_over_eager", {}).items():
+        print(f"{mode} / eager: " + ", ".join(f"n={n} {r[n]:.2f}" for n in ns))
+    for mode, c in res["compile_s"].items():
+        d = res["max_abs_logit_diff_vs_first_mode"][mode]
+        print(
+            f"first call ({mode}): "
+            + ", ".join(f"n={n} {c[n]:.1f}s" for n in ns)
+            + "; max |logit diff| vs eager: "
+            + ", ".join(f"{d[n]:.2g}" for n in ns)
+        )
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    ap = _Parser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prefix", type=int, default=256, help="tokens already in the cache")
+    ap.add_argument("--ns", default="1,2,4,8", help="new tokens per forward (must include 1)")
+    ap.add_argument("--reps", type=int, default=20, help="timed calls per mode and n")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--unfrozen", action="store_true", help="also inductor without freezing")
+    ap.add_argument("--cache-dir", type=Path, default=Path("runs/cache"))
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+    try:
+        args.ns = sorted({int(x) for x in args.ns.split(",") if x.strip()})
+    except ValueError:
+        ap.error(f"--ns {args.ns!r} is not a comma list of integers. Example: --ns 1,2,4,8")
+    if not args.ns or 1 not in args.ns or min(args.ns) < 1:
+        ap.error("--ns must hold 1 (the AR step) and positive token counts. Example: --ns 1,2,4,8")
+    if args.prefix < 1 or args.reps < 1 or args.threads < 1:
+        ap.error("--prefix, --reps and --threads must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(sys.argv[1:] if argv is None else argv)
+    torch.set_num_threads(args.threads)
+    target = load_target(DEFAULT_TARGET, cache_dir=args.cache_dir)
+    modes = ["eager", "compiled"] + (["compiled-unfrozen"] if args.unfrozen else [])
+    print(
+        f"target {DEFAULT_TARGET} float32, {args.threads} threads, prefix {args.prefix}, "
+        f"torch {torch.__version__}, median of {args.reps}"
+    )
+    res = measure(target.model, prefix=args.prefix, ns=args.ns, reps=args.reps, modes=modes)
+    _report(res, args.ns)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps({"settings": vars(args) | {"modes": modes}} | res, indent=1, default=str)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""benchmarks/decode_bench.py: its argument and input checks (one line, exit code 2, before any
+model is loaded), its tallies and summary with nothing measured, and parts 1-2 on a tiny random
+target (every output equal to HF greedy)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from transformers import LlamaConfig
+
+from workloads.target import Target, random_model
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "decode_bench.py"
+
+
+def _load() -> ModuleType:
+    """The script as a module (once per process; dataclasses need it in sys.modules)."""
+    if "decode_bench_script" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("decode_bench_script", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["decode_bench_script"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["decode_bench_script"]
+
+
+def _one_line_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str], *, raises: bool = True
+) -> None:
+    mod = _load()
+    if raises:
+        with pytest.raises(SystemExit) as exc:
+            mod.main(argv)
+        code = exc.value.code
+    else:
+        code = mod.main(argv)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("decode_bench: error: ") and err.count("\n") == 1, err
+    assert says in err, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # issue 16 item 7: the b=8 part got no batch and divided by zero
+        (["--num-prompts", "4"], "--num-prompts 4 gives the b=8 part no batch"),
+        (["--num-prompts", "4"], "Fix: --num-prompts 8 (or --batch 4)"),
+        (["--num-prompts", "6", "--batch", "7"], "needs at least --batch 7"),
+        (["--num-prompts", "0"], "--num-prompts, --max-new-tokens and --threads must be >= 1"),
+        (["--max-new-tokens", "0"], "must be >= 1"),
+        (["--threads", "0"], "must be >= 1"),
+        (["--batch", "1"], "--batch >= 2"),
+        (["--memory-prompts", "-1"], "--memory-prompts -1 must be >= 0"),
+        (["--oracle-accept", "1.5"], "--oracle-accept 1.5 must be in [0, 1]"),
+        (["--compile", "graphs"], "Fix: --compile compile"),
+        (["--compile", "fast"], "invalid choice"),
+        (["--num-prompts", "many"], "invalid int value"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _one_line_exit_2(argv, says, capsys)
+
+
+def _prompt_dir(tmp_path: Path, n: int) -> Path:
+    d = tmp_path / "prompts"
+    d.mkdir()
+    lines = [json.dumps({"turns": [f"Question {i}?"]}) for i in range(n)]
+    (d / "mt_bench.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_a_prompt_set_smaller_than_num_prompts_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--prompts", str(_prompt_dir(tmp_path, 3)), "--draft", "none"]
+    _one_line_exit_2(argv, "the set mt_bench holds 3 prompts", capsys, raises=False)
+
+
+def test_a_missing_prompt_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--prompts", str(tmp_path / "nowhere"), "--draft", "none"]
+    _one_line_exit_2(argv, "prompt directory not found", capsys, raises=False)
+
+
+def test_a_missing_trained_draft_names_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = str(_prompt_dir(tmp_path, 8))
+    argv = ["--prompts", prompts, "--run-root", str(tmp_path / "runs"), "--draft", "best"]
+    _one_line_exit_2(argv, "Or skip part 3: --draft none", capsys, raises=False)
+    argv = ["--prompts", prompts, "--draft", str(tmp_path)]
+    _one_line_exit_2(argv, "no draft saved there", capsys, raises=False)
+
+
+def test_quick_skips_the_trained_draft_and_memory_parts() -> None:
+    args = _load()._args(["--quick"])
+    assert args.quick and args.draft == "none" and args.memory_prompts == 0
+
+
+def test_nothing_measured_is_nan_not_a_division_by_zero() -> None:
+    mod = _load()
+    row = mod.Tally().row()
+    assert math.isnan(row["tokens_per_s"]) and math.isnan(row["ms_per_cycle"])
+    assert row["mismatches"] == 0.0
+    with pytest.raises(ValueError, match="no batch of 8"):
+        mod.oracle_batched(None, [[1, 2]] * 4, [[3]] * 4, 4, 8, [2])
+
+
+def test_summary_picks_the_best_k_of_each_part() -> None:
+    def r(tps: float, book: float = 0.1) -> dict[str, float]:
+        return {"tokens_per_s": tps, "bookkeeping_share": book}
+
+    b1 = {"HF generate": r(10), "engine AR": r(11), "oracle k=4": r(50), "oracle k=8": r(80, 0.06)}
+    b8 = {"engine AR b=8": r(40), "oracle b=8 k=4": r(100), "oracle b=8 k=8": r(90)}
+    s = _load().summary(b1, b8, 8)
+    assert s["b1_ratio_over_hf"] == 8.0 and s["b1_best_k"] == 8.0
+    assert s["b1_bookkeeping_share"] == 0.06
+    assert s["batched_ratio_over_ar"] == 2.5 and s["batched_best_k"] == 4.0
+
+
+def test_oracle_parts_on_a_tiny_random_target_equal_hf_greedy() -> None:
+    mod = _load()
+    config = LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
+        eos_token_id=None, bos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    model = random_model(config, dtype=torch.float32, device=torch.device("cpu"), seed=0)
+    model.generation_config.eos_token_id = 127  # the benchmark pads with the first EOS
+    target = Target(name="tiny", model=model, tokenizer=None, random_weights=True)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 127, (int(n),), generator=gen).tolist() for n in (3, 5, 4, 6)]
+    rows, refs = mod.oracle_b1(target, prompts, 6, [2, 4])
+    assert set(rows) == {"HF generate", "engine AR", "oracle k=2", "oracle k=4"}
+    assert all(r["mismatches"] == 0 for r in rows.values())
+    assert rows["oracle k=4"]["acceptance_length"] > 1.5  # the oracle knows the continuation
+    rows_b = mod.oracle_batched(target, prompts, refs, 6, 2, [2, 4])
+    assert all(r["mismatches"] == 0 for r in rows_b.values())
+    s = mod.summary(rows, rows_b, 2)
+    assert all(math.isfinite(v) and v > 0 for v in s.values()), s
