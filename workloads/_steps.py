@@ -7,8 +7,10 @@ SGLang and gpt-fast capture the decode steps as CUDA graphs or compile them for 
 
 - ``none``: eager calls.
 - ``compile``: ``torch.compile`` of each step (inductor; CPU or CUDA). The KV cache attends over
-  its whole capacity (``fixed_width``), so a step's shapes depend only on (b, n) and each is
-  compiled once.
+  its whole capacity (``fixed_width``, rounded up to :data:`CAPACITY_BUCKET` slots), so a step's
+  shapes depend only on (b, n, capacity bucket) and each is compiled once (about a minute per
+  shape on a 2-core CPU: it pays only over long runs). The prompt phase (prompt lengths vary)
+  runs eagerly.
 - ``graphs``: each step captured as a CUDA graph per input shape (b, n) on first use, then
   replayed with its inputs copied into the graph's static buffers. Shapes that cannot be
   captured run eagerly, said once per shape (:data:`fallbacks`).
@@ -31,6 +33,18 @@ from workloads._kv import CACHE_KW, RaggedStaticCache
 log = logging.getLogger(__name__)
 
 Step = Callable[..., Any]
+
+CAPACITY_BUCKET = 256
+"""compiled and captured steps see KV caches of a multiple of this many slots per row"""
+
+RECOMPILE_LIMIT = 64
+"""dynamo's recompiles per step: b, n and the bucket take a few values each (default 8 would
+fall back to eager mid-run)"""
+
+
+def capacity(slots: int, mode: str) -> int:
+    """KV slots per row to allocate for ``slots`` needed: rounded up to a bucket when compiled."""
+    return slots if mode == "none" else -(-slots // CAPACITY_BUCKET) * CAPACITY_BUCKET
 
 
 class Steps:
@@ -71,7 +85,11 @@ class Steps:
             return draft(h, x, pos, attention_mask=mask, cache=cache)
 
         self.mode = mode
+        self.draft_eager: Step = draft_step  # the prompt phase: its lengths vary by batch
         if mode == "compile":
+            torch._dynamo.config.recompile_limit = max(
+                torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT
+            )
             self._verify: Step = torch.compile(verify, dynamic=False)
             self._draft: Step = torch.compile(draft_step, dynamic=False)
         elif mode == "graphs":

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel
 
 from workloads._batch import Timer, pick, prefill, still_going
 from workloads._kv import RaggedStaticCache, additive_mask
-from workloads._steps import Steps
+from workloads._steps import Steps, capacity
 from workloads.tree_decode import BatchResult, Compile
 
 
@@ -56,7 +56,8 @@ def ar_generate(
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
     room = max(map(len, prompts)) + max_new_tokens
-    cache = RaggedStaticCache(len(prompts), room, dev, fixed_width=compile != "none")
+    fixed = compile != "none"
+    cache = RaggedStaticCache(len(prompts), capacity(room, compile), dev, fixed_width=fixed)
     steps = Steps(target, _NoDraft(), compile)
     _, logits, pos = prefill(target, prompts, cache)
     tok = pick(logits, temperature, generator)

@@ -33,7 +33,7 @@ from transformers import PreTrainedModel
 
 from workloads._batch import Timer, pick, prefill, right_pad, still_going
 from workloads._kv import RaggedStaticCache, additive_mask
-from workloads._steps import Steps
+from workloads._steps import Steps, capacity
 from workloads._tree import DraftTree, accept_greedy, accept_sampling
 
 Compile = Literal["none", "graphs", "compile"]
@@ -199,9 +199,9 @@ def generate(
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
     room = max(map(len, prompts)) + max_new_tokens
-    fixed = compile != "none"
-    tcache = RaggedStaticCache(len(prompts), room + k_max, dev, fixed_width=fixed)
-    dcache = RaggedStaticCache(len(prompts), room + d_max, dev, fixed_width=fixed)
+    b0, fixed = len(prompts), compile != "none"
+    tcache = RaggedStaticCache(b0, capacity(room + k_max, compile), dev, fixed_width=fixed)
+    dcache = RaggedStaticCache(b0, capacity(room + d_max, compile), dev, fixed_width=fixed)
     steps = Steps(target, draft, compile)
     h_blh, logits, m = prefill(target, prompts, tcache)
     root = pick(logits, temperature, generator)
@@ -209,7 +209,7 @@ def generate(
     pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
         1, (m - 1)[:, None], root[:, None]
     )
-    h_in, logp = _draft_prefill(steps, dcache, h_blh, pend_x, m, m)
+    h_in, logp = _draft_prefill(steps, dcache, h_blh, pend_x, m, m, eager=True)
     rows = torch.arange(len(prompts), device=dev)
     for r, tok in enumerate(root.tolist()):
         res.tokens[r].append(tok)
@@ -287,8 +287,11 @@ def _draft_prefill(
     pend_x: torch.Tensor,
     pend_n: torch.Tensor,
     m: torch.Tensor,
+    *,
+    eager: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Step 1 of a cycle: the draft reads the pairs it has not seen and predicts the root's child.
+    ``eager``: not compiled or captured (the prompt phase, whose lengths vary).
 
     Args:
         pend_h, pend_x, pend_n: [B, P, h] target hidden states at positions m - pend_n .. m - 1,
@@ -306,7 +309,8 @@ def _draft_prefill(
     causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
     dcache.stage(p)
     mask = additive_mask(dcache.allowed(causal[None] & key_ok[:, None]), pend_h.dtype)
-    out = steps.draft(pend_h, pend_x, (m - pend_n)[:, None] + j, mask, dcache)
+    step = steps.draft_eager if eager else steps.draft
+    out = step(pend_h, pend_x, (m - pend_n)[:, None] + j, mask, dcache)
     dcache.commit(None, pend_n)
     h_in = out.gather(1, (pend_n - 1)[:, None, None].expand(b, 1, out.shape[2]))
     return h_in, torch.log_softmax(steps.draft_logits(h_in).float(), -1)

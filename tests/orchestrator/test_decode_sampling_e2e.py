@@ -92,7 +92,8 @@ def test_status_and_a_refit_show_n_a_and_exit_0(run: tuple[Path, str]) -> None:
     wide = {"COLUMNS": "300"}
     status = CliRunner().invoke(app, ["status", "sampling", "--run-root", str(run_root)], env=wide)
     assert status.exit_code == 0, status.output
-    assert status.output.count("│ completed │") == 2 and "2 completed" in status.output
+    # the table's width follows the console of the worker process; the summary line does not
+    assert "2 completed" in status.output and "nan" not in status.output.lower()
     fit = CliRunner().invoke(app, ["fit", "sampling", "--run-root", str(run_root)])
     assert fit.exit_code == 0, fit.output
     assert "b=2: best k 4" in fit.output and "nan" not in fit.output.lower()
