@@ -491,8 +491,19 @@ def run(args: argparse.Namespace, inputs: Inputs) -> dict[str, Any]:
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1))
+        args.json.write_text(json.dumps(_no_nan(out), indent=1))
     return out
+
+
+def _no_nan(x: Any) -> Any:
+    """NaN (undefined: e.g. HF generate's acceptance length) as null: JSON has no NaN."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_no_nan(v) for v in x]
+    return x
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -466,7 +466,9 @@ class DraftSourceConfig(_Frozen):
     oracle_accept: float = Field(default=1.0, ge=0.0, le=1.0, json_schema_extra=NEW)
     """``source: oracle`` only: probability that each oracle proposal is the target's greedy
     token; otherwise it is replaced by a wrong token (seeded), so acceptance length is set by it
-    (about (1 - a**(d+1)) / (1 - a) for a chain of depth d) instead of being 1 or k"""
+    (about (1 - a**(d+1)) / (1 - a) for a chain of depth d) instead of being 1 or k. At
+    temperature 0 only: the oracle knows the greedy continuation, so once a sampled token leaves
+    it (temperature > 0) its proposals are wrong and acceptance falls to about 1"""
     layers: int = Field(default=1, ge=1, le=64)
     """D of a fresh draft"""
     output_norm: bool = True

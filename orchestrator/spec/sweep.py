@@ -394,8 +394,10 @@ def _explain(
     errors = err.errors()
     # an unknown key first: a typo also shows up as the missing key it was meant to be
     e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(e["loc"])
+    loc = _field_loc(e["loc"])
     where = ".".join(str(p) for p in prefix + loc) or "<top>"
+    # a union (e.g. an int or 'auto'): one error per member, said together
+    union = [x for x in errors if _field_loc(x["loc"]) == loc and tuple(x["loc"]) != loc]
     if e["type"] == "extra_forbidden":
         node = line_node or _key_node(root, prefix + loc)
         options = _fields_at(model, loc[:-1])
@@ -404,7 +406,8 @@ def _explain(
         msg = f"unknown key {where!r} ({hint})"
     else:
         node = line_node or _node_at(root, prefix + loc)[0]
-        msg = f"{where}: {e['msg'].removeprefix('Value error, ')}"
+        said = [x["msg"].removeprefix("Value error, ") for x in (union or [e])]
+        msg = f"{where}: {' or '.join(dict.fromkeys(said))}"
         if "input" in e and not isinstance(e["input"], dict | list):
             msg += f" (got {e['input']!r})"
     example = (
@@ -417,10 +420,17 @@ def _explain(
         "missing": f"add {loc[-1]!r} there" if loc else "",
         "extra_forbidden": "rename or remove the key",
     }.get(e["type"]) or "correct the value there"
+    fix = "" if "Fix:" in msg else f" Fix: {fix}"  # a validator's own fix is the fix
     return SpecError(
-        f"{path}:{node.start_mark.line + 1}: {msg}. Fix: {fix} "
+        f"{path}:{node.start_mark.line + 1}: {msg.rstrip('.')}.{fix} "
         f"(see {example} for a commented example)."
     )
+
+
+def _field_loc(loc: Any) -> tuple[Any, ...]:
+    """A pydantic error location without the union member tags ('constrained-int',
+    "literal['auto']", 'function-after[...]'), which name no field of the spec."""
+    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or "-" in p)))
 
 
 def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
