@@ -315,6 +315,19 @@ class Tracker:
             raise
         return None if run.info.lifecycle_stage == "deleted" else run
 
+    def _child_of(self, parent_run_id: str, trial_key: str) -> Any | None:
+        """The live child run of ``parent_run_id`` tagged with ``trial_key``, if any."""
+        runs = self._client.search_runs(
+            [self.experiment_id],
+            filter_string=(  # trial keys are hex digests: nothing to quote
+                f"tags.`{TAG_PARENT}` = '{parent_run_id}' "
+                f"and tags.`{TAG_TRIAL_KEY}` = '{trial_key}'"
+            ),
+            max_results=1,
+            order_by=["attributes.start_time ASC"],
+        )
+        return runs[0] if runs else None
+
     def _log_params(
         self, run_id: str, params: Mapping[str, str], existing: Mapping[str, str]
     ) -> None:
@@ -406,7 +419,9 @@ class Tracker:
         }
         flat = flatten(params)
         with self._errors(f"start the run of trial {trial_key!r}"):
-            run = self._live_run(existing_run_id)
+            # a driver killed between creating the run and recording its id in SQL left a run
+            # the DB does not know: find it by its tags rather than create a second one
+            run = self._live_run(existing_run_id) or self._child_of(parent_run_id, trial_key)
             if run is not None:
                 return self._reuse(run, tags, flat)
             created = self._client.create_run(

@@ -164,6 +164,17 @@ def test_reuse_existing_runs(tracker: Tracker) -> None:
     assert len(tracker.child_runs(parent)) == 2
 
 
+def test_a_run_the_db_never_recorded_is_found_not_duplicated(tracker: Tracker) -> None:
+    """A driver killed after MLflow created a trial's run but before SQL recorded its id: the
+    resubmitted trial (no run id known) gets that run back, not a second child run."""
+    parent = tracker.start_sweep_run("unrecorded", {"workload": "sleep"}, None)
+    first = tracker.start_trial_run(parent, "unrecorded", "k9", CONFIG, None)
+    again = tracker.start_trial_run(parent, "unrecorded", "k9", CONFIG, None)
+    assert again == first and len(tracker.child_runs(parent)) == 1
+    other = tracker.start_trial_run(parent, "unrecorded", "k10", CONFIG, None)  # control
+    assert other != first and len(tracker.child_runs(parent)) == 2
+
+
 def test_tracker_pickles(tracker: Tracker) -> None:
     clone = pickle.loads(pickle.dumps(tracker))
     assert clone.tracking_uri == tracker.tracking_uri
