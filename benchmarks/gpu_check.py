@@ -435,6 +435,27 @@ def measure_shape(
     return out
 
 
+def _header(check: str, dev: torch.device, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields every check's JSON starts with: what ran, where, with which versions."""
+    import transformers
+
+    return {
+        "check": check,
+        "device": torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
+        else platform.processor() or platform.machine(),
+        "device_type": dev.type,
+        "tiny": args.tiny,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "cuda": torch.version.cuda if dev.type == "cuda" else None,
+        },
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "command")},
+    }
+
+
 def _write(result: dict[str, Any], out: Path | None) -> None:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -455,22 +476,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     peak = _peak(dev, args.peak_tflops)
     matmul = _matmul_tflops(dev)
-    import transformers
 
     result: dict[str, Any] = {
-        "check": "train",
-        "device": torch.cuda.get_device_name(dev)
-        if dev.type == "cuda"
-        else platform.processor() or platform.machine(),
-        "device_type": dev.type,
-        "tiny": args.tiny,
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "cuda": torch.version.cuda if dev.type == "cuda" else None,
-        },
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "command")},
+        **_header("train", dev, args),
         "precision": "target bf16; draft fp32 master weights, bf16 autocast"
         + ("; TF32 on" if dev.type == "cuda" else ""),
         "note": None
@@ -725,22 +733,9 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
     if dev.type == "cpu":
         torch.set_num_threads(args.threads)
     dtype = args.dtype
-    import transformers
 
     result: dict[str, Any] = {
-        "check": "decode",
-        "device": torch.cuda.get_device_name(dev)
-        if dev.type == "cuda"
-        else platform.processor() or platform.machine(),
-        "device_type": dev.type,
-        "tiny": args.tiny,
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "cuda": torch.version.cuda if dev.type == "cuda" else None,
-        },
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "command")},
+        **_header("decode", dev, args),
         "note": None
         if dev.type == "cuda"
         else "a CPU stand-in (tiny shape): the GPU numbers are pending a run on a GPU",

@@ -38,7 +38,7 @@ from workloads.roofline.hardware import (
     get_profile,
     profile_names,
 )
-from workloads.roofline.models import ModelShape
+from workloads.roofline.models import SHAPE_KEYS, ModelShape, shape_from_dict
 
 if TYPE_CHECKING:
     import torch
@@ -247,32 +247,13 @@ def shape_of(model_config: Any) -> ModelShape:
     non-positive field.
     """
 
-    def need(key: str) -> int:
-        value = getattr(model_config, key, None)
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(
-                f"the target's config has {key} = {value!r}; the roofline needs a LLaMA-style "
-                "config (hidden_size, num_hidden_layers, num_attention_heads, "
-                "intermediate_size, vocab_size). Fix: decode.k_law: sweep:NAME"
-            )
-        return value
-
-    h, heads = need("hidden_size"), need("num_attention_heads")
-    has_kv = getattr(model_config, "num_key_value_heads", None) is not None
-    kv = need("num_key_value_heads") if has_kv else heads
-    head_dim = (
-        need("head_dim") if getattr(model_config, "head_dim", None) is not None else h // heads
-    )
+    cfg = {k: getattr(model_config, k, None) for k in SHAPE_KEYS}
     name = str(getattr(model_config, "name_or_path", "") or "").rstrip("/").rsplit("/", 1)[-1]
-    return ModelShape(
+    return shape_from_dict(
+        cfg,
         name=name or str(getattr(model_config, "model_type", "") or "target"),
-        hidden=h,
-        layers=need("num_hidden_layers"),
-        heads=heads,
-        kv_heads=kv,
-        head_dim=head_dim,
-        mlp_inner=need("intermediate_size"),
-        vocab=need("vocab_size"),
+        where="the target's config",
+        fix=". Fix: decode.k_law: sweep:NAME",
     )
 
 

@@ -9,6 +9,7 @@ dtype), not to the model. Built-in shapes are copied from the official Hugging F
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,25 +175,50 @@ def _from_config(path: Path) -> ModelShape:
         raise ValueError(f"{path}: a model config must be a JSON object")
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]
+    name = cfg.get("_name_or_path") or path.parent.name or path.stem
+    return shape_from_dict(cfg, name=str(name), where=str(path))
+
+
+SHAPE_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+)
+"""the config fields a :class:`ModelShape` is read from"""
+
+
+def shape_from_dict(
+    cfg: Mapping[str, Any], *, name: str, where: str, fix: str = ""
+) -> ModelShape:
+    """A LLaMA-style config's fields (:data:`SHAPE_KEYS`) -> :class:`ModelShape`.
+
+    num_key_value_heads defaults to the head count and head_dim to hidden / heads.
+
+    Raises:
+        ValueError: a missing or non-positive field, naming ``where`` (and ``fix``).
+    """
 
     def need(key: str) -> int:
-        if key not in cfg:
+        if cfg.get(key) is None:
             raise ValueError(
-                f"{path}: key {key!r} is missing; a LLaMA-style config needs hidden_size, "
-                "num_hidden_layers, num_attention_heads, intermediate_size, vocab_size"
+                f"{where}: key {key!r} is missing; a LLaMA-style config needs hidden_size, "
+                f"num_hidden_layers, num_attention_heads, intermediate_size, vocab_size{fix}"
             )
         value = cfg[key]
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"{path}: {key} = {value!r} must be a positive integer")
+            raise ValueError(f"{where}: {key} = {value!r} must be a positive integer{fix}")
         return value
 
     h = need("hidden_size")
     heads = need("num_attention_heads")
     kv = need("num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
     head_dim = need("head_dim") if cfg.get("head_dim") is not None else h // heads
-    name = cfg.get("_name_or_path") or path.parent.name or path.stem
     return ModelShape(
-        name=str(name),
+        name=name,
         hidden=h,
         layers=need("num_hidden_layers"),
         heads=heads,
