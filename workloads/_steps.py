@@ -52,14 +52,15 @@ class Steps:
 
     Args:
         target: the target causal LM.
-        draft: the draft (``__call__``, ``logits``, ``draft_to_target``).
+        draft: the draft (``__call__``, ``logits``, ``draft_to_target``); None for the
+            autoregressive loop (``verify`` only).
         mode: ``none`` | ``compile`` | ``graphs`` (module doc).
 
     Raises:
         ValueError: ``graphs`` for a target that is not on a CUDA device, or an unknown mode.
     """
 
-    def __init__(self, target: PreTrainedModel, draft: Any, mode: str = "none") -> None:
+    def __init__(self, target: PreTrainedModel, draft: Any | None, mode: str = "none") -> None:
         if mode not in ("none", "compile", "graphs"):
             raise ValueError(f"compile mode {mode!r}: use none, compile or graphs")
         if mode == "graphs" and target.device.type != "cuda":
@@ -67,8 +68,9 @@ class Steps:
                 f"compile 'graphs' captures CUDA graphs, but the target is on {target.device}. "
                 "Fix: compile: compile (or none) on a CPU"
             )
-        self.draft_to_target: torch.Tensor = draft.draft_to_target
-        self.draft_logits: Step = draft.logits
+        no_draft = torch.zeros(0, dtype=torch.long)
+        self.draft_to_target: torch.Tensor = getattr(draft, "draft_to_target", no_draft)
+        self.draft_logits: Step = getattr(draft, "logits", _no_draft)
 
         def verify(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any) -> Any:
             h = target.model(
@@ -80,9 +82,11 @@ class Steps:
             ).last_hidden_state
             return h, target.lm_head(h).float()
 
+        draft_fwd: Step = _no_draft if draft is None else draft
+
         def draft_step(h: torch.Tensor, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
                        cache: Any) -> Any:  # fmt: skip
-            return draft(h, x, pos, attention_mask=mask, cache=cache)
+            return draft_fwd(h, x, pos, attention_mask=mask, cache=cache)
 
         self.mode = mode
         self.draft_eager: Step = draft_step  # the prompt phase: its lengths vary by batch
@@ -117,6 +121,10 @@ class Steps:
         -> [B, T, h] draft hidden states."""
         out: torch.Tensor = self._draft(hidden, next_ids, pos, mask, cache)
         return out
+
+
+def _no_draft(*_: Any, **__: Any) -> Any:
+    raise TypeError("these steps have no draft (the autoregressive loop): verify only")
 
 
 class Graphed:

@@ -16,18 +16,6 @@ from workloads._steps import Steps, capacity
 from workloads.tree_decode import BatchResult, Compile
 
 
-class _NoDraft:
-    """The AR loop has no draft: :class:`~workloads._steps.Steps` gets this placeholder."""
-
-    draft_to_target = torch.zeros(0, dtype=torch.long)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("the autoregressive loop has no draft")
-
-    def __call__(self, *args: object, **kwargs: object) -> torch.Tensor:
-        raise NotImplementedError("the autoregressive loop has no draft")
-
-
 @torch.inference_mode()
 def ar_generate(
     target: PreTrainedModel,
@@ -58,7 +46,7 @@ def ar_generate(
     room = max(map(len, prompts)) + max_new_tokens
     fixed = compile != "none"
     cache = RaggedStaticCache(len(prompts), capacity(room, compile), dev, fixed_width=fixed)
-    steps = Steps(target, _NoDraft(), compile)
+    steps = Steps(target, None, compile)
     _, logits, pos = prefill(target, prompts, cache)
     tok = pick(logits, temperature, generator)
     rows = torch.arange(len(prompts), device=dev)

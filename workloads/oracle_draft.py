@@ -13,7 +13,6 @@ from typing import cast
 
 import torch
 from torch import nn
-from transformers import DynamicCache, LlamaConfig
 
 PROPOSAL_LOGIT = 20.0
 """logit of the proposed token; every other token has logit 0"""
@@ -69,25 +68,11 @@ class OracleDraft(nn.Module):
             table = torch.where(miss, (table + shift) % vocab_size, table)
         self.register_buffer("next_bs", table)
         self.register_buffer("draft_to_target", torch.arange(vocab_size))
-        self._config = LlamaConfig(
-            num_hidden_layers=1,
-            hidden_size=8,
-            num_attention_heads=1,
-            num_key_value_heads=1,
-            vocab_size=1,
-            bos_token_id=None,
-            eos_token_id=None,
-            pad_token_id=None,
-        )
 
     @property
     def vocab_size(self) -> int:
         """V."""
         return int(self.draft_to_target.shape[0])
-
-    def new_cache(self) -> DynamicCache:
-        """A 1-layer cache that only tracks lengths."""
-        return DynamicCache(config=self._config)
 
     def keep_rows(self, rows: torch.Tensor) -> None:
         """Rows ``rows`` [B'] of the batch remain (the engine dropped finished rows)."""
@@ -100,12 +85,10 @@ class OracleDraft(nn.Module):
         position_ids: torch.Tensor,
         *,
         attention_mask: torch.Tensor | None = None,
-        cache: DynamicCache | None = None,
+        cache: object | None = None,
     ) -> torch.Tensor:
-        """[B, T, *] -> [B, T, 1]: the id of the token proposed next (as a float)."""
-        b, t = next_ids.shape
-        if cache is not None:
-            cache.update(torch.zeros(b, 1, t, 1), torch.zeros(b, 1, t, 1), 0)
+        """[B, T, *] -> [B, T, 1]: the id of the token proposed next (as a float). The mask and
+        the cache are not read (the engine's cache counts the lengths itself)."""
         slot = (position_ids + 2).clamp(0, self.next_bs.shape[1] - 1)
         return self.next_bs.gather(1, slot).float()[..., None]
 

@@ -178,15 +178,16 @@ def test_evaluation_of_a_float32_draft_beside_a_bf16_target(target: Target, tmp_
 
 class _PromptOracles(OracleDraft):
     """The oracle of each prompt in turn (evaluate decodes the prompts in order, and each
-    decode starts by asking its draft for a new cache)."""
+    decode starts with the draft reading its prompt from position 0)."""
 
     def __init__(self, sequences: list[list[int]], vocab_size: int) -> None:
         super().__init__(sequences[0], vocab_size)
         self._tables = [OracleDraft(s, vocab_size).next_bs for s in sequences]
 
-    def new_cache(self):  # noqa: ANN201 - DynamicCache
-        self.next_bs = self._tables.pop(0)
-        return super().new_cache()
+    def forward(self, hidden, next_ids, position_ids, **kw):  # noqa: ANN001, ANN201
+        if next_ids.shape[1] > 1 and int(position_ids[0, 0]) == 0:  # a new prompt
+            self.next_bs = self._tables.pop(0)
+        return super().forward(hidden, next_ids, position_ids, **kw)
 
 
 def test_bf16_near_ties_are_real_excused_and_counted(tmp_path: Path, cache_dir: Path) -> None:
@@ -205,6 +206,7 @@ def test_bf16_near_ties_are_real_excused_and_counted(tmp_path: Path, cache_dir: 
         shape=TreeShape(depth=4, topk=2, num_draft_tokens=8), max_new_tokens=N_NEW,
         eos_ids=target.eos_token_ids, cache_dir=tmp_path, target_name="tiny-bf16-ties",
     )  # fmt: skip
+    assert not oracle._tables  # each prompt decoded with its own oracle
     _assert_counted(res)
     assert res.mismatches == 0
     # the batched verify forward rounds differently from generate's one-token forward: the
