@@ -131,6 +131,19 @@ def input_device(model: PreTrainedModel) -> torch.device:
     return weight.device
 
 
+def output_device(model: PreTrainedModel) -> torch.device:
+    """Where a model's logits and last hidden states come out: its LM head's device (with a
+    device map, usually the last GPU; the final norm sits beside it). Sampling generators and
+    the ops on logits belong there; an offloaded head runs on its hook's execution device."""
+    head = model.get_output_embeddings()
+    weight = head.weight
+    assert isinstance(weight, torch.Tensor)
+    hook = getattr(head, "_hf_hook", None)
+    if weight.is_meta and hook is not None:
+        return torch.device(hook.execution_device)
+    return weight.device
+
+
 def _real_weight(module: torch.nn.Module) -> torch.Tensor:
     weight = module.weight
     assert isinstance(weight, torch.Tensor), f"{type(module).__name__} has no weight"
