@@ -29,6 +29,7 @@ q staged slots (this forward's n included), W = max(lengths) + q key slots atten
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -77,6 +78,8 @@ class RaggedStaticCache:
         self.values: dict[int, torch.Tensor] = {}
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)
         self.rows = batch  # live rows: the first ``rows`` of each buffer
+        self.max_rows = batch
+        self.host_lengths = [0] * batch  # ``lengths`` on the host: no sync to read them
         self.staged = 0
         self._max_len = 0  # max(lengths), kept on the host
         self._write = torch.zeros(batch, 0, dtype=torch.long, device=device)
@@ -98,8 +101,11 @@ class RaggedStaticCache:
         offs = torch.arange(self.staged, self.staged + n, device=self.lengths.device)
         write = self.lengths[:, None] + offs
         if self.fixed_width:  # a replayed graph reads the index at a fixed address per (B, n)
-            buf = self._write_bufs.setdefault(n, torch.zeros_like(self.lengths[:, None]).expand(
-                -1, n).contiguous())
+            if n not in self._write_bufs:
+                self._write_bufs[n] = torch.zeros(
+                    self.max_rows, n, dtype=torch.long, device=self.lengths.device
+                )
+            buf = self._write_bufs[n]
             self._write = buf[: self.rows]
             self._write.copy_(write)
         else:
@@ -133,23 +139,38 @@ class RaggedStaticCache:
         w = self.width
         return keys[:, :, :w], values[:, :, :w]
 
-    def commit(self, src_ba: torch.Tensor | None, n_acc: torch.Tensor) -> None:
+    def commit(
+        self,
+        src_ba: torch.Tensor | None,
+        n_acc: torch.Tensor,
+        n_host: Sequence[int] | None = None,
+        *,
+        moved: bool = True,
+    ) -> None:
         """Keep n_acc[r] staged slots of row r: offsets ``src[r, :n_acc[r]]`` (ascending) in the
-        staged region, or the first n_acc[r] when ``src`` is None (no entry moves then)."""
-        if src_ba is not None and src_ba.shape[1]:
+        staged region, or the first n_acc[r] when ``src`` is None (no entry moves then).
+
+        Args:
+            n_host: the same counts on the host (the caller read them already); without them
+                the cache reads ``n_acc`` itself (one host sync).
+            moved: False when ``src`` is known to be ``0, 1, ...`` in every row (a chain):
+                nothing to move.
+        """
+        if src_ba is not None and src_ba.shape[1] and moved:
             base = self.lengths[:, None]
             dst = base + torch.arange(src_ba.shape[1], device=base.device)
-            if not torch.equal(src_ba, dst - base):  # one sync; nothing to move on a chain
-                for layer, keys in self.keys.items():
-                    for buf in (keys, self.values[layer]):
-                        live = buf[: self.rows]
-                        b, h, _, d = live.shape
-                        dev = live.device
-                        gather = (base + src_ba).to(dev)[:, None, :, None].expand(b, h, -1, d)
-                        put = dst.to(dev)[:, None, :, None].expand(b, h, -1, d)
-                        live.scatter_(2, put, live.gather(2, gather))
+            for layer, keys in self.keys.items():
+                for buf in (keys, self.values[layer]):
+                    live = buf[: self.rows]
+                    b, h, _, d = live.shape
+                    dev = live.device
+                    gather = (base + src_ba).to(dev)[:, None, :, None].expand(b, h, -1, d)
+                    put = dst.to(dev)[:, None, :, None].expand(b, h, -1, d)
+                    live.scatter_(2, put, live.gather(2, gather))
         self.lengths += n_acc
-        self._max_len = int(self.lengths.max())
+        counts = list(n_acc.tolist() if n_host is None else n_host)
+        self.host_lengths = [a + n for a, n in zip(self.host_lengths, counts, strict=True)]
+        self._max_len = max(self.host_lengths, default=0)
         self.staged = 0
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -161,13 +182,25 @@ class RaggedStaticCache:
         """Drop everything staged since the last commit."""
         self.staged = 0
 
-    def select_rows(self, rows: torch.Tensor) -> None:
-        """Keep only the live rows ``rows`` ([B'] long, ascending), packed to the front in place."""
+    def select_rows(self, rows: torch.Tensor, host_rows: Sequence[int] | None = None) -> None:
+        """Keep only the live rows ``rows`` ([B'] long, ascending), packed to the front in place.
+        ``host_rows``: the same indices on the host (else read from ``rows``: a sync)."""
         for store in (self.keys, self.values):
             for buf in store.values():
                 live = buf[: self.rows]
                 buf[: len(rows)] = live.index_select(0, rows.to(buf.device))
         self.lengths = self.lengths.index_select(0, rows)
-        self.rows = len(rows)
-        self._max_len = int(self.lengths.max()) if len(rows) else 0
+        picked = rows.tolist() if host_rows is None else host_rows
+        self.host_lengths = [self.host_lengths[r] for r in picked]
+        self.rows = len(picked)
+        self._max_len = max(self.host_lengths, default=0)
         self.staged = 0
+
+    def reset(self, batch: int) -> None:
+        """Empty the cache for a new batch of ``batch`` rows (<= the rows it was made for),
+        keeping its buffers (a captured step keeps reading and writing them)."""
+        if batch > self.max_rows:
+            raise ValueError(f"a cache made for {self.max_rows} rows cannot take {batch}")
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=self.lengths.device)
+        self.host_lengths = [0] * batch
+        self.rows, self.staged, self._max_len = batch, 0, 0

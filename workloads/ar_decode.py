@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from workloads._batch import Timer, pick, prefill, still_going
-from workloads._kv import RaggedStaticCache, additive_mask
-from workloads._steps import Steps, capacity
+from workloads._batch import Placement, Timer, finished, pick, prefill, row_bucket
+from workloads._kv import additive_mask
+from workloads._steps import StepPlan, Steps
 from workloads.tree_decode import BatchResult, Compile
 
 
@@ -26,10 +26,12 @@ def ar_generate(
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     compile: Compile = "none",
+    steps: Steps | None = None,
 ) -> BatchResult:
     """Generate up to ``max_new_tokens`` per prompt, one token per target forward.
 
-    ``compile`` as in :func:`~workloads.tree_decode.generate` (the one-token step).
+    ``compile``, ``steps`` and ``generator`` as in :func:`~workloads.tree_decode.generate` (the
+    one-token step; one host read per step: the tokens).
 
     Returns:
         A :class:`~workloads.tree_decode.BatchResult` whose ``verify_s`` is the time in target
@@ -40,37 +42,50 @@ def ar_generate(
     """
     if not prompts or min(len(p) for p in prompts) < 1:
         raise ValueError("ar_generate needs at least one prompt, each of at least one token")
-    timer, dev = Timer(target.device), target.device
+    steps = steps if steps is not None else Steps(target, None, compile)
+    where = Placement.of(target)
+    dev, b0 = where.input, len(prompts)
+    sizes = sorted({row_bucket(b, b0, steps.fixed) for b in range(1, b0 + 1)})
+    room = max(map(len, prompts)) + max_new_tokens
+    cache, dcache = steps.caches(b0, room, 0)
+    steps.prepare(StepPlan(buckets=tuple((b, 1, 1) for b in sizes), pending=1), cache, dcache)
+    timer = Timer(where.devices)
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
-    room = max(map(len, prompts)) + max_new_tokens
-    fixed = compile != "none"
-    cache = RaggedStaticCache(len(prompts), capacity(room, compile), dev, fixed_width=fixed)
-    steps = Steps(target, None, compile)
     _, logits, pos = prefill(target, prompts, cache)
-    tok = pick(logits, temperature, generator)
-    rows = torch.arange(len(prompts), device=dev)
+    tok = pick(logits, temperature, generator).to(dev)
     for r, t in enumerate(tok.tolist()):
         res.tokens[r].append(t)
     res.prefill_s = timer.now() - t0
-    self_only = torch.ones(len(prompts), 1, 1, dtype=torch.bool, device=dev)
-    one = torch.ones(len(prompts), dtype=torch.long, device=dev)
-    alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
-    while alive is not None:
-        if len(alive) < len(rows):
-            rows, pos, tok, self_only, one = (x[alive] for x in (rows, pos, tok, self_only, one))
-            cache.select_rows(alive)
+    rows = list(range(b0))
+    live = [not finished(res.tokens[r], eos_ids, max_new_tokens) for r in rows]
+    self_only = torch.ones(b0, 1, 1, dtype=torch.bool, device=dev)
+    one, one_host = torch.ones(b0, dtype=torch.long, device=dev), [True] * b0
+    while any(live):
+        keep = row_bucket(sum(live), len(rows), steps.fixed)
+        if keep < len(rows):
+            idx = sorted([i for i, a in enumerate(live) if a] + [
+                i for i, a in enumerate(live) if not a][: keep - sum(live)])  # fmt: skip
+            sel = torch.tensor(idx).to(dev)
+            pos, tok, self_only = (x[sel] for x in (pos, tok, self_only))
+            cache.select_rows(sel, idx)
+            rows, live, one_host = [rows[i] for i in idx], [live[i] for i in idx], []
         cache.stage(1)
         mask = additive_mask(cache.allowed(self_only), target.dtype)
-        ta = timer.now()
+        ta = timer.mark()
         _, logits = steps.verify(tok[:, None], pos[:, None], mask, cache)
-        res.verify_s += timer.now() - ta
-        cache.commit(None, one)
-        tok, pos = pick(logits[:, -1], temperature, generator), pos + 1
+        timer.add("verify", ta)
+        if live != one_host:  # frozen rows commit nothing (copied when that changes)
+            one, one_host = torch.tensor(live, dtype=torch.long).to(dev), list(live)
+        cache.commit(None, one, [int(a) for a in live])
+        tok = pick(logits[:, -1], temperature, generator).to(dev)
+        pos = pos + one
         res.cycles += 1
-        for r, t in zip(rows.tolist(), tok.tolist(), strict=True):
-            res.tokens[r].append(t)
-            res.accept_lengths[r].append(1)
-        alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
+        for i, t in enumerate(tok.tolist()):  # the step's one host read
+            if live[i]:
+                res.tokens[rows[i]].append(t)
+                res.accept_lengths[rows[i]].append(1)
+                live[i] = not finished(res.tokens[rows[i]], eos_ids, max_new_tokens)
     res.total_s = timer.now() - t0
+    res.verify_s = timer.seconds("verify")
     return res

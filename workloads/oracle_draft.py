@@ -9,6 +9,7 @@ Shape legend: B rows, T positions, V target vocabulary.
 
 from __future__ import annotations
 
+import math
 from typing import cast
 
 import torch
@@ -91,6 +92,23 @@ class OracleDraft(nn.Module):
         the cache are not read (the engine's cache counts the lengths itself)."""
         slot = (position_ids + 2).clamp(0, self.next_bs.shape[1] - 1)
         return self.next_bs.gather(1, slot).float()[..., None]
+
+    capturable = False
+    """its step is a table lookup: nothing to compile or capture (the engine runs it eagerly)"""
+
+    def top_candidates(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[..., 1] -> the k best children without a [..., V] pass: the proposed token first,
+        then the smallest other ids, with the log-probabilities of :meth:`logits`
+        (log_softmax of PROPOSAL_LOGIT on one token and 0 on V - 1)."""
+        v = self.vocab_size
+        lse = math.log(math.exp(PROPOSAL_LOGIT) + v - 1)
+        prop = hidden.long()  # [..., 1]
+        others = torch.arange(k - 1, device=hidden.device).expand(*prop.shape[:-1], k - 1)
+        others = others + (others >= prop).long()  # skip the proposed id
+        ids = torch.cat([prop, others], -1)
+        lp = torch.full(ids.shape, -lse, device=hidden.device)
+        lp[..., 0] = PROPOSAL_LOGIT - lse
+        return lp, ids
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., 1] -> [..., V]: PROPOSAL_LOGIT on the proposed token, 0 elsewhere."""

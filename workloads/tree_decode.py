@@ -31,10 +31,10 @@ from typing import Literal, Protocol
 import torch
 from transformers import PreTrainedModel
 
-from workloads._batch import Timer, pick, prefill, right_pad, still_going
+from workloads._batch import Placement, Timer, finished, pick, prefill, right_pad, row_bucket
 from workloads._kv import RaggedStaticCache, additive_mask
-from workloads._steps import Steps, capacity
-from workloads._tree import DraftTree, accept_greedy, accept_sampling
+from workloads._steps import StepPlan, Steps
+from workloads._tree import DraftTree, accept_greedy, accept_sampling, max_nodes
 
 Compile = Literal["none", "graphs", "compile"]
 
@@ -163,23 +163,28 @@ def generate(
     temperature: float = 0.0,
     generator: torch.Generator | None = None,
     compile: Compile = "none",
+    steps: Steps | None = None,
 ) -> BatchResult:
     """Generate up to ``max_new_tokens`` per prompt with tree speculative decoding.
 
     Args:
-        target: the frozen target causal LM (``.model`` the decoder, ``.lm_head`` the head).
-        draft: a draft for this target; a draft with per-row state (the oracle) may define
-            ``keep_rows(rows)``, called when rows leave the batch.
+        target: the frozen target causal LM (``.model`` the decoder, ``.lm_head`` the head); it
+            may be spread over devices (:class:`~workloads._batch.Placement`).
+        draft: a draft for this target, on the target's input device; a draft with per-row
+            state (the oracle) may define ``keep_rows(rows)``, called when rows leave the batch.
         prompts: b token-id lists (chat template applied), any lengths >= 1.
         shape: the tree (depth, topk, num_draft_tokens), or a policy giving it from the live
             batch size each cycle (Scylla Table 5, "Opt. top_k"). Depth is capped at
             num_draft_tokens - 1 and topk at the draft vocabulary.
         eos_ids: a row stops after any of these tokens.
         temperature: 0 = greedy; > 0 = sampling from softmax(logits / temperature).
-        generator: RNG for sampling (reproducible runs).
+        generator: RNG for sampling (reproducible runs), on the target's output device.
         compile: none = eager; graphs = the target's verification and the draft's steps
-            replayed from CUDA graphs captured per input shape; compile = ``torch.compile`` of
-            the same steps (see :mod:`workloads._steps`).
+            replayed from CUDA graphs; compile = ``torch.compile`` of the same steps (see
+            :mod:`workloads._steps`). Ignored when ``steps`` is given.
+        steps: the steps (and KV caches) of an earlier call to reuse: pass the same
+            :class:`~workloads._steps.Steps` to every call of a benchmark so that graphs are
+            captured and steps compiled once, outside the timers (its ``stats`` count them).
 
     Raises:
         ValueError: an empty prompt list, an empty prompt, ``max_new_tokens`` < 1, or
@@ -190,82 +195,114 @@ def generate(
             "generate needs at least one prompt, each of at least one token, and "
             "max_new_tokens >= 1"
         )
-    vocab = int(draft.draft_to_target.shape[0])
-    shape_at = _policy(shape, vocab)
-    sizes = [shape_at(b) for b in range(1, len(prompts) + 1)]
-    k_max = max(s.num_draft_tokens for s in sizes)
-    d_max = max(s.depth + 1 + s.depth * s.topk for s in sizes)  # pending pairs + tree steps
-    timer, dt, dev = Timer(target.device), target.dtype, target.device
+    steps = steps if steps is not None else Steps(target, draft, compile)
+    steps.set_draft(draft)
+    shape_at = _policy(shape, int(draft.draft_to_target.shape[0]))
+    plan = _plan(shape_at, len(prompts), steps.fixed)
+    where, dt = Placement.of(target), target.dtype
+    dev, odev = where.input, where.output
+    room = max(map(len, prompts)) + max_new_tokens
+    k_max = max(n for _, n, _ in plan.buckets)
+    d_max = plan.pending + max(shape_at(b).depth * k for b, _, k in plan.buckets)
+    tcache, dcache = steps.caches(len(prompts), room + k_max, room + d_max)
+    steps.prepare(plan, tcache, dcache)  # compile / capture: outside the timers
+    timer = Timer(where.devices)
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     t0 = timer.now()
-    room = max(map(len, prompts)) + max_new_tokens
-    b0, fixed = len(prompts), compile != "none"
-    tcache = RaggedStaticCache(b0, capacity(room + k_max, compile), dev, fixed_width=fixed)
-    dcache = RaggedStaticCache(b0, capacity(room + d_max, compile), dev, fixed_width=fixed)
-    steps = Steps(target, draft, compile)
     h_blh, logits, m = prefill(target, prompts, tcache)
-    root = pick(logits, temperature, generator)
+    root = pick(logits, temperature, generator).to(dev)
     ids, _ = right_pad(prompts, dev)
     pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
         1, (m - 1)[:, None], root[:, None]
     )
-    h_in, logp = _draft_prefill(steps, dcache, h_blh, pend_x, m, m, eager=True)
-    rows = torch.arange(len(prompts), device=dev)
+    lengths = [len(p) for p in prompts]
+    top_k = max(k for _, _, k in plan.buckets)
+    h_in, top = _draft_prefill(steps, dcache, h_blh.to(dev), pend_x, m, m, lengths, top_k, True)
     for r, tok in enumerate(root.tolist()):
         res.tokens[r].append(tok)
     res.prefill_s = timer.now() - t0
+    rows = list(range(len(prompts)))  # the prompt of each row of the batch
+    live = [not finished(res.tokens[r], eos_ids, max_new_tokens) for r in rows]
     pending: list[torch.Tensor] = []  # pend_h, pend_x, pend_n of the last cycle
-    alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
-    while alive is not None:
-        if len(alive) < len(rows):  # rows that finished leave the batch
-            rows, m, root, h_in, logp, *pending = (
-                x[alive] for x in (rows, m, root, h_in, logp, *pending)
-            )
-            tcache.select_rows(alive)
-            dcache.select_rows(alive)
+    pend_host: list[int] = lengths
+    go, go_host = torch.ones(len(rows), dtype=torch.bool, device=dev), [True] * len(rows)
+    while any(live):
+        keep = row_bucket(sum(live), len(rows), steps.fixed)
+        if keep < len(rows):  # rows that finished leave the batch (fixed shapes: by buckets)
+            idx = sorted([i for i, a in enumerate(live) if a] + [
+                i for i, a in enumerate(live) if not a][: keep - sum(live)])  # fmt: skip
+            sel = torch.tensor(idx).to(dev)
+            m, root, h_in, *pending = (x[sel] for x in (m, root, h_in, *pending))
+            top = (top[0][sel], top[1][sel])
+            tcache.select_rows(sel, idx)
+            dcache.select_rows(sel, idx)
             if hasattr(draft, "keep_rows"):
-                draft.keep_rows(alive)
+                draft.keep_rows(sel)
+            rows, pend_host = [rows[i] for i in idx], [pend_host[i] for i in idx]
+            live, go_host = [live[i] for i in idx], []
         sh = shape_at(len(rows))
         if pending:  # the draft reads the pairs the last cycle accepted
-            ta = timer.now()
-            h_in, logp = _draft_prefill(steps, dcache, pending[0], pending[1], pending[2], m)
-            res.draft_s += timer.now() - ta
-        tree, tree_s = _draft_tree(steps, dcache, root, m, h_in, logp, sh, timer)
-        res.draft_s += tree_s
+            ta = timer.mark()
+            pend_h, pend_x, pend_n = pending
+            h_in, top = _draft_prefill(steps, dcache, pend_h, pend_x, pend_n, m, pend_host, top_k)
+            timer.add("draft", ta)
+        tree = _draft_tree(steps, dcache, root, m, h_in, top, sh, timer)
         sel = tree.best(sh.num_draft_tokens)
         toks, depths, anc = tree.selected(sel)
-        tcache.stage(toks.shape[1])
+        n = toks.shape[1]
+        tcache.stage(n)
         mask = additive_mask(tcache.allowed(anc), dt)
-        tb = timer.now()
+        tb = timer.mark()
         v_h, v_logits = steps.verify(toks, m[:, None] + depths, mask, tcache)
-        res.verify_s += timer.now() - tb
+        timer.add("verify", tb)
         lpar = tree.local_parents(sel)
-        if temperature == 0:
-            last, bonus = accept_greedy(toks, depths, lpar, v_logits)
+        if temperature == 0:  # argmax of the target's own dtype: no float32 [B, n, V] copy
+            last, bonus = accept_greedy(toks, depths, lpar, v_logits, tree.level)
         else:
-            probs = torch.softmax(v_logits / temperature, -1)
-            last, bonus = accept_sampling(toks, lpar, probs, generator)
-        path = anc.gather(1, last[:, None, None].expand(-1, 1, anc.shape[2]))[:, 0]  # [B, n]
+            probs = torch.softmax(v_logits.float() / temperature, -1)
+            last, bonus = accept_sampling(toks.to(odev), lpar.to(odev), probs, generator)
+            last, bonus = last.to(dev), bonus.to(dev)
+        path = anc.gather(1, last[:, None, None].expand(-1, 1, n))[:, 0]  # [B, n]
         n_acc = path.sum(1)  # root + accepted drafts = tokens emitted this cycle
-        order = torch.argsort((~path).to(torch.int8), dim=1, stable=True)[:, : int(n_acc.max())]
-        tcache.commit(order, n_acc)  # only the accepted entries move
+        if not all(live):  # frozen rows (fixed shapes) commit nothing
+            if live != go_host:  # copied to the device when that changes
+                go, go_host = torch.tensor(live).to(dev), list(live)
+            n_acc = n_acc * go
+        order = torch.argsort((~path).to(torch.int8), dim=1, stable=True)  # accepted first
         emitted = torch.cat([toks.gather(1, order)[:, 1:], bonus[:, None]], 1)
-        emitted[torch.arange(len(rows)), n_acc - 1] = bonus
-        pend_h = v_h.gather(1, order[:, :, None].expand(-1, -1, v_h.shape[2]))
-        pending, m, root = [pend_h, emitted, n_acc], m + n_acc, bonus
+        emitted[torch.arange(len(rows), device=dev), (n_acc - 1).clamp_min(0)] = bonus
+        chain = (order == torch.arange(n, device=dev)).all().expand(len(rows))
+        # 6. the cycle's one host read: tokens emitted per row, the tokens, whether KV moves
+        host = torch.cat([n_acc[:, None], chain[:, None].long(), emitted], 1).tolist()
+        pend_host = [h[0] for h in host]
+        tcache.commit(order[:, : max(pend_host)], n_acc, pend_host, moved=not host[0][1])
+        width = plan.pending if steps.fixed else max(pend_host)
+        cols = _columns(order, width)
+        pend_h = v_h.gather(1, cols.to(odev)[:, :, None].expand(-1, -1, v_h.shape[2])).to(dev)
+        pending, m, root = [pend_h, _columns(emitted, width), n_acc], m + n_acc, bonus
         res.cycles += 1
-        res.num_draft_tokens.append(toks.shape[1])  # at most the nodes the tree holds
-        for row, k, em in zip(rows.tolist(), n_acc.tolist(), emitted.tolist(), strict=True):
-            out, before = res.tokens[row], len(res.tokens[row])
-            for tok in em[:k]:
+        res.num_draft_tokens.append(n)  # at most the nodes the tree holds
+        for i, r in enumerate(rows):
+            if not live[i]:
+                continue
+            out, before = res.tokens[r], len(res.tokens[r])
+            for tok in host[i][2 : 2 + pend_host[i]]:
                 out.append(tok)
                 if tok in eos_ids or len(out) >= max_new_tokens:
                     break
-            res.accept_lengths[row].append(len(out) - before)
-        alive = still_going(res.tokens, rows, eos_ids, max_new_tokens)
+            res.accept_lengths[r].append(len(out) - before)
+            live[i] = not finished(out, eos_ids, max_new_tokens)
     res.total_s = timer.now() - t0
+    res.draft_s, res.verify_s = timer.seconds("draft"), timer.seconds("verify")
     res.cache_allocations = tcache.allocations + dcache.allocations
     return res
+
+
+def _columns(x_bn: torch.Tensor, width: int) -> torch.Tensor:
+    """The first ``width`` columns of [B, n], padded with its first column past n."""
+    if width <= x_bn.shape[1]:
+        return x_bn[:, :width]
+    return torch.cat([x_bn, x_bn[:, :1].expand(-1, width - x_bn.shape[1])], 1)
 
 
 def _policy(shape: TreeShape | ShapePolicy, vocab: int) -> ShapePolicy:
@@ -280,6 +317,18 @@ def _policy(shape: TreeShape | ShapePolicy, vocab: int) -> ShapePolicy:
     return at
 
 
+def _plan(shape_at: ShapePolicy, b0: int, fixed: bool) -> StepPlan:
+    """The step shapes a call of b0 rows can meet (:class:`~workloads._steps.StepPlan`): every
+    batch size below b0 when rows leave at once, the buckets of
+    :func:`~workloads._batch.row_bucket` under fixed shapes."""
+    sizes = sorted({row_bucket(b, b0, fixed) for b in range(1, b0 + 1)})
+    buckets = []
+    for b in sizes:
+        s = shape_at(b)
+        buckets.append((b, min(s.num_draft_tokens, max_nodes(s.depth, s.topk)), s.topk))
+    return StepPlan(buckets=tuple(buckets), pending=max(shape_at(b).depth for b in sizes) + 1)
+
+
 def _draft_prefill(
     steps: Steps,
     dcache: RaggedStaticCache,
@@ -287,20 +336,23 @@ def _draft_prefill(
     pend_x: torch.Tensor,
     pend_n: torch.Tensor,
     m: torch.Tensor,
-    *,
+    pend_host: list[int],
+    top_k: int,
     eager: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Step 1 of a cycle: the draft reads the pairs it has not seen and predicts the root's child.
     ``eager``: not compiled or captured (the prompt phase, whose lengths vary).
 
     Args:
         pend_h, pend_x, pend_n: [B, P, h] target hidden states at positions m - pend_n .. m - 1,
-            [B, P] the token after each, [B] how many of the P are real (padded, masked).
+            [B, P] the token after each, [B] how many of the P are real (padded, masked; 0 for
+            a frozen row); ``pend_host`` the same counts on the host.
         m: [B] position of each row's root (its last committed token).
+        top_k: candidates to keep for the root's child.
 
     Returns:
-        h_in [B, 1, h], the draft's hidden state at the root, and logp [B, 1, N], its log
-        distribution over the draft vocabulary of the root's child.
+        h_in [B, 1, h], the draft's hidden state at the root, and its ``top_k`` best children:
+        log-probabilities [B, 1, top_k] and draft-vocabulary ids [B, 1, top_k].
     """
     b, p = pend_x.shape
     dev = pend_x.device
@@ -311,9 +363,10 @@ def _draft_prefill(
     mask = additive_mask(dcache.allowed(causal[None] & key_ok[:, None]), pend_h.dtype)
     step = steps.draft_eager if eager else steps.draft
     out = step(pend_h, pend_x, (m - pend_n)[:, None] + j, mask, dcache)
-    dcache.commit(None, pend_n)
-    h_in = out.gather(1, (pend_n - 1)[:, None, None].expand(b, 1, out.shape[2]))
-    return h_in, torch.log_softmax(steps.draft_logits(h_in).float(), -1)
+    dcache.commit(None, pend_n, pend_host)
+    last = (pend_n - 1).clamp_min(0)[:, None, None].expand(b, 1, out.shape[2])
+    h_in = out.gather(1, last)
+    return h_in, steps.top_candidates(h_in, top_k)
 
 
 def _draft_tree(
@@ -322,27 +375,27 @@ def _draft_tree(
     root: torch.Tensor,
     m: torch.Tensor,
     h_in: torch.Tensor,
-    logp: torch.Tensor,
+    top: tuple[torch.Tensor, torch.Tensor],
     shape: TreeShape,
     timer: Timer,
-) -> tuple[DraftTree, float]:
-    """Step 2 of a cycle: the tree expansion from the root's child distribution ``logp``.
+) -> DraftTree:
+    """Step 2 of a cycle: the tree expansion from the root's best children ``top``.
 
     Args:
         root: [B] the last committed token of each row, at position ``m`` [B].
-        h_in, logp: [B, 1, h] and [B, 1, N] from :func:`_draft_prefill`.
+        h_in, top: [B, 1, h] and the root's children from :func:`_draft_prefill`.
 
     Returns:
-        The trees, and the seconds spent in draft forwards (the rest is bookkeeping). The
-        draft's cache is as before (the tree's slots are staged, then discarded).
+        The trees (draft forwards timed under ``draft``). The draft's cache is as before (the
+        tree's slots are staged, then discarded).
     """
     b, topk, dt = root.shape[0], shape.topk, h_in.dtype
     tree = DraftTree(root, shape.depth, topk)
-    lp, ix = logp.topk(topk, -1)
     d2t = steps.draft_to_target
+    lp, ix = top[0][..., :topk], top[1][..., :topk]
     frontier = tree.add_children(torch.zeros_like(m)[:, None], lp, d2t[ix])
     h_in = h_in.expand(b, topk, -1)
-    slot_nodes, fwd_s = frontier[:, :0], 0.0
+    slot_nodes = frontier[:, :0]
     for _ in range(shape.depth - 1):
         slot_nodes = torch.cat([slot_nodes, frontier], 1)
         n_all = tree.anc.shape[2]
@@ -350,19 +403,18 @@ def _draft_tree(
         seen = seen.gather(2, slot_nodes[:, None, :].expand(b, topk, slot_nodes.shape[1]))
         dcache.stage(topk)
         mask = additive_mask(dcache.allowed(seen), dt)
-        pos = m[:, None] + tree.depths[frontier] - 1
-        t = timer.now()
+        pos = (m + tree.level - 1)[:, None].expand(b, topk)  # the frontier's depth, a host int
+        t = timer.mark()
         f_h = steps.draft(h_in, tree.tokens.gather(1, frontier), pos, mask, dcache)
-        logp = torch.log_softmax(steps.draft_logits(f_h).float(), -1)
-        fwd_s += timer.now() - t
-        lp, ix = logp.topk(topk, -1)
+        lp, ix = steps.top_candidates(f_h, topk)
+        timer.add("draft", t)
         lo = tree.size
         tree.add_children(frontier, lp, d2t[ix])
         best = tree.scores[:, lo : tree.size].topk(topk, dim=1).indices
         frontier = lo + best
         h_in = f_h.gather(1, (best // topk)[:, :, None].expand(b, topk, f_h.shape[2]))
     dcache.discard()
-    return tree, fwd_s
+    return tree
 
 
 def speculative_generate(

@@ -47,7 +47,14 @@ class StubTarget(nn.Module):
         self.lm_head = nn.Linear(V, V, bias=False)
         self.lm_head.weight.data = _table(f).T.contiguous()
         self.model = self._decoder
+        self.embed = nn.Embedding(V, V)  # only where inputs go (placement); never called
         self.calls = 0
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embed
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
 
     def _decoder(
         self, input_ids: torch.Tensor, cache: DynamicCache | None = None, **_: object

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from workloads import tree_decode
+from workloads import _steps, tree_decode
 from workloads._kv import CacheFull, RaggedStaticCache
 from workloads._steps import Graphed, Steps
 from workloads.ar_decode import ar_generate
@@ -49,19 +49,19 @@ def test_storage_is_allocated_once_and_written_in_place(
     target: LlamaForCausalLM, greedy: list[list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[RaggedStaticCache] = []
-    real = tree_decode.RaggedStaticCache
+    real = _steps.RaggedStaticCache
 
     def spy(*a: object, **kw: object) -> RaggedStaticCache:
         cache = real(*a, **kw)  # type: ignore[arg-type]
         seen.append(cache)
         return cache
 
-    monkeypatch.setattr(tree_decode, "RaggedStaticCache", spy)
+    monkeypatch.setattr(_steps, "RaggedStaticCache", spy)
     ptrs: list[list[int]] = []
     orig_commit = real.commit
 
-    def commit(self: RaggedStaticCache, *a: object) -> None:
-        orig_commit(self, *a)  # type: ignore[arg-type]
+    def commit(self: RaggedStaticCache, *a: object, **kw: object) -> None:
+        orig_commit(self, *a, **kw)  # type: ignore[arg-type]
         if self is seen[0]:
             ptrs.append([t.data_ptr() for t in (*self.keys.values(), *self.values.values())])
 
