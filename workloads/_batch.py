@@ -61,11 +61,13 @@ class Timer:
         self.cuda = [d for d in dict.fromkeys(devices) if d.type == "cuda"]
         self._spans: dict[str, list[tuple[object, object]]] = {}
         self.syncs = 0  # host syncs this timer made (tests read it)
+        self._dirty = False  # events recorded since the last sync
 
     def mark(self) -> object:
         """A point in time on every device (an event each on CUDA)."""
         if not self.cuda:
             return time.perf_counter()
+        self._dirty = True
         events = []
         for dev in self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
@@ -82,6 +84,7 @@ class Timer:
         for dev in self.cuda:
             torch.cuda.synchronize(dev)
         self.syncs += 1 if self.cuda else 0
+        self._dirty = False
 
     def now(self) -> float:
         """Host wall time after the devices are done (a sync on CUDA): for whole calls."""
@@ -93,7 +96,7 @@ class Timer:
         spans = self._spans.get(name, [])
         if not self.cuda:
             return sum(float(e) - float(s) for s, e in spans)  # type: ignore[arg-type,misc]
-        if spans:
+        if spans and self._dirty:
             self.sync()
         total = 0.0
         for s, e in spans:

@@ -26,6 +26,7 @@ class DraftTree:
         b, n = root_b.shape[0], max_nodes(depth, topk)
         dev = root_b.device
         self.size = 1
+        self.level = 0  # depth of the newest nodes, on the host (no device read per level)
         self.tokens = torch.zeros(b, n, dtype=torch.long, device=dev)
         self.tokens[:, 0] = root_b
         self.parents = torch.zeros(b, n, dtype=torch.long, device=dev)
@@ -38,7 +39,8 @@ class DraftTree:
     def add_children(
         self, parents_bk: torch.Tensor, logp_bkt: torch.Tensor, ids_bkt: torch.Tensor
     ) -> torch.Tensor:
-        """Add child j of parent i with token ``ids[:, i, j]``; return the new nodes [B, K*t]."""
+        """Add child j of parent i with token ``ids[:, i, j]``; return the new nodes [B, K*t].
+        The parents are the newest nodes (the root, then each expansion's frontier)."""
         b, k, t = ids_bkt.shape
         lo, hi = self.size, self.size + k * t
         par = parents_bk[:, :, None].expand(b, k, t).reshape(b, k * t)
@@ -47,7 +49,8 @@ class DraftTree:
         self.scores[:, lo:hi] = (self.scores.gather(1, parents_bk)[:, :, None] + logp_bkt).reshape(
             b, -1
         )
-        self.depths[lo:hi] = self.depths[parents_bk[0, 0]] + 1
+        self.level += 1
+        self.depths[lo:hi] = self.level
         n = self.anc.shape[1]
         self.anc[:, lo:hi] = self.anc.gather(1, par[:, :, None].expand(b, k * t, n))
         self.anc[:, torch.arange(lo, hi), torch.arange(lo, hi)] = True
@@ -86,18 +89,26 @@ _BLOCK = 256
 
 
 def accept_greedy(
-    tokens_bn: torch.Tensor, depth_bn: torch.Tensor, lpar_bn: torch.Tensor, logits_bnv: torch.Tensor
+    tokens_bn: torch.Tensor,
+    depth_bn: torch.Tensor,
+    lpar_bn: torch.Tensor,
+    logits_bnv: torch.Tensor,
+    max_depth: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Temperature 0: the deepest node whose path matches the target's argmax at every step.
+
+    ``logits_bnv`` may be in the target's dtype (bfloat16: the argmax is that of the float32
+    upcast, no [B, n, V] float32 copy) and on another device than the tree (a spread target's
+    LM head): only the argmax [B, n] moves. ``max_depth``: the tree's depth (a host int).
 
     Returns:
         last [B]: index (within the verified nodes) of the last accepted node (0 = root only);
         bonus [B]: the target's argmax after it.
     """
-    greedy = logits_bnv.argmax(-1)
+    greedy = logits_bnv.argmax(-1).to(tokens_bn.device)
     ok = torch.zeros_like(tokens_bn, dtype=torch.bool)
     ok[:, 0] = True
-    for d in range(1, int(depth_bn.max()) + 1):
+    for d in range(1, max_depth + 1):
         match = (depth_bn == d) & ok.gather(1, lpar_bn) & (tokens_bn == greedy.gather(1, lpar_bn))
         ok |= match
     last = (ok * (depth_bn + 1)).argmax(1)

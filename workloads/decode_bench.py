@@ -136,7 +136,7 @@ def _draft(
         _check_draft_folder(folder)
         draft = DraftModel.load(folder, embed_weight=embed, lm_head_weight=head)
         where = str(folder)
-    return draft.to(device=model.device, dtype=model.dtype).eval(), where
+    return draft.cast_to(model.dtype, device=model.device).eval(), where  # RoPE stays fp32
 
 
 def _prompts(cfg: DecodeBenchConfig, tokenizer: object) -> list[list[int]]:

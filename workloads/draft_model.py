@@ -14,7 +14,9 @@ updates; the frozen embedding and LM head are kept in a *compute dtype* (float32
 training, bfloat16 for bfloat16 autocast: half the memory and no casts in the matmuls). Inputs
 are cast to what the weights need, so a plain float32 forward, a bfloat16-autocast forward (CPU
 or CUDA) and decoding beside a bfloat16 target (whose hidden states and masks are bfloat16) all
-work whatever the target's dtype.
+work whatever the target's dtype. To decode in the target's dtype instead,
+:meth:`DraftModel.cast_to` casts the weights but keeps the RoPE table (``inv_freq``) in float32;
+``.to(dtype=...)`` would not.
 
 Shape legend: B batch, T positions, S cached + new positions, h hidden size, N draft vocabulary.
 """
@@ -130,6 +132,9 @@ class DraftModel(nn.Module):
             autocast of that dtype; changed later with :meth:`set_compute_dtype`.
     """
 
+    FROZEN_WEIGHTS = ("embed_weight", "lm_head_weight")
+    """buffers holding the target's frozen weights, kept in the compute dtype"""
+
     draft_to_target: torch.Tensor
     embed_weight: torch.Tensor
     lm_head_weight: torch.Tensor
@@ -165,6 +170,12 @@ class DraftModel(nn.Module):
         )
         head = lm_head_weight.detach()[vocab.to(lm_head_weight.device)]
         self.register_buffer("lm_head_weight", head.to(compute_dtype), persistent=False)
+        # the float32 buffers that :meth:`cast_to` keeps float32 (RoPE's inv_freq and its copy)
+        self.fp32_buffers: tuple[str, ...] = tuple(
+            name
+            for name, buf in self.named_buffers()
+            if buf.dtype == torch.float32 and name not in self.FROZEN_WEIGHTS
+        )
 
     @property
     def compute_dtype(self) -> torch.dtype:
@@ -179,6 +190,28 @@ class DraftModel(nn.Module):
         """
         self.embed_weight = self.embed_weight.to(dtype)
         self.lm_head_weight = self.lm_head_weight.to(dtype)
+        return self
+
+    def cast_to(
+        self, dtype: torch.dtype, *, device: torch.device | str | None = None
+    ) -> DraftModel:
+        """Run in ``dtype`` (e.g. a bfloat16 target's), on ``device`` if given: the parameters and
+        the frozen embedding and LM head are cast, the buffers in :attr:`fp32_buffers` stay
+        float32.
+
+        Use it, never ``.to(dtype=...)``: that casts every float buffer too, and a bfloat16 RoPE
+        ``inv_freq`` rounds the rotation angles (position * inv_freq) by up to 0.4 % of
+        themselves, i.e. radians at positions in the thousands (transformers'
+        ``LlamaRotaryEmbedding`` computes cos/sin in float32 from whatever ``inv_freq`` holds).
+
+        Returns:
+            ``self``, as ``nn.Module.to`` does.
+        """
+        keep = {name: self.get_buffer(name) for name in self.fp32_buffers}
+        self.to(device=device, dtype=dtype)
+        for name, buf in keep.items():
+            owner, _, attr = name.rpartition(".")
+            setattr(self.get_submodule(owner), attr, buf.to(self.get_buffer(name).device))
         return self
 
     @property

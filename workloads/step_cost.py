@@ -16,11 +16,12 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from workloads._kv import CACHE_KW
+from workloads._kv import CACHE_KW, additive_mask
 from workloads.draft_model import DraftModel
 
 
@@ -60,6 +61,71 @@ def _median_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
     return 1000.0 * statistics.median(times)
 
 
+class _Steps:
+    """A context of ``context`` positions prefilled into the target's and the draft's KV caches,
+    and the timed steps over it; each step drops its new positions again, so every call sees
+    the same ``context`` cached positions.
+
+    Args:
+        ids: [1, L] token ids, L >= ``context`` + max(``topk``, the largest target step): the
+            context, then the new tokens.
+    """
+
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        draft: DraftModel,
+        ids: torch.Tensor,
+        *,
+        context: int,
+        topk: int,
+    ) -> None:
+        param = next(target.parameters())
+        self.target, self.draft, self.ids = target, draft, ids.to(param.device)
+        self.context, self.topk = context, topk
+        self.pos = torch.arange(ids.shape[1], device=param.device)[None]
+        self.t_cache = DynamicCache(config=target.config)
+        target(input_ids=self.ids[:, :context], use_cache=True, **{CACHE_KW: self.t_cache})
+        h = draft.arch.hidden_size
+        self.d_cache = draft.new_cache()
+        hidden = torch.zeros(1, context, h, device=param.device, dtype=param.dtype)
+        draft(hidden, self.ids[:, :context], self.pos[:, :context], cache=self.d_cache)
+        self.new_h = torch.zeros(1, topk, h, device=param.device, dtype=param.dtype)
+        # one tree level: topk siblings at one position, each seeing the context and itself (as
+        # the engine's tree mask does); without a mask transformers' SDPA would run top-left
+        # causal and crop the keys to the first topk cached positions
+        d_weight = draft.fc.weight
+        allowed = torch.ones(1, topk, context + topk, dtype=torch.bool, device=d_weight.device)
+        allowed[:, :, context:] = torch.eye(topk, dtype=torch.bool, device=d_weight.device)
+        self.d_mask = additive_mask(allowed, d_weight.dtype)  # [1, 1, topk, context + topk]
+        self.d_pos = self.pos[:, context : context + 1].expand(1, topk)
+
+    def draft_step(self) -> torch.Tensor:
+        """One draft step over ``topk`` new tokens, LM head and top-k included; [1, topk, h]."""
+        c, k = self.context, self.topk
+        ids = self.ids[:, c : c + k]
+        out = self.draft(
+            self.new_h, ids, self.d_pos, attention_mask=self.d_mask, cache=self.d_cache
+        )
+        torch.topk(self.draft.logits(out), k, dim=-1)
+        self.d_cache.crop(-k)
+        return out
+
+    def target_step(self, n: int) -> torch.Tensor:
+        """One target forward of ``n`` new tokens (causal among them, after the context, which
+        transformers masks explicitly: its SDPA path skips the mask only when n is 1 or the
+        cache is empty); [1, n, V] logits."""
+        c = self.context
+        out = self.target(
+            input_ids=self.ids[:, c : c + n],
+            position_ids=self.pos[:, c : c + n],
+            use_cache=True,
+            **{CACHE_KW: self.t_cache},
+        )
+        self.t_cache.crop(-n)
+        return cast(torch.Tensor, out.logits)
+
+
 @torch.inference_mode()
 def measure_step_cost(
     target: PreTrainedModel,
@@ -76,44 +142,12 @@ def measure_step_cost(
     The cached context is random token ids (costs do not depend on the values). Each timed call
     drops its new positions again, so every repeat sees ``context`` positions.
     """
-    device = next(target.parameters()).device
-    dtype = next(target.parameters()).dtype
-    h = draft.arch.hidden_size
     gen = torch.Generator().manual_seed(0)
     length = context + max(num_draft_tokens, topk)
-    ids = torch.randint(0, draft.embed_weight.shape[0], (1, length), generator=gen).to(device)
-    pos = torch.arange(length, device=device)[None]
-
-    t_cache = DynamicCache(config=target.config)
-    target(input_ids=ids[:, :context], use_cache=True, **{CACHE_KW: t_cache})
-
-    def target_step(n: int) -> Callable[[], object]:
-        def run() -> object:
-            out = target(
-                input_ids=ids[:, context : context + n],
-                position_ids=pos[:, context : context + n],
-                use_cache=True,
-                **{CACHE_KW: t_cache},
-            )
-            t_cache.crop(-n)
-            return out
-
-        return run
-
-    d_cache = draft.new_cache()
-    hidden = torch.zeros(1, context, h, device=device, dtype=dtype)
-    draft(hidden, ids[:, :context], pos[:, :context], cache=d_cache)
-    new_h = torch.zeros(1, topk, h, device=device, dtype=dtype)
-
-    def draft_step() -> object:
-        out = draft(new_h, ids[:, context : context + topk], pos[:, context : context + topk],
-                    cache=d_cache)  # fmt: skip
-        top = torch.topk(draft.logits(out), topk, dim=-1)
-        d_cache.crop(-topk)
-        return top
-
+    ids = torch.randint(0, draft.embed_weight.shape[0], (1, length), generator=gen)
+    steps = _Steps(target, draft, ids, context=context, topk=topk)
     return StepCost(
-        draft_ms=_median_ms(draft_step, warmup, repeats),
-        target_ms=_median_ms(target_step(1), warmup, repeats),
-        verify_ms=_median_ms(target_step(num_draft_tokens), warmup, repeats),
+        draft_ms=_median_ms(steps.draft_step, warmup, repeats),
+        target_ms=_median_ms(lambda: steps.target_step(1), warmup, repeats),
+        verify_ms=_median_ms(lambda: steps.target_step(num_draft_tokens), warmup, repeats),
     )
