@@ -126,7 +126,7 @@ class RaggedStaticCache:
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """Write this forward's [B, H, n, d] keys and values in place; return [B, H, W, d] views."""
         if layer_idx not in self.keys:
-            size = (len(self.lengths), key_states.shape[1], self.capacity, key_states.shape[3])
+            size = (self.max_rows, key_states.shape[1], self.capacity, key_states.shape[3])
             dt, dev = key_states.dtype, key_states.device
             self.keys[layer_idx] = torch.zeros(size, dtype=dt, device=dev)
             self.values[layer_idx] = torch.zeros(size, dtype=dt, device=dev)

@@ -1,0 +1,212 @@
+"""The decoding engine under a GPU's rules, on the CPU (see :mod:`tests.workloads.gpu_rules`):
+one device per op with a spread target, a budget of host syncs per cycle, graphs captured and
+steps compiled once per shape bucket and never again on a repeat call, and failures of a
+capture reported, not hidden."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.workloads.gpu_rules import DEVICE_1, DeviceMix, DeviceTags, HostSyncs, spread_target
+from tests.workloads.tiny import tiny_draft, tiny_target
+from workloads import _batch
+from workloads._batch import Timer
+from workloads._steps import Graphed, Steps, StepStats
+from workloads._tree import accept_greedy
+from workloads.ar_decode import ar_generate
+from workloads.tree_decode import TreeShape, generate
+
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8], [9] * 11, [3, 1], [2] * 6, [7, 8], [5], [6, 6, 6]]
+SHAPE = TreeShape(depth=3, topk=2, num_draft_tokens=6)
+
+
+@pytest.fixture(scope="module")
+def target() -> torch.nn.Module:
+    return tiny_target()
+
+
+@pytest.fixture(scope="module")
+def draft(target: torch.nn.Module) -> torch.nn.Module:
+    return tiny_draft(target)
+
+
+def _eos(target: torch.nn.Module, prompts: list[list[int]], n: int) -> frozenset[int]:
+    """EOS ids that stop some rows early and leave others running (rows leave at different
+    cycles): the 3rd greedy token of the first two prompts."""
+    ref = ar_generate(target, prompts, max_new_tokens=n, eos_ids=frozenset()).tokens
+    return frozenset({ref[0][2], ref[1][2]}) - {t for r in ref[2:4] for t in r}
+
+
+# --- one device per op -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_spread_target_keeps_one_device_per_op(
+    target: torch.nn.Module,
+    draft: torch.nn.Module,
+    monkeypatch: pytest.MonkeyPatch,
+    temperature: float,
+) -> None:
+    """Final norm and LM head on device 1: prefill, cycles, both accept rules, rows leaving,
+    and the AR loop run without an op that mixes devices, and give the unspread output."""
+    prompts, n = PROMPTS[:3], 8
+    eos = _eos(target, prompts, n)
+    kw = {"max_new_tokens": n, "shape": SHAPE, "eos_ids": eos, "temperature": temperature}
+    plain = generate(target, draft, prompts, generator=torch.Generator().manual_seed(0), **kw)
+    with spread_target(target, monkeypatch) as mode:
+        gen = torch.Generator(device=DEVICE_1).manual_seed(0)  # sampling runs on device 1
+        spread = generate(target, draft, prompts, generator=gen, **kw)
+        ar = ar_generate(target, prompts, max_new_tokens=n, eos_ids=eos)
+    assert spread.tokens == plain.tokens and spread.cycles >= 2
+    assert ar.cycles >= 2 and mode.ops > 1000 and not mode.mixes_seen
+    assert any(len(t) < n for t in spread.tokens)  # a row left the batch
+
+
+def test_device_rule_has_power(
+    target: torch.nn.Module, draft: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an engine told the wrong placement (everything on device 0) mixes devices at once
+    with spread_target(target, monkeypatch):
+        monkeypatch.setattr(_batch, "output_device", lambda _m: torch.device("cpu"))
+        with pytest.raises(DeviceMix):
+            generate(target, draft, PROMPTS[:2], max_new_tokens=4, shape=SHAPE,
+                     eos_ids=frozenset())  # fmt: skip
+    # the accept rule itself: today's moves the argmax; the old one compared across devices
+    toks = torch.tensor([[1, 2, 3]])
+    depth, lpar = torch.tensor([[0, 1, 2]]), torch.tensor([[0, 0, 1]])
+    with DeviceTags():
+        logits = torch.randn(1, 3, 8, device=DEVICE_1)
+        accept_greedy(toks, depth, lpar, logits, 2)
+        with pytest.raises(DeviceMix):
+            _ = toks == logits.argmax(-1)
+
+
+# --- host syncs per cycle --------------------------------------------------------------------
+
+SYNC_BUDGET = 1
+"""host reads per decoding cycle: the tokens each row emitted (with how many, and whether KV
+entries move), in one transfer; the host needs them to return the tokens and to know which rows
+finished. Everything else (tree, accept, cache commit, timers) stays on the device."""
+
+
+@pytest.mark.parametrize(("b", "temperature"), [(1, 0.0), (8, 0.0), (8, 0.8)])
+def test_host_syncs_per_cycle_within_budget(
+    target: torch.nn.Module, draft: torch.nn.Module, b: int, temperature: float
+) -> None:
+    prompts = PROMPTS[:b]
+    with HostSyncs() as rec:
+        res = generate(
+            target, draft, prompts, max_new_tokens=12, shape=SHAPE, eos_ids=frozenset(),
+            temperature=temperature, generator=torch.Generator().manual_seed(0),
+        )  # fmt: skip
+    prompt_phase = 1  # the first token of every row
+    assert res.cycles >= 3
+    assert len(rec.seen) <= prompt_phase + SYNC_BUDGET * res.cycles, rec.seen
+    with HostSyncs() as rec:
+        ar = ar_generate(target, prompts, max_new_tokens=6, eos_ids=frozenset())
+    assert len(rec.seen) <= prompt_phase + ar.cycles, rec.seen
+
+
+def test_host_sync_recorder_has_power() -> None:
+    x = torch.ones(3)
+    with HostSyncs() as rec:
+        int(x.max())
+        torch.equal(x, x)
+        x.tolist()
+    assert rec.seen == ["__int__", "equal", "tolist"]
+
+
+def test_timer_syncs_once_per_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the spans are events: marks record, one sync reads them all."""
+    syncs: list[object] = []
+
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.t = 0.0
+
+        def record(self, stream: object = None) -> None:
+            self.t = float(len(syncs))
+
+        def elapsed_time(self, other: Event) -> float:
+            return 1.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda dev=None: syncs.append(dev))
+    devs = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    timer = Timer(devs)
+    for _ in range(40):  # 40 cycles x 2 spans
+        a = timer.mark()
+        timer.add("draft", a)
+        b = timer.mark()
+        timer.add("verify", b)
+    assert syncs == []  # nothing waited inside the cycles
+    assert timer.seconds("draft") == pytest.approx(0.04)
+    assert timer.seconds("verify") == pytest.approx(0.04)
+    assert syncs == devs  # one sync of each device for both reads
+
+
+# --- graphs and compiled steps: captured and compiled once per bucket --------------------------
+
+
+def test_graphs_capture_once_per_bucket_and_never_again(
+    target: torch.nn.Module, draft: torch.nn.Module
+) -> None:
+    """``graphs`` without the capture itself (no CUDA here): the shapes a capture would be
+    made for. A batch of 8 shrinking to 1 meets the buckets 8, 4, 2, 1, each with 3 steps
+    (verify, the draft's pending pairs, a tree level); a second identical call captures none."""
+    n = 10
+    eos = _eos(target, PROMPTS, n)
+    steps = Steps(target, draft, "graphs", capture=False)
+    kw = {"max_new_tokens": n, "shape": SHAPE, "eos_ids": eos, "steps": steps}
+    first = generate(target, draft, PROMPTS, **kw)  # type: ignore[arg-type]
+    assert any(len(t) < n for t in first.tokens) and any(len(t) == n for t in first.tokens)
+    assert steps.stats.captures <= 4 * 3 and steps.stats.late == 0
+    captured = steps.stats.captures
+    again = generate(target, draft, PROMPTS, **kw)  # type: ignore[arg-type]
+    assert again.tokens == first.tokens
+    assert steps.stats.captures == captured  # nothing recaptured
+    eager = generate(target, draft, PROMPTS, max_new_tokens=n, shape=SHAPE, eos_ids=eos)
+    assert eager.tokens == first.tokens  # bucketed, frozen rows: the same output
+
+
+def test_compiled_steps_compile_once_and_never_again(
+    target: torch.nn.Module, draft: torch.nn.Module
+) -> None:
+    """``compile`` with dynamo's eager backend (graphs counted, no code generation): a batch
+    of 2 meets the buckets 2 and 1; a second identical call compiles nothing."""
+    prompts, n = PROMPTS[:2], 8
+    torch._dynamo.reset()
+    steps = Steps(target, draft, "compile", backend="eager")
+    kw = {"max_new_tokens": n, "shape": SHAPE, "eos_ids": frozenset(), "steps": steps}
+    first = generate(target, draft, prompts, **kw)  # type: ignore[arg-type]
+    compiled = steps.stats.compiles
+    # 2 buckets x 3 steps, each one graph or a few when dynamo breaks it
+    assert 1 <= compiled <= 2 * 3 * 2 and steps.stats.late == 0
+    again = generate(target, draft, prompts, **kw)  # type: ignore[arg-type]
+    assert steps.stats.compiles == compiled
+    eager = generate(target, draft, prompts, max_new_tokens=n, shape=SHAPE, eos_ids=frozenset())
+    assert first.tokens == again.tokens == eager.tokens
+
+
+def test_graph_key_separates_dtypes() -> None:
+    a, b = torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bfloat16)
+    assert Graphed.key([a], None) != Graphed.key([b], None)
+    assert Graphed.key([a], None) == Graphed.key([a.clone()], None)
+
+
+def test_capture_failure_is_reported_and_out_of_memory_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stats = StepStats()
+    step = Graphed(lambda x, cache: x + 1, "verify", stats)  # capture=True: no CUDA here
+    assert step(torch.zeros(2), None).tolist() == [1.0, 1.0]  # ran eagerly ...
+    assert len(stats.fallbacks) == 1 and stats.metrics()["compile.fallbacks"] == 1.0  # ... said
+
+    def oom(*_: object) -> None:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(Graphed, "_capture", oom)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        Graphed(lambda x, cache: x, "verify", StepStats())(torch.zeros(3), None)
