@@ -41,7 +41,8 @@ def main() -> None:
                 )  # fmt: skip
             kinds = dict(collections.Counter(rec.seen))
             per = len(rec.seen) / res.cycles
-            print(f"{b:>3} {temperature:>4} {res.cycles:>6} {len(rec.seen):>6} {per:>9.2f}  {kinds}")
+            n = len(rec.seen)
+            print(f"{b:>3} {temperature:>4} {res.cycles:>6} {n:>6} {per:>9.2f}  {kinds}")
 
 
 if __name__ == "__main__":
