@@ -5,7 +5,8 @@ random-weight target in bfloat16 (``workloads.target.random_config``, seeded ini
 the device) with :class:`~workloads.online_features.OnlineFeatures` (the target runs inside
 each step)
 and a 1-layer EAGLE draft trained by :func:`~workloads.training.train_stage` in bf16 autocast
-(float32 master weights, TF32 on):
+(float32 master weights, TF32 on) with EAGLE's feature noise on (``--feature-noise``, default
+0.2, the recipe's ``train.feature_noise``; drawn on the device, see issue 22):
 
 - training tokens/s over the measured steps (``--warmup`` steps first, not counted);
 - the time split per step: target forward (``OnlineFeatures.hidden``, synchronised before and
@@ -111,6 +112,10 @@ GPU_SHAPES = ("llama-3-8b", "smollm2-135m")
 
 TINY = "tiny-llama"
 """the CPU stand-in: a 2-layer LLaMA of width 64 (see :func:`_config`)"""
+
+FEATURE_NOISE = 0.2
+"""EAGLE's feature noise the train check trains with: the recipe's default
+(``workloads.config.TrainConfig.feature_noise``; pydantic is absent on the GPU machine)"""
 
 RESERVE_S = 45.0
 """seconds kept for each shape still to come when a shape's measuring stops for the budget"""
@@ -346,6 +351,7 @@ def measure_shape(
         seed=args.seed,
         order="stream",
         precision="bf16",
+        feature_noise=args.feature_noise,
     )
     opt = make_optimizer(draft, s)
     log = StageLog()
@@ -984,6 +990,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     tr.add_argument("--doc-len", type=int, default=0, help="tokens per document (0: one a row)")
     tr.add_argument("--budget-s", type=float, default=420.0, help="stop measuring in time")
     tr.add_argument("--peak-tflops", type=float, help="the peak for MFU (default: datasheet)")
+    tr.add_argument(
+        "--feature-noise", type=float, default=FEATURE_NOISE, help="EAGLE's noise (0: off)"
+    )
     de = sub.add_parser(
         "decode",
         parents=[common],
@@ -1040,6 +1049,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
         ap.error("--budget-s and --peak-tflops must be > 0")
     if not math.isfinite(args.budget_s):
         ap.error("--budget-s must be finite")
+    if not 0 <= args.feature_noise <= 10:
+        ap.error(f"--feature-noise {args.feature_noise}: must be in [0, 10] (default 0.2)")
     return args
 
 

@@ -191,7 +191,8 @@ def run(
 
     Returns:
         metrics: ``acceptance_length``, ``acceptance_length/<set>``, ``mismatches``,
-        ``near_ties``, losses, wall seconds per phase (training on workers also
+        ``near_ties``, ``eval.tf32`` (1: the target's float32 matmuls ran in TF32, which widens
+        the near-tie threshold), losses, wall seconds per phase (training on workers also
         ``wall_s/train_workers``, their start-up included), token counts, ``draft.params``,
         ``tokens_per_s/speculative`` and ``tokens_per_s/greedy``, per stage
         ``tokens_trained`` (this trial's own work; a wsd-fork trunk reused from the cache or a
@@ -212,7 +213,9 @@ def run(
     result = TrialResult(artifact_paths=[out_dir / "per_prompt.json", out_dir / "draft"])
     m = result.metrics
     device = resolve_device(cfg.device)
-    if device.type == "cuda":  # TF32 matmuls for what autocast leaves in float32
+    # TF32 matmuls for what autocast leaves in float32; a float32 target then rounds as TF32,
+    # which the lossless check's near-tie rule follows (workloads.evaluation.uses_tf32)
+    if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
         torch.cuda.reset_peak_memory_stats()
@@ -286,6 +289,7 @@ def run(
             "mismatches": ev.mismatches,
             "near_ties": ev.near_ties,
             "eval.near_tie_threshold": ev.near_tie_threshold,
+            "eval.tf32": float(ev.tf32),
             "eval.tokens": generated,
             "eval.prompts": len(ev.per_prompt),
             "tokens_per_s/speculative": generated / ev.spec_s if ev.spec_s else float("nan"),

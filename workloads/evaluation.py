@@ -13,6 +13,10 @@ logit of 16-32) ties are real, and greedy speculative output differs from plain 
 without any bug: EAGLE's authors find speculative and vanilla greedy output identical in
 float32 and attribute the differences in half precision to floating-point error
 (https://github.com/SafeAILab/EAGLE/issues/75, citing Spec-Bench, arXiv 2401.07851, Appendix E).
+A float32 target whose matmuls run in TF32 (on a CUDA GPU, see :func:`uses_tf32`; training
+turns it on there) rounds their inputs to TF32's 10 explicit mantissa bits (NVIDIA, "NVIDIA A100
+Tensor Core GPU Architecture", 2020, TensorFloat-32; PyTorch notes "TensorFloat-32 (TF32) on
+Ampere (and later) devices"), so its spacing is TF32's, ``2**-10``, not float32's.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from transformers import PreTrainedModel
 
 from workloads.data import PromptSet, chat_prompt_ids
 from workloads.draft_model import DraftModel
-from workloads.target import input_device
+from workloads.target import input_device, output_device
 from workloads.tree_decode import TreeShape, speculative_generate
 
 NEAR_TIE = 1e-4
@@ -45,6 +49,10 @@ forward with a KV cache differ by at most 9 (bfloat16; median 3, 3 argmax flips,
 and 45 (float32; still under NEAR_TIE) spacings of the top logit on any vocabulary entry. The
 top-2 order flips only when the gap is under the sum of the two entries' errors, so twice the
 bfloat16 maximum, rounded up"""
+
+TF32_EPS = 2.0**-10
+"""machine epsilon of TF32 (10 explicit mantissa bits, as float16; NVIDIA Ampere architecture
+whitepaper), the spacing at 1 of a float32 matmul that runs in TF32"""
 
 
 @dataclass
@@ -60,6 +68,8 @@ class EvalResult:
     """largest near-tie threshold (nats) applied at a divergence; 0.0 when no output diverged"""
     dtype: str = ""
     """the target's dtype, which sets the threshold (see :func:`near_tie_threshold`)"""
+    tf32: bool = False
+    """whether the target's float32 matmuls ran in TF32 (sets the threshold too)"""
     spec_s: float = 0.0
     greedy_s: float = 0.0
     draft_s: float = 0.0
@@ -73,6 +83,33 @@ class EvalResult:
         return accepted / cycles if cycles else float("nan")
 
 
+def greedy_key(
+    target: PreTrainedModel,
+    target_name: str,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    eos_ids: frozenset[int],
+) -> str:
+    """24 hex chars naming a greedy reference: the target (name, dtype, the device types its
+    input and logits are on, whether its matmuls run in TF32), the prompt and the generation
+    settings. A reference computed on the CPU is never reused on a GPU (they round
+    differently, and the lossless check compares against the reference token for token)."""
+    devices = sorted({input_device(target).type, output_device(target).type})
+    key = json.dumps(
+        [
+            target_name,
+            str(target.dtype),
+            devices,
+            target_uses_tf32(target),
+            prompt_ids,
+            max_new_tokens,
+            sorted(eos_ids),
+        ]
+    )
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
 def greedy_reference(
     target: PreTrainedModel,
     prompt_ids: list[int],
@@ -82,10 +119,13 @@ def greedy_reference(
     cache_dir: Path,
     target_name: str,
 ) -> tuple[list[int], float]:
-    """The target's greedy continuation of ``prompt_ids`` and its seconds, cached on disk."""
-    key = json.dumps([target_name, str(target.dtype), prompt_ids, max_new_tokens, sorted(eos_ids)])
+    """The target's greedy continuation of ``prompt_ids`` and its seconds, cached on disk
+    (under :func:`greedy_key`)."""
+    key = greedy_key(
+        target, target_name, prompt_ids, max_new_tokens=max_new_tokens, eos_ids=eos_ids
+    )
     dev = input_device(target)
-    path = cache_dir / "greedy" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    path = cache_dir / "greedy" / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         if path.exists():
@@ -108,17 +148,45 @@ def greedy_reference(
     return tokens, seconds
 
 
-def near_tie_threshold(top_logit: float, dtype: torch.dtype) -> float:
+def near_tie_threshold(top_logit: float, dtype: torch.dtype, *, tf32: bool = False) -> float:
     """Top-2 logit gap (nats) under which a greedy divergence is rounding, not a bug.
 
-    ``max(NEAR_TIE, NEAR_TIE_ULPS * spacing)``, ``spacing = eps(dtype) * 2**floor(log2|top|)``,
-    the distance between adjacent ``dtype`` values at the top logit's magnitude (``top_logit``
-    in nats). E.g. bfloat16 at a top logit of 20: 16 * 0.125 = 2.0; float32: the floor 1e-4.
+    ``max(NEAR_TIE, NEAR_TIE_ULPS * spacing)``, ``spacing = eps * 2**floor(log2|top|)``, the
+    distance between adjacent values at the top logit's magnitude (``top_logit`` in nats), with
+    ``eps`` the ``dtype``'s or, where ``tf32`` (a float32 target whose matmuls run in TF32, see
+    :func:`uses_tf32`), TF32's :data:`TF32_EPS`. E.g. bfloat16 at a top logit of 20:
+    16 * 0.125 = 2.0; float32 in TF32: 16 * 2**-10 * 16 = 0.25; float32: the floor 1e-4.
     """
     if not dtype.is_floating_point or top_logit == 0 or not math.isfinite(top_logit):
         return NEAR_TIE
-    spacing = torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(abs(top_logit)))
+    eps = max(torch.finfo(dtype).eps, TF32_EPS) if tf32 else torch.finfo(dtype).eps
+    spacing = eps * 2.0 ** math.floor(math.log2(abs(top_logit)))
     return max(NEAR_TIE, NEAR_TIE_ULPS * spacing)
+
+
+def cuda_matmul_tf32() -> bool:
+    """Whether CUDA float32 matmuls run in TF32 now, as set by any of torch's switches
+    (``torch.backends.cuda.matmul.allow_tf32``, ``torch.set_float32_matmul_precision`` other
+    than ``"highest"``, ``torch.backends[.cuda.matmul].fp32_precision = "tf32"``). Read through
+    ``fp32_precision``, which reflects them all; reading the legacy flags raises once the new
+    API was used."""
+    precision = getattr(torch.backends.cuda.matmul, "fp32_precision", None)
+    if precision is not None:
+        return bool(precision == "tf32")
+    return bool(torch.backends.cuda.matmul.allow_tf32)  # torch before the fp32_precision API
+
+
+def uses_tf32(dtype: torch.dtype, device: torch.device, *, enabled: bool | None = None) -> bool:
+    """Whether matmuls of ``dtype`` on ``device`` run in TF32: float32 on a CUDA device while
+    TF32 is on (``enabled``; default :func:`cuda_matmul_tf32`, torch's setting now)."""
+    if dtype != torch.float32 or device.type != "cuda":
+        return False
+    return cuda_matmul_tf32() if enabled is None else enabled
+
+
+def target_uses_tf32(target: PreTrainedModel) -> bool:
+    """:func:`uses_tf32` for a target's dtype on the device its logits come out on."""
+    return uses_tf32(target.dtype, output_device(target))
 
 
 @dataclass(frozen=True)
@@ -128,7 +196,7 @@ class NearTie:
     gap: float
     """top-1 minus top-2 logit (nats)"""
     threshold: float
-    """:func:`near_tie_threshold` at the top logit, for the target's dtype"""
+    """:func:`near_tie_threshold` at the top logit, for the target's dtype (and TF32 use)"""
 
     @property
     def is_tie(self) -> bool:
@@ -141,9 +209,8 @@ def near_tie(target: PreTrainedModel, ids: list[int]) -> NearTie:
     """The target's top-2 gap after ``ids`` and the near-tie threshold there."""
     ids_t = torch.tensor([ids], device=input_device(target))
     top = target(input_ids=ids_t).logits[0, -1].float().topk(2).values
-    return NearTie(
-        gap=float(top[0] - top[1]), threshold=near_tie_threshold(float(top[0]), target.dtype)
-    )
+    threshold = near_tie_threshold(float(top[0]), target.dtype, tf32=target_uses_tf32(target))
+    return NearTie(gap=float(top[0] - top[1]), threshold=threshold)
 
 
 def top2_gap(target: PreTrainedModel, ids: list[int]) -> float:
@@ -172,7 +239,7 @@ def evaluate(
     A float32 draft runs beside a bfloat16 or float16 target (see
     :class:`workloads.draft_model.DraftModel`).
     """
-    res = EvalResult(dtype=str(target.dtype).removeprefix("torch."))
+    res = EvalResult(dtype=str(target.dtype).removeprefix("torch."), tf32=target_uses_tf32(target))
     draft.eval()
     for ps in prompt_sets:
         for i, text in enumerate(ps.prompts):

@@ -43,6 +43,7 @@ from transformers import PreTrainedModel
 
 from workloads.ar_decode import ar_generate
 from workloads.data import Conversation, chat_prompt_ids
+from workloads.target import output_device
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class ResponseRegenerator:
                 self.stats.cached = len(self._cached)
                 return [cached[cid] for cid, _ in prompts]
             t0 = time.perf_counter()
-            gen = torch.Generator(device=self.target.device)
+            gen = torch.Generator(device=output_device(self.target))  # beside the logits
             gen.manual_seed(self.s.seed * 1_000_003 + len(cached))
             out = ar_generate(
                 self.target,

@@ -98,7 +98,12 @@ class StageLog:
 
 
 def input_noise(
-    shape: torch.Size, amount: float, gen: torch.Generator, *, seq_len: int
+    shape: torch.Size,
+    amount: float,
+    gen: torch.Generator,
+    *,
+    seq_len: int,
+    device: torch.device | None = None,
 ) -> torch.Tensor:
     """EAGLE's uniform feature noise for input hidden states of ``shape`` [B, T-2, h].
 
@@ -106,10 +111,23 @@ def input_noise(
     EAGLE's ``AddUniformNoise`` in ``eagle/train/main.py`` (SafeAILab/EAGLE), with
     ``train_config`` ``data_noise: True``, ``noise: "uniform"``, ``std: 0.2``; its
     ``tensor.shape[1]`` is the training sequence length, here T. It makes the draft tolerate
-    its own predicted features at depth 2 and beyond. Drawn on the CPU from ``gen`` (the same
-    numbers on any device).
+    its own predicted features at depth 2 and beyond.
+
+    Drawn in float32 (the dtype the draft's input is summed in), in place on ``device``
+    (default ``gen.device``; ``gen`` must be a generator of that device type): one allocation,
+    no host tensor and no copy when training on a GPU. The numbers follow ``gen``'s seed on
+    one device: a CPU and a CUDA generator with the same seed give different numbers (and
+    CUDA's may differ between GPU models, its kernels' grids follow the SM count), so a run
+    resumes to the same numbers on the machine kind it started on.
     """
-    return (torch.rand(shape, generator=gen) - 0.5) * (amount * 512 / seq_len)
+    half = amount * 256 / seq_len
+    dev = gen.device if device is None else device
+    return torch.empty(shape, device=dev).uniform_(-half, half, generator=gen)
+
+
+def training_device(draft: DraftModel) -> torch.device:
+    """Where a training step's tensors live: the draft's (its frozen embedding's) device."""
+    return draft.embed_weight.device
 
 
 def position_losses(
@@ -141,7 +159,7 @@ def position_losses(
         ``reg``, ``cls`` (per-position losses, graph attached), ``agree`` (draft top-1 equals
         the target's, no graph) and ``weight``, each [B, T-2] float.
     """
-    dev = draft.embed_weight.device
+    dev = training_device(draft)
     ids_bt, mask_bt, hid = ids_bt.to(dev), mask_bt.to(dev), hid_bth.to(dev).float()
     b, t = ids_bt.shape
     pos_bt = (torch.arange(t).expand(b, t) if pos_bt is None else pos_bt).to(dev)
@@ -234,7 +252,7 @@ def draft_loss(
     data-parallel rank passes the global batch's over the world size, see
     :class:`DataParallel`). Inputs move to the draft's device.
     """
-    dev = draft.embed_weight.device
+    dev = training_device(draft)
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         reg_bt, cls_bt, agree_bt, weight = position_losses(
             draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward
@@ -382,6 +400,8 @@ def train_stage(
     opt = opt if opt is not None else make_optimizer(draft, s)
     params = [p for g in opt.param_groups for p in g["params"]]
     order = _RowOrder(rows, s)
+    dev = training_device(draft)
+    gen = torch.Generator(device=dev)  # the noise is drawn where it is added (see input_noise)
     draft.train()
     for step in range(start, stop):
         for group in opt.param_groups:
@@ -392,9 +412,10 @@ def train_stage(
         noise = None
         if s.feature_noise > 0:
             rank = parallel.rank if parallel else 0
-            gen = torch.Generator().manual_seed(s.seed * 1_000_003 + step * 1_009 + rank)
+            gen.manual_seed(s.seed * 1_000_003 + step * 1_009 + rank)  # per step: resumable
             b, t, h = hidden.shape
-            noise = input_noise(torch.Size((b, t - 2, h)), s.feature_noise, gen, seq_len=t)
+            shape = torch.Size((b, t - 2, h))
+            noise = input_noise(shape, s.feature_noise, gen, seq_len=t, device=dev)
         loss, parts = draft_loss(
             draft,
             packed.input_ids,

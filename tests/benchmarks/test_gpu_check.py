@@ -55,6 +55,7 @@ def test_train_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> N
     assert res["device_type"] == "cpu" and res["tiny"] and "pending" in res["note"]
     assert res["versions"]["torch"] and res["versions"]["transformers"]
     assert res["errors"] == [] and len(res["shapes"]) == 1
+    assert res["settings"]["feature_noise"] == 0.2  # trains as the recipe does (issue 22)
     shape = res["shapes"][0]
     assert shape["shape"] == "tiny-llama" and shape["measured_steps"] == 3
     numbers = [
@@ -68,6 +69,22 @@ def test_train_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> N
     split = shape["split"]
     assert split["target_forward"] + split["draft_step"] + split["rows"] == pytest.approx(1.0)
     assert "tiny-llama" in done.stdout and "wrote" in done.stdout
+
+
+def test_train_draws_feature_noise_in_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = _load()
+    training = sys.modules["workloads.training"]
+    args = mod._args(["train", "--device", "cpu", "--tiny", "--steps", "1", "--seq-len", "16"])
+    draws: list[tuple[int, ...]] = []
+    real = training.input_noise
+
+    def counting(shape, *a, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        draws.append(tuple(shape))
+        return real(shape, *a, **kw)
+
+    monkeypatch.setattr(training, "input_noise", counting)
+    mod.measure_shape(mod.TINY, args, mod.torch.device("cpu"), None, math.inf)
+    assert draws == [(args.batch, 14, 64)] * (args.warmup + 1)  # the tiny shape is 64 wide
 
 
 def test_step_flops_count_target_draft_and_head() -> None:
@@ -87,6 +104,7 @@ def test_step_flops_count_target_draft_and_head() -> None:
         (["train", "--batch", "0"], "--batch and --steps >= 1"),
         (["train", "--shapes", "llama-9b"], "--shapes llama-9b"),
         (["train", "--budget-s", "-1"], "--budget-s"),
+        (["train", "--feature-noise", "-0.1"], "--feature-noise -0.1"),
         (["train", "--device", "cuda"], "no CUDA GPU"),
         (["check"], "invalid choice"),
     ],

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from tests.workloads.gpu_rules import DEVICE_1, DeviceMix, DeviceTags, HostSyncs, spread_target
 from tests.workloads.tiny import tiny_draft, tiny_target
@@ -210,3 +212,52 @@ def test_capture_failure_is_reported_and_out_of_memory_raised(
     monkeypatch.setattr(Graphed, "_capture", oom)
     with pytest.raises(torch.cuda.OutOfMemoryError):
         Graphed(lambda x, cache: x, "verify", StepStats())(torch.zeros(3), None)
+
+
+# --- memory: no float32 [B, n, V] logits at temperature 0, no [B, K, V] oracle pass ------------
+
+
+class _BigFloats(TorchDispatchMode):
+    """Records the shapes of float32 tensors of at least ``numel`` elements that ops create."""
+
+    def __init__(self, numel: int) -> None:
+        super().__init__()
+        self.numel, self.seen = numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.numel() >= self.numel:
+                self.seen.append((str(func), tuple(t.shape)))
+        return out
+
+
+def test_greedy_verification_keeps_the_targets_dtype() -> None:
+    """A bf16 target at T = 0: the verify logits stay bf16 and no float32 [B, n, V] tensor is
+    made (greedy needs only an argmax); the control, T > 0, makes its float32 probabilities."""
+    target = tiny_target(vocab=512).to(torch.bfloat16)
+    draft = tiny_draft(target).cast_to(torch.bfloat16)
+    prompts, n = PROMPTS[:4], SHAPE.num_draft_tokens
+    steps = Steps(target, draft)
+    kw = {"max_new_tokens": 6, "shape": SHAPE, "eos_ids": frozenset(), "steps": steps}
+    with _BigFloats(len(prompts) * n * 512) as rec:
+        res = generate(target, draft, prompts, **kw)  # type: ignore[arg-type]
+    assert res.cycles >= 2 and rec.seen == []
+    with _BigFloats(len(prompts) * n * 512) as rec:
+        generate(target, draft, prompts, temperature=0.8, **kw)  # type: ignore[arg-type]
+    assert rec.seen  # the recorder sees the sampling path's float32 [B, n, V]
+
+
+def test_oracle_children_without_a_vocabulary_pass() -> None:
+    from workloads.oracle_draft import OracleDraft
+
+    v = 50_000
+    oracle = OracleDraft([[5, 7, 9, 11, 13]], v)
+    h = oracle(torch.zeros(1, 2, 1), torch.zeros(1, 2, dtype=torch.long), torch.tensor([[0, 1]]))
+    with _BigFloats(v) as rec:
+        lp, ids = oracle.top_candidates(h, 3)
+    assert rec.seen == []
+    ref_lp, ref_ids = torch.log_softmax(oracle.logits(h), -1).topk(3, -1)
+    assert ids[..., 0].tolist() == [[9, 11]] == ref_ids[..., 0].tolist()  # the proposal first
+    assert torch.allclose(lp, ref_lp, atol=1e-5)  # float32 rounding of the reference
+    assert (ids[..., 1:] != ids[..., :1]).all()  # the others are other tokens
