@@ -19,6 +19,7 @@ from typing import cast
 
 import torch
 
+from workloads._steps import Steps
 from workloads.ar_decode import ar_generate
 from workloads.config import DecodeBenchConfig, DraftSourceConfig
 from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
@@ -28,8 +29,8 @@ from workloads.k_law import make_k_law
 from workloads.oracle_draft import OracleDraft
 from workloads.result import Progress, TrialResult
 from workloads.roofline.hardware import measure_local_cpu
-from workloads.target import Target, load_target, resolve_device
-from workloads.tree_decode import BatchResult, Draft, ShapePolicy, TreeShape, generate
+from workloads.target import Target, load_target, output_device, resolve_device
+from workloads.tree_decode import BatchResult, Draft, ShapePolicy, TreeShape, generate, reserve
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,13 @@ def _draft(
     return draft.cast_to(model.dtype, device=model.device).eval(), where  # RoPE stays fp32
 
 
+def _vocab(draft: DraftModel | None, target: Target) -> int:
+    """The draft vocabulary (the oracle proposes over the target's)."""
+    if draft is None:
+        return int(target.model.config.vocab_size)
+    return int(draft.draft_to_target.shape[0])
+
+
 def _prompts(cfg: DecodeBenchConfig, tokenizer: object) -> list[list[int]]:
     """``num_prompts`` prompts round-robin over the sets, cycled to fill whole batches."""
     sets = load_prompt_sets(cfg.prompts.prompt_sets, n=cfg.prompts.num_prompts)
@@ -214,7 +222,11 @@ def run(
         deepest tree after the cap at num_draft_tokens - 1), ``num_draft_tokens_mean`` (k per
         cycle, averaged over the timed cycles: the fixed k, or what ``auto`` picked), and on
         CPU ``hw.peak_flops`` (FLOP/s) and ``hw.bandwidth`` (bytes/s) measured by the roofline
-        micro-benchmark.
+        micro-benchmark; ``compile.captures``, ``compile.capture_s``, ``compile.compiles``,
+        ``compile.compile_s``, ``compile.fallbacks`` (shapes whose capture failed: they ran
+        eagerly), ``compile.late`` (shapes first met inside the timers) of the speculative
+        steps (:class:`~workloads._steps.StepStats`; all outside the timed figures), and the
+        same for the AR loop as ``ar_compile.*``.
 
     Raises:
         ValueError: a bad draft source, prompt set or device.
@@ -262,7 +274,14 @@ def run(
                 )[0]
             )
     say(f"target on {target.model.device}, draft {where}, {len(prompts)} prompts, b={b}")
-    gen = torch.Generator(device=target.model.device).manual_seed(cfg.seed)
+    # sampling runs where the logits come out (a spread target's last device)
+    gen = torch.Generator(device=output_device(target.model)).manual_seed(cfg.seed)
+    # steps and KV caches kept over every call: compiled / captured once, outside the timers
+    spec_steps = Steps(target.model, draft, d.compile)
+    ar_steps = Steps(target.model, None, d.compile)
+    longest = max(map(len, prompts))
+    reserve(spec_steps, b, longest, d.max_new_tokens, shape, vocab=_vocab(draft, target))
+    ar_steps.caches(b, longest + d.max_new_tokens, 0)
 
     def spec(batch: list[list[int]], idx: list[int], n: int) -> BatchResult:
         dr: Draft = cast(Draft, draft)
@@ -280,7 +299,7 @@ def run(
             eos_ids=eos,
             temperature=d.temperature,
             generator=gen,
-            compile=d.compile,
+            steps=spec_steps,
         )
 
     batches = [list(range(i, i + b)) for i in range(0, len(prompts), b)]
@@ -293,7 +312,7 @@ def run(
                 batch,
                 max_new_tokens=min(4, d.max_new_tokens),
                 eos_ids=eos,
-                compile=d.compile,
+                steps=ar_steps,
             )
     spec_runs: list[BatchResult] = []
     ar_runs: list[BatchResult] = []
@@ -309,7 +328,7 @@ def run(
                 eos_ids=eos,
                 temperature=d.temperature,
                 generator=gen,
-                compile=d.compile,
+                steps=ar_steps,
             )
             if cfg.baselines.autoregressive
             else None
@@ -350,6 +369,8 @@ def run(
     result.metrics["num_draft_tokens_mean"] = sum(ks) / len(ks) if ks else float("nan")
     result.metrics["depth_used"] = float(min(d.depth, max(ks, default=2) - 1))
     result.metrics["target.random_weights"] = float(target.random_weights)  # the page says so
+    result.metrics.update(spec_steps.stats.metrics())  # compile / capture cost and fallbacks
+    result.metrics.update({f"ar_{k}": v for k, v in ar_steps.stats.metrics().items()})
     if not greedy:  # sampled outputs are not compared with greedy ones
         for name in ("mismatches", "near_ties", "ar_mismatches"):
             result.metrics[name] = float("nan")

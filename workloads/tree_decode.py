@@ -202,9 +202,7 @@ def generate(
     where, dt = Placement.of(target), target.dtype
     dev, odev = where.input, where.output
     room = max(map(len, prompts)) + max_new_tokens
-    k_max = max(n for _, n, _ in plan.buckets)
-    d_max = plan.pending + max(shape_at(b).depth * k for b, _, k in plan.buckets)
-    tcache, dcache = steps.caches(len(prompts), room + k_max, room + d_max)
+    tcache, dcache = steps.caches(len(prompts), *_slots(shape_at, plan, room))
     steps.prepare(plan, tcache, dcache)  # compile / capture: outside the timers
     timer = Timer(where.devices)
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
@@ -296,6 +294,32 @@ def generate(
     res.draft_s, res.verify_s = timer.seconds("draft"), timer.seconds("verify")
     res.cache_allocations = tcache.allocations + dcache.allocations
     return res
+
+
+def reserve(
+    steps: Steps,
+    rows: int,
+    longest_prompt: int,
+    max_new_tokens: int,
+    shape: TreeShape | ShapePolicy,
+    *,
+    vocab: int,
+) -> None:
+    """Allocate ``steps``' KV caches for every call of up to ``rows`` prompts of up to
+    ``longest_prompt`` tokens, before the first: later calls reuse them (and under fixed shapes
+    the steps compiled or captured for them), whatever their own lengths."""
+    shape_at = _policy(shape, vocab)
+    plan = _plan(shape_at, rows, steps.fixed)
+    steps.caches(rows, *_slots(shape_at, plan, longest_prompt + max_new_tokens))
+
+
+def _slots(shape_at: ShapePolicy, plan: StepPlan, room: int) -> tuple[int, int]:
+    """KV slots per row of the target's and the draft's cache: ``room`` (prompt and new
+    tokens) plus the most a cycle stages (the verified tree; the pending pairs and the tree's
+    levels)."""
+    k_max = max(n for _, n, _ in plan.buckets)
+    d_max = plan.pending + max(shape_at(b).depth * k for b, _, k in plan.buckets)
+    return room + k_max, room + d_max
 
 
 def _columns(x_bn: torch.Tensor, width: int) -> torch.Tensor:
