@@ -152,6 +152,7 @@ class Steps:
             ).last_hidden_state
             return h, target.lm_head(h)
 
+        self._verify_eager: Step = verify
         self._verify = self._wrap(verify, "verify")
         self.set_draft(draft)
 
@@ -238,8 +239,13 @@ class Steps:
         ti = input_device(self.target)
         dt = self.target.dtype
         rows = tcache.rows
-        hd = int(self.target.config.hidden_size)
         ddt = _dtype_of(self._draft_obj) if self._draft_capturable else None
+        # the caches' buffers are allocated by an eager call first: a compiled step that
+        # allocated them would be compiled again once they exist (a graph, into its pool)
+        first = [("verify", tcache, dt)] + ([("draft", dcache, dt)] if ddt is not None else [])
+        for kind, cache, hdt in first:
+            if not cache.keys:
+                self._dummy(kind, cache, rows, 1, hdt, eager=True)
         for b, n, k in plan.buckets:
             todo = [("verify", b, n, dt)]
             if ddt is not None:
@@ -248,28 +254,43 @@ class Steps:
                 if key in self._prepared:
                     continue
                 kind, _, width, hdt = key
-                cache = tcache if kind == "verify" else dcache
-                cache.reset(b)
-                cache.stage(width)
-                mask = additive_mask(cache.allowed(_causal(b, width, ti)), hdt)
-                ids = torch.zeros(b, width, dtype=torch.long, device=ti)
                 t0 = time.perf_counter()
                 before = self.stats.captures
-                if kind == "verify":
-                    self._verify(ids, ids, mask, cache)
-                else:
-                    h = torch.zeros(b, width, hd, dtype=hdt, device=ti)
-                    self._draft(h, ids, ids, mask, cache)
+                self._dummy(kind, tcache if kind == "verify" else dcache, b, width, hdt)
                 _sync(ti)
                 seconds = time.perf_counter() - t0
                 if self.mode == "compile":
                     self.stats.compile_s += seconds
                 elif self.stats.captures > before:
                     self.stats.capture_s += seconds
-                cache.discard()
                 self._prepared.add(key)
         tcache.reset(rows)
         dcache.reset(rows)
+
+    def _dummy(
+        self,
+        kind: str,
+        cache: RaggedStaticCache,
+        b: int,
+        width: int,
+        hdt: torch.dtype,
+        *,
+        eager: bool = False,
+    ) -> None:
+        """One step of ``kind`` on b rows of ``width`` dummy tokens in ``cache``'s staged slots
+        (then discarded)."""
+        ti = input_device(self.target)
+        cache.reset(b)
+        cache.stage(width)
+        mask = additive_mask(cache.allowed(_causal(b, width, ti)), hdt)
+        ids = torch.zeros(b, width, dtype=torch.long, device=ti)
+        if kind == "verify":
+            (self._verify_eager if eager else self._verify)(ids, ids, mask, cache)
+        else:
+            hd = int(self.target.config.hidden_size)
+            h = torch.zeros(b, width, hd, dtype=hdt, device=ti)
+            (self.draft_eager if eager else self._draft)(h, ids, ids, mask, cache)
+        cache.discard()
 
     def verify(
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: RaggedStaticCache
