@@ -43,7 +43,10 @@ class Draft(Protocol):
     """What the engine needs from a draft (:class:`~workloads.draft_model.DraftModel`).
 
     Its layers take the engine's :class:`~workloads._kv.RaggedStaticCache` as ``cache`` (they call
-    its ``update`` only) and an additive mask [B, 1, T, W].
+    its ``update`` only) and an additive mask [B, 1, T, W]. Optional: ``top_candidates(hidden,
+    k)`` (the k best children without a full-vocabulary pass, see
+    :meth:`workloads._steps.Steps.top_candidates`) and ``capturable = False`` (a step not worth
+    compiling or capturing: the oracle's table lookup).
     """
 
     draft_to_target: torch.Tensor
