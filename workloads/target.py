@@ -122,23 +122,21 @@ def input_device(model: PreTrainedModel) -> torch.device:
     """Where a model's input ids go: its token embedding's device (with a device map, usually
     the first GPU; accelerate's hooks move activations on from there). An offloaded embedding
     (a meta tensor) runs on its hook's execution device."""
-    embedding = model.get_input_embeddings()
-    weight = embedding.weight
-    assert isinstance(weight, torch.Tensor)
-    hook = getattr(embedding, "_hf_hook", None)
-    if weight.is_meta and hook is not None:
-        return torch.device(hook.execution_device)
-    return weight.device
+    return _runs_on(model.get_input_embeddings())
 
 
 def output_device(model: PreTrainedModel) -> torch.device:
     """Where a model's logits and last hidden states come out: its LM head's device (with a
     device map, usually the last GPU; the final norm sits beside it). Sampling generators and
     the ops on logits belong there; an offloaded head runs on its hook's execution device."""
-    head = model.get_output_embeddings()
-    weight = head.weight
+    return _runs_on(model.get_output_embeddings())
+
+
+def _runs_on(module: torch.nn.Module) -> torch.device:
+    """The device a module's weight is on, or its accelerate hook's if offloaded (meta)."""
+    weight = module.weight
     assert isinstance(weight, torch.Tensor)
-    hook = getattr(head, "_hf_hook", None)
+    hook = getattr(module, "_hf_hook", None)
     if weight.is_meta and hook is not None:
         return torch.device(hook.execution_device)
     return weight.device

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
+from tests.workloads.gpu_rules import HostSyncs
 from tests.workloads.stats import chi2_pvalue
 from tests.workloads.tiny import next_logits, tiny_draft, tiny_target
 from workloads._tree import accept_sampling
@@ -140,26 +140,6 @@ def test_zero_mass_tokens_are_never_drawn() -> None:
 
 # --- vectorised: no host sync, no per-row work -------------------------------------------------
 
-SYNCING = {
-    "item", "tolist", "__bool__", "__float__", "__int__", "__index__", "nonzero", "argwhere",
-    "numpy", "cpu", "masked_select", "unique", "unique_consecutive", "__array__",
-}  # fmt: skip
-"""tensor functions that read device data on the host (a sync on CUDA)"""
-
-
-class _Syncs(TorchFunctionMode):
-    """Records the names of the torch functions called that read tensor data on the host."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        name = getattr(func, "__name__", "")
-        if name in SYNCING:
-            self.seen.append(name)
-        return func(*args, **(kwargs or {}))
-
 
 def _batch(b: int, v: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """b rows of random trees (depth 3, topk 2, 8 nodes: parents precede children)."""
@@ -172,7 +152,7 @@ def _batch(b: int, v: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tens
 
 
 def _syncs(fn: Callable[..., Any], *args: Any) -> list[str]:
-    with _Syncs() as rec:
+    with HostSyncs() as rec:
         fn(*args)
     return rec.seen
 
