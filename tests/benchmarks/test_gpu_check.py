@@ -130,8 +130,11 @@ def test_decode_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> 
     code = _RUN_WITHOUT.format(names=ABSENT_ON_THE_GPU_MACHINE, script=str(SCRIPT))
     cmd = [
         sys.executable, "-c", code, "decode", "--device", "cpu", "--out", str(out),
-        "--batches", "1,2", "--ks", "2,4", "--prompt-len", "8", "--max-new-tokens", "8",
+        "--batches", "1,2", "--ks", "2,8", "--prompt-len", "8", "--max-new-tokens", "8",
         "--calls", "2", "--budget-s", "240",
+        # every step mode: graphs through its static buffers without CUDA, compile by dynamo
+        # without code generation (inductor takes minutes on a CPU)
+        "--modes", "none,graphs,compile", "--no-capture", "--compile-backend", "eager",
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
@@ -139,20 +142,133 @@ def test_decode_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> 
     assert res["check"] == "decode" and res["device_type"] == "cpu" and res["tiny"]
     assert "pending" in res["note"] and res["errors"] == [] and res["tracebacks"] == []
     assert res["hardware"]["name"] == "local-cpu" and res["hf_generate_b1"]["tokens_per_s"] > 0
+    assert "outside the timed figures" in res["method"]
     assert [e["b"] for e in res["batches"]] == [1, 2]
     for e in res["batches"]:
         assert e["ar"]["tokens_per_s"] > 0 and e["ar"]["acceptance_length"] == 1.0
-        assert set(e["spec"]) == {"2", "4"}
+        assert set(e["spec"]) == {"2", "8"}
         for r in [*e["spec"].values(), e["auto"]]:
-            assert r["tokens_per_s"] > 0 and 1.0 <= r["acceptance_length"] <= 4.0
+            assert r["tokens_per_s"] > 0 and 1.0 <= r["acceptance_length"] <= 8.0
             assert 1 <= r["calls"] <= 2 and r["ratio_over_ar"] > 0
             split = r["draft_share"] + r["verify_share"] + r["bookkeeping_share"]
             assert split == pytest.approx(1.0)
-        assert e["best_k"] in (2, 4) and e["k_opt"] >= 1 and e["auto_over_best"] > 0
-        assert 2 <= e["auto"]["mean_k"] <= 4 and e["auto"]["k_at_b"] in range(2, 5)
+        for r in [e["ar"], *e["spec"].values(), e["auto"]]:  # eager steps: nothing prepared
+            assert r["captures"] == r["compiles"] == r["late"] == r["fallbacks"] == 0
+        assert e["best_k"] in (2, 8) and e["k_opt"] >= 1 and e["auto_over_best"] > 0
+        assert 2 <= e["auto"]["mean_k"] <= 8 and e["auto"]["k_at_b"] in range(2, 9)
     assert set(res["roofline_k_opt"]) == {"1", "2"}
     assert res["goals"]["b1_best_over_hf_generate"] > 0
     assert "HF generate b=1" in done.stdout and "best fixed k=" in done.stdout
+
+    # the trained-shape draft: cast by DraftModel.cast_to, its float buffers still float32
+    td = res["trained_draft"]
+    assert td["fp32_buffers"] and set(td["fp32_buffers"].values()) == {"torch.float32"}
+    assert "rotary.inv_freq" in td["fp32_buffers"] and td["fp32_buffers_ok"] is True
+    assert td["arch"]["layers"] == 1 and "meaningless" in td["note"]
+
+    # the modes section: every mode at b=1, graphs at b=1 and max(batches), compile at b=1
+    modes = res["modes"]["by_mode"]
+    assert {m: set(by_b) for m, by_b in modes.items()} == {
+        "none": {"1", "2"}, "graphs": {"1", "2"}, "compile": {"1"},
+    }  # fmt: skip
+    assert modes["none"]["1"]["ar"]["from_grid"] and modes["none"]["1"]["oracle"]["from_grid"]
+    for mode, by_b in modes.items():
+        for b, entry in by_b.items():
+            assert set(entry) == {"ar", "oracle", "trained"}
+            for method, r in entry.items():
+                where = f"{mode} b={b} {method}"
+                assert r["tokens_per_s"] > 0 and r["calls"] >= 1, where
+                assert r["late"] == r["fallbacks"] == 0, where
+                # the first call prepared every shape: the timed calls capture/compile nothing
+                assert r["timed_captures"] == r["timed_compiles"] == 0, where
+                assert r["ratio_over_ar"] > 0 and isinstance(r["mismatches"], int), where
+                if mode == "none":
+                    assert r["captures"] == r["compiles"] == 0, where
+                else:
+                    assert r["ratio_over_none"] > 0, where
+            trained = entry["trained"]
+            assert trained["acceptance_length"] >= 1.0 and trained["draft_ms_per_cycle"] > 0
+    for method in ("ar", "oracle", "trained"):  # the oracle's draft is never compiled, the
+        assert modes["compile"]["1"][method]["compiles"] >= 1  # verify is: one Steps for both
+        assert modes["graphs"]["1"][method]["captures"] >= 1
+    # b=2 meets two row buckets (2, then 1) per step
+    assert modes["graphs"]["2"]["ar"]["captures"] == 2
+    assert modes["graphs"]["2"]["oracle"]["captures"] == 2  # the verify at [2, 8] and [1, 8]
+    assert modes["graphs"]["2"]["trained"]["captures"] == 4  # its two steps: the verify's kept
+    goals = res["goals"]
+    assert goals["steps_prepared_outside_timers"] is True and goals["late_step_shapes"] == 0
+    assert goals["capture_fallbacks"] == 0 and goals["trained_draft_fp32_buffers_kept"] is True
+    assert "modes (" in done.stdout and "trained-shape draft" in done.stdout
+
+
+def test_the_trained_shape_draft_keeps_its_fp32_buffers_beside_a_bf16_target() -> None:
+    mod = _load()
+    torch = mod.torch
+    model = mod.random_model(
+        mod._config(mod.TINY), dtype=torch.bfloat16, device=torch.device("cpu"), seed=0
+    )
+    draft, info, fault = mod._trained_draft(model, torch.device("cpu"), 0)
+    assert fault is None and info["fp32_buffers_ok"] and info["param_dtype"] == "torch.bfloat16"
+    assert info["frozen_weights_dtype"] == "torch.bfloat16"
+    assert set(info["fp32_buffers"].values()) == {"torch.float32"}
+    again, _, _ = mod._trained_draft(model, torch.device("cpu"), 0)  # seeded
+    assert torch.equal(draft.fc.weight, again.fc.weight)
+    draft.to(dtype=torch.bfloat16)  # what cast_to avoids: the RoPE table in bf16
+    said = mod._buffer_fault(mod._float_buffers(draft), torch.bfloat16)
+    assert said is not None and "rotary.inv_freq" in said and "not float32" in said
+
+
+def test_compile_cells_are_skipped_with_a_note_when_the_budget_is_short() -> None:
+    mod = _load()
+    now = mod.time.perf_counter
+
+    def modes(names: str, seconds: float) -> list[str]:
+        args = mod._args(["decode", "--device", "cpu", "--modes", names])
+        run = mod._Run(args, None, mod.torch.device("cpu"), 4096, [[1, 2, 3]] * 4)
+        result: dict = {"modes": {"by_mode": {}}, "errors": [], "tracebacks": [], "batches": []}
+        mod._modes(run, None, result, {}, now() + seconds)  # no model: nothing may run
+        assert result["tracebacks"] == []
+        return list(result["errors"])
+
+    spent = modes("none,compile", 0.5)
+    assert spent[:2] == [
+        "modes none b=1 ar: not measured, the budget was spent",
+        "modes none b=4 ar: not measured, the budget was spent",
+    ]
+    assert spent[2].startswith("modes compile b=1: skipped, ")
+    said = modes("compile", 30.0)  # 30 s < the floor of inductor compiles on the tiny shape
+    assert len(said) == 1 and said[0].startswith("modes compile b=1: skipped, 30 s")
+    assert f"need about {mod.COMPILE_FLOOR_S[True, True]:.0f} s" in said[0]
+    assert "Fix: --budget-s" in said[0]
+    # inside a group: the oracle's cell needs about the AR loop's compile time
+    args = mod._args(["decode", "--device", "cpu"])
+    assert args.compile_backend == "inductor" and args.budget_s == 180.0
+    assert args.modes == ["none", "compile"]  # graphs needs CUDA
+    clock = mod._ModeClock(args, now() + 30.0, [("compile", 1)], True)
+    share, why = clock.compiled("oracle", 60.0)
+    assert share == 0.0 and why is not None and "skipped, 30 s left" in why
+    share, why = clock.compiled("trained", 10.0)
+    assert 0 < share <= clock.cap and why is None
+
+
+def test_a_late_shape_or_a_timed_compile_fails_the_goals() -> None:
+    mod = _load()
+
+    def row(**kw: int) -> dict:
+        base = {"late": 0, "timed_captures": 0, "timed_compiles": 0, "fallbacks": 0}
+        return base | {"tokens_per_s": 1.0} | kw
+
+    def result(r: dict) -> dict:
+        entry = {"b": 1, "ar": row(), "spec": {"2": row()}, "auto": None}
+        return {"batches": [entry], "modes": {"by_mode": {"graphs": {"1": {"ar": r}}}}}
+
+    assert mod._goals(result(row()))["steps_prepared_outside_timers"] is True
+    assert mod._goals(result(row(late=1)))["steps_prepared_outside_timers"] is False
+    assert mod._goals(result(row(timed_captures=1)))["timed_captures_and_compiles"] == 1
+    assert mod._goals(result(row(fallbacks=2)))["capture_fallbacks"] == 2
+    errors: list[str] = []
+    mod._faults({"errors": errors}, "x", row(timed_compiles=3, compiles=0), "compile")
+    assert "compiled 3 graphs" in errors[0] and "compiled nothing" in errors[0]
 
 
 def test_the_auto_law_is_the_roofline_k_opt_clamped_and_cached() -> None:
@@ -195,6 +311,9 @@ def test_best_k_is_read_beside_k_opt_and_auto() -> None:
         (["decode", "--shape", "llama-9b"], "--shape llama-9b"),
         (["decode", "--calls", "0"], "--calls >= 1"),
         (["decode", "--attn", "flash"], "invalid choice"),
+        (["decode", "--device", "cpu", "--modes", "graphs"], "Fix: --modes none,compile"),
+        (["decode", "--modes", "none,fast"], "fast: not a mode"),
+        (["decode", "--compile-backend", "tvm"], "invalid choice"),
     ],
 )
 def test_decode_bad_arguments_are_one_line_and_exit_2(
