@@ -10,8 +10,10 @@ speed hits all of them alike:
    (a chain of k - 1 drafted tokens); the per-cycle time split at the best k;
 2. the same at b = 8 against the engine's batched AR loop;
 3. a trained draft (``--draft``: a folder saved by draft_train, or ``best`` = the best trial of
-   ``runs/tokens``): tokens/s vs HF and the AR loop, acceptance length, break-even acceptance
-   length, the per-cycle split, at each k of a small tree;
+   ``<--run-root>/tokens``), b = 1, in one interleaved loop of its own: HF ``generate``, the
+   engine's AR loop and the draft's small trees at each k, each engine method eager and compiled
+   (``--trained-compile``, default both): tokens/s vs HF and vs the compiled AR loop,
+   acceptance length, break-even acceptance length, the per-cycle split, compile seconds;
 4. memory: peak and current RSS before and after 100 consecutive prompts decoded
    speculatively.
 
@@ -21,14 +23,24 @@ closing summary line gives the two figures tracked across issues (issue 16: 8.2-
 2.4-2.9x so far): the oracle's best b=1 ratio over HF ``generate`` and its best b=8 (``--batch``)
 ratio over the batched AR loop.
 
+Every engine method keeps one :class:`~workloads._steps.Steps` (its steps and KV caches) over all
+its calls, with the caches reserved before the first (:func:`~workloads.tree_decode.reserve`):
+under ``compile`` each step shape is compiled once, in the first call's untimed preparation, and
+never again. Each method's first call is an untimed warm-up; the tables give apart the seconds
+``Steps.prepare`` spent compiling (``compile s``, from ``steps.stats``), the wall seconds of the
+warm-up calls (``warm-up s``: also what compiles inside a first call, which ``steps.stats``
+does not see) and ``late``, the shapes first met inside a timed cycle (must be 0).
+
 ``--quick`` runs parts 1 and 2 only, at fewer k (b=1: 8, 16, 32; batched: 4, 8, 16), in under
 3 minutes on a 2-core CPU. ``--oracle-accept p`` keeps each oracle proposal with probability p
 (else a wrong token), so acceptance is set rather than all or nothing; ``--compile compile``
-runs the engine's steps through ``torch.compile`` (``graphs`` needs CUDA; this benchmark runs
-on the CPU). Bad arguments are one line on stderr and exit code 2, as in the CLI.
+runs parts 1-2's engine steps through ``torch.compile`` (``graphs`` needs CUDA; this benchmark
+runs on the CPU); ``--trained-compile`` sets part 3's modes. Bad arguments are one line on
+stderr and exit code 2, as in the CLI.
 
     python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
     python benchmarks/decode_bench.py --quick
+    python benchmarks/decode_bench.py --draft best --run-root /tmp/perf/runs --memory-prompts 0
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, cast
@@ -50,13 +63,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from workloads._steps import Steps  # noqa: E402
 from workloads.ar_decode import ar_generate  # noqa: E402
 from workloads.data import chat_prompt_ids, load_prompt_sets  # noqa: E402
 from workloads.decode_bench import find_trial_draft  # noqa: E402
 from workloads.draft_model import DraftModel  # noqa: E402
 from workloads.oracle_draft import OracleDraft  # noqa: E402
 from workloads.target import DEFAULT_TARGET, Target, load_target  # noqa: E402
-from workloads.tree_decode import BatchResult, Draft, TreeShape, generate  # noqa: E402
+from workloads.tree_decode import (  # noqa: E402
+    BatchResult,
+    Draft,
+    TreeShape,
+    generate,
+    reserve,
+)
 
 QUICK_KS = ([8, 16, 32], [4, 8, 16])
 """--quick: the k measured at b = 1 and at the batched size (the best k of past runs and a
@@ -64,6 +84,12 @@ neighbour each side)"""
 
 FULL_KS = ([2, 4, 8, 16, 32], [2, 4, 8, 16])
 """the k measured at b = 1 and at the batched size"""
+
+TRAINED_KS = [2, 3, 4, 6, 8]
+"""part 3: num_draft_tokens of the trained draft's small trees"""
+
+WARMUP_TOKENS = 8
+"""new tokens of each method's untimed first call (compiling happens there)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,7 +101,7 @@ class _Parser(argparse.ArgumentParser):
 
 @dataclass(frozen=True)
 class Engine:
-    """How the engine is called in every part: its compile mode and the oracle's acceptance."""
+    """How the engine is called in parts 1-2: its compile mode and the oracle's acceptance."""
 
     compile: str = "none"
     """``decode.compile``: none or compile (graphs needs CUDA)"""
@@ -83,10 +109,13 @@ class Engine:
     """probability that each oracle proposal is kept (else a wrong token is proposed)"""
     seed: int = 0
     """seed of the oracle's draws"""
+    backend: str = "inductor"
+    """``torch.compile`` backend (tests: ``eager``, which counts graphs and generates no code)"""
 
-    def kwargs(self) -> dict[str, Any]:
-        """Extra keyword arguments of ``generate`` and ``ar_generate``."""
-        return {"compile": self.compile}
+    def steps(self, target: Target, draft: Any = None, mode: str | None = None) -> Steps:
+        """A new :class:`Steps` (kept by one method over all its calls) in ``mode`` (default:
+        :attr:`compile`)."""
+        return Steps(target.model, draft, mode or self.compile, backend=self.backend)
 
     def oracle(self, sequences: list[list[int]], vocab: int) -> Draft:
         """An oracle draft that knows ``sequences`` (one per row)."""
@@ -113,13 +142,16 @@ def _hf(target: Target, prompt: list[int], n: int) -> tuple[list[int], float]:
 
 
 class Tally:
-    """Generated tokens and seconds of one method, plus its cycle split."""
+    """Generated tokens and seconds of one method, plus its cycle split and what compiling its
+    steps cost (outside the timers)."""
 
     def __init__(self) -> None:
         self.tokens = self.cycles = 0
         self.seconds = self.draft_s = self.verify_s = self.book_s = self.prefill_s = 0.0
         self.accepted = self.row_cycles = 0
         self.mismatches = 0
+        self.compile_s = self.warmup_s = 0.0
+        self.compiles = self.late = self.recompiles = 0
 
     def add(self, r: BatchResult, refs: list[list[int]] | None = None) -> None:
         self.tokens += r.generated
@@ -134,9 +166,41 @@ class Tally:
         if refs is not None:
             self.mismatches += sum(o != ref for o, ref in zip(r.tokens, refs, strict=True))
 
+    def call(
+        self,
+        refs: list[list[int]] | None,
+        timed: bool,
+        fn: Callable[..., BatchResult],
+        *args: Any,
+        steps: Steps,
+        **kw: Any,
+    ) -> BatchResult:
+        """``fn(*args, steps=steps, **kw)``: count what it compiled and any late shape, and,
+        when ``timed``, its tokens and seconds; an untimed warm-up counts its wall seconds
+        apart (``warmup_s``: its compiling, including any shape that ``steps.stats`` does not
+        see compiled because it first compiles inside the call). Outputs are checked against
+        ``refs``."""
+        st = steps.stats
+        before = (st.compile_s, st.compiles, st.late)
+        t0 = time.perf_counter()
+        r = fn(*args, steps=steps, **kw)
+        wall = time.perf_counter() - t0
+        self.compile_s += st.compile_s - before[0]
+        self.compiles += st.compiles - before[1]
+        self.late += st.late - before[2]
+        if timed:  # after the warm-up every shape is compiled: nothing more to compile
+            self.recompiles += st.compiles - before[1]
+            self.add(r, refs)
+            return r
+        self.warmup_s += wall
+        if refs is not None:  # a warm-up's output is checked too
+            pairs = zip(r.tokens, refs, strict=True)
+            self.mismatches += sum(o != ref[: len(o)] for o, ref in pairs)
+        return r
+
     def row(self) -> dict[str, float]:
-        """tokens/s, acceptance length, ms per cycle, the cycle split and mismatches (NaN for
-        what nothing was measured for)."""
+        """tokens/s, acceptance length, ms per cycle, the cycle split, mismatches (NaN for what
+        nothing was measured for) and compiling: seconds, graphs, late shapes."""
         cyc = self.seconds - self.prefill_s
         nan = math.nan
         return {
@@ -146,7 +210,16 @@ class Tally:
             "draft_share": self.draft_s / cyc if cyc else nan,
             "verify_share": self.verify_s / cyc if cyc else nan,
             "bookkeeping_share": self.book_s / cyc if cyc else nan,
+            "draft_ms_per_cycle": 1000 * self.draft_s / self.cycles if self.cycles else nan,
+            "verify_ms_per_cycle": 1000 * self.verify_s / self.cycles if self.cycles else nan,
+            "bookkeeping_ms_per_cycle": 1000 * self.book_s / self.cycles if self.cycles else nan,
+            "prefill_s": self.prefill_s,
             "mismatches": float(self.mismatches),
+            "compile_s": self.compile_s,
+            "compiles": float(self.compiles),
+            "late": float(self.late),
+            "compiles_after_warmup": float(self.recompiles),
+            "warmup_s": self.warmup_s,
         }
 
 
@@ -154,18 +227,38 @@ def _chain(k: int) -> TreeShape:
     return TreeShape(depth=k - 1, topk=1, num_draft_tokens=k)
 
 
-def _print(title: str, rows: dict[str, dict[str, float]], base: str) -> None:
+def _small_tree(k: int) -> TreeShape:
+    """Part 3's tree at k: depth <= 4, topk 4."""
+    return TreeShape(depth=min(4, k - 1), topk=4, num_draft_tokens=k)
+
+
+def _reserve_ar(steps: Steps, rows: int, longest: int, n: int) -> None:
+    """The AR loop's caches for every call of up to ``rows`` prompts of up to ``longest``
+    tokens (it stages one slot per step)."""
+    steps.caches(rows, longest + n, 0)
+
+
+def _print(
+    title: str, rows: dict[str, dict[str, float]], base: str, base2: str | None = None
+) -> None:
     print(f"\n{title}")
+    second = f"{'  x ' + base2:>22}" if base2 else ""
     print(
-        f"{'method':<22}{'tok/s':>9}{'  x ' + base:>22}{'tau':>7}{'ms/cyc':>8}"
-        f"{'draft':>7}{'verify':>7}{'book':>7}{'mism':>6}"
+        f"{'method':<25}{'tok/s':>8}{'  x ' + base:>20}{second}{'tau':>6}{'ms/cyc':>8}"
+        f"{'draft':>6}{'verify':>7}{'book':>6}{'mism':>5}{'compile s':>10}{'warm-up s':>10}"
+        f"{'late':>5}"
     )
     ref = rows[base]["tokens_per_s"]
+    ref2 = rows[base2]["tokens_per_s"] if base2 else math.nan
     for name, r in rows.items():
+        tps = r["tokens_per_s"]
         print(
-            f"{name:<22}{r['tokens_per_s']:>9.2f}{r['tokens_per_s'] / ref:>22.2f}"
-            f"{r['acceptance_length']:>7.2f}{r['ms_per_cycle']:>8.1f}{r['draft_share']:>7.0%}"
-            f"{r['verify_share']:>7.0%}{r['bookkeeping_share']:>7.0%}{r['mismatches']:>6.0f}"
+            f"{name:<25}{tps:>8.2f}{tps / ref:>20.2f}"
+            + (f"{tps / ref2:>22.2f}" if base2 else "")
+            + f"{r['acceptance_length']:>6.2f}{r['ms_per_cycle']:>8.1f}{r['draft_share']:>6.0%}"
+            f"{r['verify_share']:>7.0%}{r['bookkeeping_share']:>6.0%}{r['mismatches']:>5.0f}"
+            f"{r.get('compile_s', math.nan):>10.1f}{r.get('warmup_s', math.nan):>10.1f}"
+            f"{r.get('late', math.nan):>5.0f}"
         )
 
 
@@ -176,8 +269,13 @@ def oracle_b1(
     prompt; the rows and HF's greedy outputs (the references of the other parts)."""
     eos, vocab = target.eos_token_ids, target.model.config.vocab_size
     hf, ar, spec = Tally(), Tally(), {k: Tally() for k in ks}
+    longest = max(map(len, prompts))
+    ar_steps, spec_steps = engine.steps(target), engine.steps(target)
+    _reserve_ar(ar_steps, 1, longest, n)
+    for k in ks:
+        reserve(spec_steps, 1, longest, n, _chain(k), vocab=vocab)
     refs = []
-    for p in prompts:
+    for i, p in enumerate(prompts):
         ref, seconds = _hf(target, p, n)
         refs.append(ref)
         hf.tokens, hf.seconds, hf.cycles = (
@@ -185,23 +283,16 @@ def oracle_b1(
             hf.seconds + seconds,
             hf.cycles + len(ref),
         )
-        ar.add(
-            ar_generate(target.model, [p], max_new_tokens=n, eos_ids=eos, **engine.kwargs()),
-            [ref],
-        )
-        for k in ks:
-            spec[k].add(
-                generate(
-                    target.model,
-                    engine.oracle([p + ref], vocab),
-                    [p],
-                    max_new_tokens=n,
-                    shape=_chain(k),
-                    eos_ids=eos,
-                    **engine.kwargs(),
-                ),
-                [ref],
-            )
+        for timed in [False, True] if i == 0 else [True]:  # an untimed first call each
+            kw: dict[str, Any] = {"max_new_tokens": n if timed else min(WARMUP_TOKENS, n)}
+            kw["eos_ids"] = eos
+            ar.call([ref], timed, ar_generate, target.model, [p], steps=ar_steps, **kw)
+            for k in ks:
+                oracle = engine.oracle([p + ref], vocab)
+                spec[k].call(
+                    [ref], timed, generate, target.model, oracle, [p], steps=spec_steps,
+                    shape=_chain(k), **kw,
+                )  # fmt: skip
     rows = {"HF generate": hf.row(), "engine AR": ar.row()}
     rows.update({f"oracle k={k}": t.row() for k, t in spec.items()})
     return rows, refs
@@ -226,73 +317,119 @@ def oracle_batched(
         raise ValueError(f"{len(prompts)} prompts give the b={b} part no batch of {b}")
     eos, vocab = target.eos_token_ids, target.model.config.vocab_size
     ar, spec = Tally(), {k: Tally() for k in ks}
+    longest = max(map(len, prompts))
+    ar_steps, spec_steps = engine.steps(target), engine.steps(target)
+    _reserve_ar(ar_steps, b, longest, n)
+    for k in ks:
+        reserve(spec_steps, b, longest, n, _chain(k), vocab=vocab)
     for i in range(0, len(prompts) - b + 1, b):
         batch, brefs = prompts[i : i + b], refs[i : i + b]
-        ar.add(
-            ar_generate(target.model, batch, max_new_tokens=n, eos_ids=eos, **engine.kwargs()),
-            brefs,
-        )
-        for k in ks:
-            seqs = [p + r for p, r in zip(batch, brefs, strict=True)]
-            spec[k].add(
-                generate(
-                    target.model,
-                    engine.oracle(seqs, vocab),
-                    batch,
-                    max_new_tokens=n,
-                    shape=_chain(k),
-                    eos_ids=eos,
-                    **engine.kwargs(),
-                ),
-                brefs,
-            )
+        seqs = [p + r for p, r in zip(batch, brefs, strict=True)]
+        for timed in [False, True] if i == 0 else [True]:
+            kw: dict[str, Any] = {"max_new_tokens": n if timed else min(WARMUP_TOKENS, n)}
+            kw["eos_ids"] = eos
+            ar.call(brefs, timed, ar_generate, target.model, batch, steps=ar_steps, **kw)
+            for k in ks:
+                oracle = engine.oracle(seqs, vocab)
+                spec[k].call(
+                    brefs, timed, generate, target.model, oracle, batch, steps=spec_steps,
+                    shape=_chain(k), **kw,
+                )  # fmt: skip
     return {f"engine AR b={b}": ar.row()} | {
         f"oracle b={b} k={k}": t.row() for k, t in spec.items()
     }
+
+
+def _suffix(mode: str) -> str:
+    return "" if mode == "none" else " compiled"
 
 
 def trained(
     target: Target,
     draft: DraftModel,
     prompts: list[list[int]],
-    refs: list[list[int]],
+    refs: list[list[int]] | None,
     n: int,
     ks: list[int],
-    hf_row: dict[str, float],
-    ar_row: dict[str, float],
+    modes: list[str],
     engine: Engine = Engine(),
 ) -> dict[str, dict[str, float]]:
-    """Part 3: a trained draft's small trees (depth <= 4, topk 4) at each k, b = 1."""
-    eos = target.eos_token_ids
-    spec = {k: Tally() for k in ks}
-    for p, ref in zip(prompts, refs, strict=True):
+    """Part 3, b = 1, prompt by prompt: HF ``generate``, then in each of ``modes`` (none,
+    compile) the engine's AR loop and the trained draft's small trees (depth <= 4, topk 4) at
+    each k. One :class:`Steps` per method and mode, kept over all calls (one for all of the
+    draft's trees); each method's first call is an untimed warm-up. Outputs are checked
+    against ``refs`` (HF greedy of part 1), or against this part's HF outputs when None."""
+    eos, vocab = target.eos_token_ids, draft.vocab_size
+    longest = max(map(len, prompts))
+    hf = Tally()
+    ar = {m: Tally() for m in modes}
+    spec = {(m, k): Tally() for m in modes for k in ks}
+    ar_steps = {m: engine.steps(target, None, m) for m in modes}
+    spec_steps = {m: engine.steps(target, draft, m) for m in modes}
+    for m in modes:
+        _reserve_ar(ar_steps[m], 1, longest, n)
         for k in ks:
-            shape = TreeShape(depth=min(4, k - 1), topk=4, num_draft_tokens=k)
-            spec[k].add(
-                generate(
-                    target.model,
-                    cast(Draft, draft),
-                    [p],
-                    max_new_tokens=n,
-                    shape=shape,
-                    eos_ids=eos,
-                    **engine.kwargs(),
-                ),
-                [ref],
-            )
-    rows = {"HF generate": hf_row, "engine AR": ar_row}
-    return rows | {f"trained k={k}": t.row() for k, t in spec.items()}
+            reserve(spec_steps[m], 1, longest, n, _small_tree(k), vocab=vocab)
+    for i, p in enumerate(prompts):
+        out, seconds = _hf(target, p, n)
+        ref = out if refs is None else refs[i]
+        hf.tokens, hf.seconds, hf.cycles = (
+            hf.tokens + len(out),
+            hf.seconds + seconds,
+            hf.cycles + len(out),
+        )
+        hf.mismatches += out != ref
+        for timed in [False, True] if i == 0 else [True]:
+            kw: dict[str, Any] = {"max_new_tokens": n if timed else min(WARMUP_TOKENS, n)}
+            kw["eos_ids"] = eos
+            for m in modes:
+                ar[m].call([ref], timed, ar_generate, target.model, [p], steps=ar_steps[m], **kw)
+                for k in ks:
+                    spec[m, k].call(
+                        [ref], timed, generate, target.model, draft, [p], steps=spec_steps[m],
+                        shape=_small_tree(k), **kw,
+                    )  # fmt: skip
+    rows = {"HF generate": hf.row()}
+    rows |= {f"engine AR{_suffix(m)}": ar[m].row() for m in modes}
+    rows |= {f"trained k={k}{_suffix(m)}": spec[m, k].row() for m in modes for k in ks}
+    return rows
+
+
+def trained_summary(rows: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The best trained row (over k and modes) against HF ``generate`` and against the best
+    engine AR loop (compiled where measured)."""
+    names = [n for n in rows if n.startswith("trained k=")]
+    best = max(names, key=lambda n: rows[n]["tokens_per_s"])
+    ar = max((n for n in rows if n.startswith("engine AR")), key=lambda n: rows[n]["tokens_per_s"])
+    r = rows[best]
+    return {
+        "best": best,
+        "best_ar": ar,
+        "ratio_over_hf": r["tokens_per_s"] / rows["HF generate"]["tokens_per_s"],
+        "ratio_over_best_ar": r["tokens_per_s"] / rows[ar]["tokens_per_s"],
+        "acceptance_length": r["acceptance_length"],
+        "mismatches": sum(v["mismatches"] for v in rows.values()),
+        "late": sum(v.get("late", 0.0) for v in rows.values()),
+        "compiles_after_warmup": sum(v.get("compiles_after_warmup", 0.0) for v in rows.values()),
+        "compile_s": sum(v.get("compile_s", 0.0) for v in rows.values()),
+        "warmup_s": sum(v.get("warmup_s", 0.0) for v in rows.values()),
+    }
 
 
 def memory(target: Target, draft: Draft, prompts: list[list[int]], n: int) -> dict[str, float]:
-    """Part 4: RSS before and after decoding ``prompts`` one after another."""
+    """Part 4: RSS before and after decoding ``prompts`` one after another (one eager
+    :class:`Steps`, its caches reserved for the longest prompt, as the other parts do)."""
     eos = target.eos_token_ids
     shape = TreeShape(depth=3, topk=4, num_draft_tokens=6)
-    generate(target.model, draft, prompts[:1], max_new_tokens=n, shape=shape, eos_ids=eos)
+    steps = Steps(target.model, draft, "none")
+    vocab = int(draft.draft_to_target.shape[0])
+    reserve(steps, 1, max(map(len, prompts)), n, shape, vocab=vocab)
+    kw: dict[str, Any] = {"max_new_tokens": n, "shape": shape, "eos_ids": eos, "steps": steps}
+    generate(target.model, draft, prompts[:1], **kw)
     gc.collect()
     before = _rss_mb()
     for p in prompts:
-        generate(target.model, draft, [p], max_new_tokens=n, shape=shape, eos_ids=eos)
+        generate(target.model, draft, [p], **kw)
     gc.collect()
     return {"prompts": float(len(prompts)), "rss_before_mb": before, "rss_after_mb": _rss_mb()}
 
@@ -345,7 +482,21 @@ def _args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--oracle-accept", type=float, default=1.0, help="P(an oracle proposal is kept)"
     )
-    ap.add_argument("--compile", choices=["none", "graphs", "compile"], default="none")
+    ap.add_argument(
+        "--compile",
+        choices=["none", "graphs", "compile"],
+        default="none",
+        help="parts 1-2's engine steps",
+    )
+    ap.add_argument(
+        "--trained-compile",
+        choices=["none", "compile", "both"],
+        default="both",
+        help="part 3's engine steps: eager, compiled (torch.compile) or both side by side",
+    )
+    ap.add_argument(
+        "--trained-only", action="store_true", help="part 3 only (and 4), HF as reference"
+    )
     ap.add_argument("--seed", type=int, default=0, help="seed of the oracle's draws")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args(argv)
@@ -374,6 +525,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
         )
     if args.quick:
         args.draft, args.memory_prompts = "none", 0
+        if args.trained_only:
+            ap.error("--quick skips part 3 and --trained-only runs only part 3: give one")
+    if args.trained_only and args.draft == "none":
+        ap.error("--trained-only measures a trained draft. Fix: --draft best or a folder")
     return args
 
 
@@ -440,37 +595,53 @@ def run(args: argparse.Namespace, inputs: Inputs) -> dict[str, Any]:
         f"{args.oracle_accept}, compile {args.compile}" + (", quick" if args.quick else "")
     )
     out: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()}}
-    # warm-up: first-call allocations
-    ar_generate(
-        target.model, prompts[:2], max_new_tokens=4, eos_ids=target.eos_token_ids,
-        **engine.kwargs(),
-    )  # fmt: skip
-    rows, refs = oracle_b1(target, prompts, n, ks1, engine)
-    _print("1. oracle draft, b=1 (x = vs HF generate greedy)", rows, "HF generate")
-    out["oracle_b1"] = rows
-    rows_b = oracle_batched(target, prompts, refs, n, b, ksb, engine)
-    _print(f"2. oracle draft, b={b} (x = vs the engine's batched AR)", rows_b, f"engine AR b={b}")
-    out[f"oracle_b{b}"] = rows_b
+    rows: dict[str, dict[str, float]] = {}
+    rows_b: dict[str, dict[str, float]] = {}
+    refs: list[list[int]] | None = None
+    if not args.trained_only:
+        rows, refs = oracle_b1(target, prompts, n, ks1, engine)
+        _print("1. oracle draft, b=1 (x = vs HF generate greedy)", rows, "HF generate")
+        out["oracle_b1"] = rows
+        rows_b = oracle_batched(target, prompts, refs, n, b, ksb, engine)
+        _print(
+            f"2. oracle draft, b={b} (x = vs the engine's batched AR)", rows_b, f"engine AR b={b}"
+        )
+        out[f"oracle_b{b}"] = rows_b
     draft: Draft | None = None
     if inputs.draft_folder is not None:
         folder = inputs.draft_folder
         embed, head = target.frozen_weights()
         dm = DraftModel.load(folder, embed_weight=embed, lm_head_weight=head).eval()
         draft = cast(Draft, dm)
-        rows_t = trained(
-            target, dm, prompts, refs, n, [2, 3, 4, 6, 8], rows["HF generate"],
-            rows["engine AR"], engine,
+        tc = args.trained_compile
+        modes = ["none", "compile"] if tc == "both" else [tc]
+        rows_t = trained(target, dm, prompts, refs, n, TRAINED_KS, modes, engine)
+        ar_base = "engine AR compiled" if "compile" in modes else "engine AR"
+        _print(
+            f"3. trained draft {folder}, b=1 (x = vs HF generate greedy and vs {ar_base})",
+            rows_t, "HF generate", ar_base,
         )  # fmt: skip
-        _print(f"3. trained draft {folder} (x = vs HF generate greedy)", rows_t, "HF generate")
-        ar_ms = rows["engine AR"]["ms_per_cycle"]
         for name, r in rows_t.items():
             if name.startswith("trained"):
+                ar_name = "engine AR compiled" if name.endswith("compiled") else "engine AR"
+                ar_ms = rows_t[ar_name]["ms_per_cycle"]
                 print(
                     f"   {name}: break-even acceptance length = {r['ms_per_cycle'] / ar_ms:.2f} "
-                    f"(cycle {r['ms_per_cycle']:.0f} ms / AR step {ar_ms:.0f} ms), "
+                    f"(cycle {r['ms_per_cycle']:.1f} ms = draft {r['draft_ms_per_cycle']:.1f} + "
+                    f"verify {r['verify_ms_per_cycle']:.1f} + book "
+                    f"{r['bookkeeping_ms_per_cycle']:.1f}; {ar_name} step {ar_ms:.1f} ms), "
                     f"measured {r['acceptance_length']:.2f}"
                 )
+        ts = trained_summary(rows_t)
+        print(
+            f"   best: {ts['best']} {ts['ratio_over_hf']:.2f}x HF generate, "
+            f"{ts['ratio_over_best_ar']:.2f}x {ts['best_ar']} (tau {ts['acceptance_length']:.2f}); "
+            f"mismatches {ts['mismatches']:.0f}, late {ts['late']:.0f}; compiling "
+            f"{ts['compile_s']:.0f} s in Steps.prepare, warm-up calls {ts['warmup_s']:.0f} s, "
+            f"{ts['compiles_after_warmup']:.0f} graphs compiled after the warm-up"
+        )
         out["trained"] = {"draft": str(folder), **rows_t}
+        out["trained_summary"] = ts
     if inputs.memory_texts:
         if draft is None:
             draft = cast(Draft, OracleDraft(prompts[0] * 2, target.model.config.vocab_size))
@@ -482,13 +653,14 @@ def run(args: argparse.Namespace, inputs: Inputs) -> dict[str, Any]:
             f"({mem['rss_after_mb'] - mem['rss_before_mb']:+.0f} MB)"
         )
         out["memory"] = mem
-    s = summary(rows, rows_b, b)
-    out["summary"] = s
-    print(
-        f"\nsummary: oracle b=1 {s['b1_ratio_over_hf']:.2f}x HF generate (k={s['b1_best_k']:.0f}, "
-        f"bookkeeping {s['b1_bookkeeping_share']:.0%}); oracle b={b} "
-        f"{s['batched_ratio_over_ar']:.2f}x batched AR (k={s['batched_best_k']:.0f})"
-    )
+    if rows:
+        s = summary(rows, rows_b, b)
+        out["summary"] = s
+        print(
+            f"\nsummary: oracle b=1 {s['b1_ratio_over_hf']:.2f}x HF generate "
+            f"(k={s['b1_best_k']:.0f}, bookkeeping {s['b1_bookkeeping_share']:.0%}); oracle "
+            f"b={b} {s['batched_ratio_over_ar']:.2f}x batched AR (k={s['batched_best_k']:.0f})"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(_no_nan(out), indent=1))

@@ -1,6 +1,8 @@
 """benchmarks/decode_bench.py: its argument and input checks (one line, exit code 2, before any
-model is loaded), its tallies and summary with nothing measured, and parts 1-2 on a tiny random
-target (every output equal to HF greedy)."""
+model is loaded), its tallies and summary with nothing measured, parts 1-2 on a tiny random
+target (every output equal to HF greedy), and, with dynamo's ``eager`` backend (graphs traced and
+counted, no code generated), the persistent compiled steps of parts 1 and 3: every shape compiled
+in the first (untimed) call, none late, none after it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
+from tests.workloads.tiny import tiny_draft
 from workloads.target import Target, random_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +66,9 @@ def _one_line_exit_2(
         (["--oracle-accept", "1.5"], "--oracle-accept 1.5 must be in [0, 1]"),
         (["--compile", "graphs"], "Fix: --compile compile"),
         (["--compile", "fast"], "invalid choice"),
+        (["--trained-compile", "graphs"], "invalid choice"),
+        (["--quick", "--trained-only"], "give one"),
+        (["--trained-only", "--draft", "none"], "Fix: --draft best"),
         (["--num-prompts", "many"], "invalid int value"),
     ],
 )
@@ -130,8 +136,7 @@ def test_summary_picks_the_best_k_of_each_part() -> None:
     assert s["batched_ratio_over_ar"] == 2.5 and s["batched_best_k"] == 4.0
 
 
-def test_oracle_parts_on_a_tiny_random_target_equal_hf_greedy() -> None:
-    mod = _load()
+def _tiny_target() -> tuple[Target, list[list[int]]]:
     config = LlamaConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=128, max_position_embeddings=256,
@@ -142,6 +147,12 @@ def test_oracle_parts_on_a_tiny_random_target_equal_hf_greedy() -> None:
     target = Target(name="tiny", model=model, tokenizer=None, random_weights=True)
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(0, 127, (int(n),), generator=gen).tolist() for n in (3, 5, 4, 6)]
+    return target, prompts
+
+
+def test_oracle_parts_on_a_tiny_random_target_equal_hf_greedy() -> None:
+    mod = _load()
+    target, prompts = _tiny_target()
     rows, refs = mod.oracle_b1(target, prompts, 6, [2, 4])
     assert set(rows) == {"HF generate", "engine AR", "oracle k=2", "oracle k=4"}
     assert all(r["mismatches"] == 0 for r in rows.values())
@@ -150,3 +161,30 @@ def test_oracle_parts_on_a_tiny_random_target_equal_hf_greedy() -> None:
     assert all(r["mismatches"] == 0 for r in rows_b.values())
     s = mod.summary(rows, rows_b, 2)
     assert all(math.isfinite(v) and v > 0 for v in s.values()), s
+
+
+def test_compiled_parts_compile_each_shape_once_before_the_timers() -> None:
+    """Issue 22: one Steps per method, caches reserved before the first call: under compile
+    every shape is compiled in the untimed warm-up, none late and none after it; part 3 has
+    the AR loop and the draft eager and compiled side by side, all equal to HF greedy."""
+    mod = _load()
+    torch._dynamo.reset()
+    target, prompts = _tiny_target()
+    engine = mod.Engine(compile="compile", backend="eager")
+    rows, refs = mod.oracle_b1(target, prompts, 6, [2, 4], engine)
+    assert all(r["mismatches"] == 0 and r["late"] == 0 for r in rows.values()), rows
+    assert rows["engine AR"]["compiles"] >= 1 and rows["oracle k=4"]["compiles"] >= 1
+    assert all(r["compiles_after_warmup"] == 0 for r in rows.values()), rows
+    draft = tiny_draft(target.model)
+    rows_t = mod.trained(target, draft, prompts, refs, 6, [2, 4], ["none", "compile"], engine)
+    assert set(rows_t) == {
+        "HF generate", "engine AR", "engine AR compiled", "trained k=2", "trained k=4",
+        "trained k=2 compiled", "trained k=4 compiled",
+    }  # fmt: skip
+    assert all(r["mismatches"] == 0 and r["late"] == 0 for r in rows_t.values()), rows_t
+    assert all(r["compiles_after_warmup"] == 0 for r in rows_t.values()), rows_t
+    assert rows_t["trained k=4"]["compiles"] == 0 and rows_t["engine AR"]["compiles"] == 0
+    assert rows_t["trained k=4 compiled"]["compiles"] >= 2  # the verify and the draft steps
+    assert rows_t["trained k=4 compiled"]["acceptance_length"] >= 1.0
+    s = mod.trained_summary(rows_t)
+    assert s["mismatches"] == 0 and s["late"] == 0 and s["best"].startswith("trained k=")

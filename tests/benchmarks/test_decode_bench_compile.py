@@ -1,6 +1,7 @@
 """benchmarks/compile_bench.py (issue 16, item 4): its static-cache forward equals a full forward
 at every repetition (the cache is rewound in place), its ratios, its argument errors; the
-compiled path on a tiny model (slow: inductor compiles for a minute or more)."""
+compiled path on a tiny model (slow: inductor compiles for a minute or more); the oneDNN mode
+(issue 22: every linear through oneDNN with prepacked weights) gives the eager logits."""
 
 from __future__ import annotations
 
@@ -67,6 +68,18 @@ def test_the_compiled_forward_with_frozen_weights_equals_eager() -> None:
     diffs = res["max_abs_logit_diff_vs_first_mode"]["compiled"]
     assert max(diffs.values()) < 1e-4, diffs
     assert set(res["compiled_over_eager"]["compiled"]) == {1, 2}
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN")
+def test_the_onednn_mode_equals_eager_and_leaves_the_model_alone() -> None:
+    mod, model = _load(), _tiny()
+    res = mod.measure(model, prefix=16, ns=[1, 2, 4], reps=2, modes=["eager", "onednn"])
+    diffs = res["max_abs_logit_diff_vs_first_mode"]["onednn"]
+    assert max(diffs.values()) < 1e-4, diffs
+    assert set(res["compiled_over_eager"]["onednn"]) == {1, 2, 4}
+    assert all(type(m) is not mod.OneDNNLinear for m in model.modules())  # a copy was patched
+    twin = mod.onednn_copy(model)
+    assert sum(type(m) is mod.OneDNNLinear for m in twin.modules()) == 2 * 7 + 1  # + the head
 
 
 @pytest.mark.parametrize(
