@@ -70,8 +70,9 @@ class StepStats:
             included).
         compile_s: seconds of the first calls that compiled them, outside the timers.
         fallbacks: step shapes that run eagerly because their capture failed (with why).
-        late: step shapes first met inside a timed cycle (a bug in :meth:`Steps.prepare`'s
-            plan; their capture or compile time is then inside the timers).
+        late: step calls inside a timed cycle that met a shape not prepared, or that
+            compiled (a recompile: the prepared graph's guards failed); their capture or compile
+            time is then inside the timers. 0 unless :meth:`Steps.prepare`'s plan is wrong.
     """
 
     captures: int = 0
@@ -283,13 +284,15 @@ class Steps:
         cache.reset(b)
         cache.stage(width)
         mask = additive_mask(cache.allowed(_causal(b, width, ti)), hdt)
+        # ids and positions apart: a compiled step guards on which inputs alias each other
         ids = torch.zeros(b, width, dtype=torch.long, device=ti)
+        pos = torch.arange(width, device=ti).expand(b, width).contiguous()
         if kind == "verify":
-            (self._verify_eager if eager else self._verify)(ids, ids, mask, cache)
+            (self._verify_eager if eager else self._verify)(ids, pos, mask, cache)
         else:
             hd = int(self.target.config.hidden_size)
             h = torch.zeros(b, width, hd, dtype=hdt, device=ti)
-            (self.draft_eager if eager else self._draft)(h, ids, ids, mask, cache)
+            (self.draft_eager if eager else self._draft)(h, ids, pos, mask, cache)
         cache.discard()
 
     def verify(
@@ -299,7 +302,11 @@ class Steps:
         hidden states [B, n, h] and logits [B, n, V] in the target's dtype, both on its output
         device."""
         self._late("verify", ids.shape[0], ids.shape[1], mask.dtype)
+        if self.fixed:  # compiled steps guard on strides: the layout prepare made them for
+            ids, pos, mask = ids.contiguous(), pos.contiguous(), mask.contiguous()
+        before = self.stats.compiles
         h, logits = self._verify(ids, pos, mask, cache)
+        self.stats.late += self.stats.compiles > before  # compiled inside a timed cycle
         return h, logits
 
     def draft(
@@ -314,7 +321,12 @@ class Steps:
         -> [B, T, h] draft hidden states."""
         if self._draft_capturable:
             self._late("draft", hidden.shape[0], hidden.shape[1], mask.dtype)
+        if self.fixed and self._draft_capturable:
+            hidden, next_ids = hidden.contiguous(), next_ids.contiguous()
+            pos, mask = pos.contiguous(), mask.contiguous()
+        before = self.stats.compiles
         out: torch.Tensor = self._draft(hidden, next_ids, pos, mask, cache)
+        self.stats.late += self.stats.compiles > before
         return out
 
     def top_candidates(self, hidden: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -421,7 +421,7 @@ def _draft_tree(
     d2t = steps.draft_to_target
     lp, ix = top[0][..., :topk], top[1][..., :topk]
     frontier = tree.add_children(torch.zeros_like(m)[:, None], lp, d2t[ix])
-    h_in = h_in.expand(b, topk, -1)
+    h_in = h_in.expand(b, topk, -1).contiguous()  # the strides prepared steps were made for
     slot_nodes = frontier[:, :0]
     for _ in range(shape.depth - 1):
         slot_nodes = torch.cat([slot_nodes, frontier], 1)
@@ -430,7 +430,7 @@ def _draft_tree(
         seen = seen.gather(2, slot_nodes[:, None, :].expand(b, topk, slot_nodes.shape[1]))
         dcache.stage(topk)
         mask = additive_mask(dcache.allowed(seen), dt)
-        pos = (m + tree.level - 1)[:, None].expand(b, topk)  # the frontier's depth, a host int
+        pos = (m + tree.level - 1)[:, None].expand(b, topk).contiguous()  # depth: a host int
         t = timer.mark()
         f_h = steps.draft(h_in, tree.tokens.gather(1, frontier), pos, mask, dcache)
         lp, ix = steps.top_candidates(f_h, topk)

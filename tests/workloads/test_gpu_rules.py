@@ -184,8 +184,8 @@ def test_compiled_steps_compile_once_and_never_again(
     kw = {"max_new_tokens": n, "shape": SHAPE, "eos_ids": frozenset(), "steps": steps}
     first = generate(target, draft, prompts, **kw)  # type: ignore[arg-type]
     compiled = steps.stats.compiles
-    # 2 buckets x 3 steps, each one graph or a few when dynamo breaks it
-    assert 1 <= compiled <= 2 * 3 * 2 and steps.stats.late == 0
+    # 2 buckets x 3 steps (verify, pending pairs, a tree level), one graph each
+    assert compiled == 2 * 3 and steps.stats.late == 0  # late: no compile inside the timers
     again = generate(target, draft, prompts, **kw)  # type: ignore[arg-type]
     assert steps.stats.compiles == compiled
     eager = generate(target, draft, prompts, max_new_tokens=n, shape=SHAPE, eos_ids=frozenset())
