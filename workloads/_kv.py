@@ -29,6 +29,7 @@ q staged slots (this forward's n included), W = max(lengths) + q key slots atten
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,9 @@ def additive_mask(allowed_bnq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor
     return mask[:, None]
 
 
+_SERIAL = itertools.count()
+
+
 class CacheFull(RuntimeError):
     """A forward would write past the preallocated capacity (a bug in the capacity estimate)."""
 
@@ -74,6 +78,7 @@ class RaggedStaticCache:
     ) -> None:
         self.capacity = capacity
         self.fixed_width = fixed_width
+        self.serial = next(_SERIAL)  # never reused (an id() may be): captured graphs key on it
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)

@@ -29,8 +29,10 @@ Shape legend: B rows, n verified tokens, P pending pairs, K frontier nodes, W ke
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,7 +169,8 @@ class Steps:
             torch._dynamo.config.recompile_limit = max(
                 torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT
             )
-            return torch.compile(fn, dynamic=False, backend=self._count(self._backend))
+            own = _own_code(fn, f"{name}_step_{next(_SERIAL)}")
+            return torch.compile(own, dynamic=False, backend=self._count(self._backend))
         if self.mode == "graphs":
             return Graphed(fn, name, self.stats, capture=self._capture, pool=self.pool)
         return fn
@@ -225,6 +228,9 @@ class Steps:
                 )
                 self._caches[kind] = cache
                 self._prepared.clear()
+                for step in (self._verify, self._draft):  # graphs of the old caches' buffers
+                    if isinstance(step, Graphed):
+                        step.forget()
             cache.reset(rows)
             out.append(cache)
         return out[0], out[1]
@@ -342,6 +348,19 @@ class Steps:
             self._prepared.add((kind, b, width, dt))
 
 
+_SERIAL = itertools.count()
+
+
+def _own_code(fn: Step, name: str) -> Step:
+    """``fn`` with a code object of its own: dynamo keeps compiled graphs, and counts
+    recompiles against its limit, per code object, so each :class:`Steps` compiles its own
+    (freed with it) instead of piling entries onto one shared by every Steps of the process."""
+    code = fn.__code__.replace(co_name=name, co_qualname=name)
+    own = types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    own.__kwdefaults__ = fn.__kwdefaults__
+    return own
+
+
 def _causal(b: int, n: int, dev: torch.device) -> torch.Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=dev).tril().expand(b, n, n)
 
@@ -394,9 +413,15 @@ class Graphed:
 
     @staticmethod
     def key(tensors: list[torch.Tensor], cache: Any) -> tuple[Any, ...]:
-        """The signature a graph is captured for (see the class doc)."""
+        """The signature a graph is captured for (see the class doc): the cache by its serial
+        number, never reused (an ``id`` may be, once a cache is freed)."""
         sig = tuple((tuple(t.shape), t.dtype, t.device) for t in tensors)
-        return (*sig, id(cache), getattr(cache, "rows", None))
+        return (*sig, getattr(cache, "serial", id(cache)), getattr(cache, "rows", None))
+
+    def forget(self) -> None:
+        """Drop every graph (their caches were replaced); their pool memory goes with them."""
+        self.graphs.clear()
+        self.fallbacks.clear()
 
     def __call__(self, *args: Any) -> Any:
         *tensors, cache = args

@@ -261,3 +261,30 @@ def test_oracle_children_without_a_vocabulary_pass() -> None:
     assert ids[..., 0].tolist() == [[9, 11]] == ref_ids[..., 0].tolist()  # the proposal first
     assert torch.allclose(lp, ref_lp, atol=1e-5)  # float32 rounding of the reference
     assert (ids[..., 1:] != ids[..., :1]).all()  # the others are other tokens
+
+
+def test_each_steps_compiles_its_own_code(
+    target: torch.nn.Module, draft: torch.nn.Module
+) -> None:
+    """dynamo keeps compiled graphs and counts recompiles (limit 64, then eager without a word)
+    per code object: steps sharing one would, over a process's trials, run eagerly unnoticed."""
+    a, b = (Steps(target, draft, "compile", backend="eager") for _ in range(2))
+    code = [s._verify._torchdynamo_orig_callable.__code__ for s in (a, b)]  # type: ignore[attr-defined]
+    assert code[0] is not code[1] and code[0].co_name != code[1].co_name
+
+
+def test_graphs_of_a_replaced_cache_are_dropped(
+    target: torch.nn.Module, draft: torch.nn.Module
+) -> None:
+    """A replaced cache's graphs would replay into its freed buffers: they go with it, and graphs
+    key on the cache's serial number (an ``id`` is reused once an object is freed)."""
+    steps = Steps(target, draft, "graphs", capture=False)
+    kw = {"shape": SHAPE, "eos_ids": frozenset(), "steps": steps}
+    generate(target, draft, PROMPTS[:2], max_new_tokens=4, **kw)  # type: ignore[arg-type]
+    old = steps._caches["target"]
+    assert steps._verify.graphs  # type: ignore[attr-defined]
+    generate(target, draft, PROMPTS[:4], max_new_tokens=300, **kw)  # bigger: new caches
+    new = steps._caches["target"]
+    assert new is not old and new.serial != old.serial
+    keys = steps._verify.graphs  # type: ignore[attr-defined]
+    assert keys and all(k[-2] != old.serial for k in keys)
