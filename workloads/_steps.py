@@ -309,7 +309,7 @@ class Steps:
         device."""
         self._late("verify", ids.shape[0], ids.shape[1], mask.dtype)
         if self.fixed:  # compiled steps guard on strides: the layout prepare made them for
-            ids, pos, mask = ids.contiguous(), pos.contiguous(), mask.contiguous()
+            ids, pos, mask = _dense(ids), _dense(pos), _dense(mask)
         before = self.stats.compiles
         h, logits = self._verify(ids, pos, mask, cache)
         self.stats.late += self.stats.compiles > before  # compiled inside a timed cycle
@@ -328,8 +328,7 @@ class Steps:
         if self._draft_capturable:
             self._late("draft", hidden.shape[0], hidden.shape[1], mask.dtype)
         if self.fixed and self._draft_capturable:
-            hidden, next_ids = hidden.contiguous(), next_ids.contiguous()
-            pos, mask = pos.contiguous(), mask.contiguous()
+            hidden, next_ids, pos, mask = (_dense(t) for t in (hidden, next_ids, pos, mask))
         before = self.stats.compiles
         out: torch.Tensor = self._draft(hidden, next_ids, pos, mask, cache)
         self.stats.late += self.stats.compiles > before
@@ -349,6 +348,19 @@ class Steps:
 
 
 _SERIAL = itertools.count()
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with the strides of a new tensor of its shape (a copy only when they differ).
+    ``contiguous()`` is not enough: it keeps any stride of a size-1 dimension (a [1, 5] slice
+    of [1, 8] has strides (8, 1)), and dynamo guards on every stride."""
+    want, acc = [], 1
+    for size in reversed(t.shape):
+        want.append(acc)
+        acc *= max(size, 1)
+    if t.stride() == tuple(reversed(want)):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _own_code(fn: Step, name: str) -> Step:
