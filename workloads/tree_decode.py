@@ -72,6 +72,14 @@ class TreeShape:
     topk: int
     num_draft_tokens: int
 
+    def __post_init__(self) -> None:
+        if self.depth < 1 or self.topk < 1 or self.num_draft_tokens < 2:
+            raise ValueError(
+                f"tree depth {self.depth}, topk {self.topk}, num_draft_tokens "
+                f"{self.num_draft_tokens}: a tree needs depth >= 1, topk >= 1 and "
+                "num_draft_tokens >= 2 (the root and one drafted token)"
+            )
+
     def capped(self, vocab: int) -> TreeShape:
         """The shape the engine uses: depth <= num_draft_tokens - 1 (a node at depth d is
         verified only with its d ancestors) and topk <= the draft vocabulary."""

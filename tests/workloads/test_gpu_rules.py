@@ -283,8 +283,16 @@ def test_graphs_of_a_replaced_cache_are_dropped(
     generate(target, draft, PROMPTS[:2], max_new_tokens=4, **kw)  # type: ignore[arg-type]
     old = steps._caches["target"]
     assert steps._verify.graphs  # type: ignore[attr-defined]
-    generate(target, draft, PROMPTS[:4], max_new_tokens=300, **kw)  # bigger: new caches
+    generate(target, draft, PROMPTS[:4], max_new_tokens=4, **kw)  # more rows: new caches
     new = steps._caches["target"]
     assert new is not old and new.serial != old.serial
     keys = steps._verify.graphs  # type: ignore[attr-defined]
     assert keys and all(k[-2] != old.serial for k in keys)
+
+
+@pytest.mark.parametrize(
+    ("depth", "topk", "k"), [(3, 2, 1), (0, 2, 4), (2, 0, 4)]
+)
+def test_a_tree_that_cannot_decode_is_refused(depth: int, topk: int, k: int) -> None:
+    with pytest.raises(ValueError, match="num_draft_tokens >= 2"):
+        TreeShape(depth=depth, topk=topk, num_draft_tokens=k)
