@@ -131,7 +131,9 @@ class BatchResult:
         prefill_s, draft_s, verify_s, total_s: prompt prefill (target and draft), draft forwards
             of the cycles, target verification forwards, the whole call. The rest of a cycle is
             bookkeeping.
-        cache_allocations: KV buffers allocated for the batch (per layer, keys and values: once).
+        cache_allocations: KV buffers the call's caches have allocated (per layer, keys and
+            values, once per cache: a :class:`~workloads._steps.Steps` reused over calls keeps
+            its caches, so a repeat call reports the same count and allocates nothing).
     """
 
     tokens: list[list[int]]
