@@ -65,6 +65,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from workloads._steps import Steps  # noqa: E402
 from workloads.ar_decode import ar_generate  # noqa: E402
+from workloads.ar_decode import reserve as reserve_ar  # noqa: E402
 from workloads.data import chat_prompt_ids, load_prompt_sets  # noqa: E402
 from workloads.decode_bench import find_trial_draft  # noqa: E402
 from workloads.draft_model import DraftModel  # noqa: E402
@@ -235,7 +236,7 @@ def _small_tree(k: int) -> TreeShape:
 def _reserve_ar(steps: Steps, rows: int, longest: int, n: int) -> None:
     """The AR loop's caches for every call of up to ``rows`` prompts of up to ``longest``
     tokens (it stages one slot per step)."""
-    steps.caches(rows, longest + n, 0)
+    reserve_ar(steps, rows, longest, n)
 
 
 def _print(

@@ -169,3 +169,10 @@ def row_bucket(live: int, rows: int, fixed: bool) -> int:
         return live
     size = 1 << max(live - 1, 0).bit_length()  # the smallest power of two >= live
     return rows if size >= rows else size
+
+
+def rows_to_keep(live: list[bool], keep: int) -> list[int]:
+    """Indices of the ``keep`` rows to keep (ascending): every live row, then finished ones to
+    fill a fixed-shape bucket (:func:`row_bucket`; they stay frozen)."""
+    done = [i for i, a in enumerate(live) if not a]
+    return sorted([i for i, a in enumerate(live) if a] + done[: keep - sum(live)])

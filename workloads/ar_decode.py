@@ -7,10 +7,12 @@ row is the target's greedy output.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import PreTrainedModel
 
-from workloads._batch import Placement, Timer, finished, pick, prefill, row_bucket
+from workloads._batch import Placement, Timer, finished, pick, prefill, row_bucket, rows_to_keep
 from workloads._kv import additive_mask
 from workloads._steps import StepPlan, Steps
 from workloads.tree_decode import BatchResult, Compile
@@ -46,8 +48,7 @@ def ar_generate(
     where = Placement.of(target)
     dev, b0 = where.input, len(prompts)
     sizes = sorted({row_bucket(b, b0, steps.fixed) for b in range(1, b0 + 1)})
-    room = max(map(len, prompts)) + max_new_tokens
-    cache, dcache = steps.caches(b0, room, 0)
+    cache, dcache = reserve(steps, b0, max(map(len, prompts)), max_new_tokens)
     steps.prepare(StepPlan(buckets=tuple((b, 1, 1) for b in sizes), pending=1), cache, dcache)
     timer = Timer(where.devices)
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
@@ -64,8 +65,7 @@ def ar_generate(
     while any(live):
         keep = row_bucket(sum(live), len(rows), steps.fixed)
         if keep < len(rows):
-            idx = sorted([i for i, a in enumerate(live) if a] + [
-                i for i, a in enumerate(live) if not a][: keep - sum(live)])  # fmt: skip
+            idx = rows_to_keep(live, keep)
             sel = torch.tensor(idx).to(dev)
             pos, tok, self_only = (x[sel] for x in (pos, tok, self_only))
             cache.select_rows(sel, idx)
@@ -89,3 +89,9 @@ def ar_generate(
     res.total_s = timer.now() - t0
     res.verify_s = timer.seconds("verify")
     return res
+
+
+def reserve(steps: Steps, rows: int, longest_prompt: int, max_new_tokens: int) -> tuple[Any, Any]:
+    """Allocate ``steps``' KV cache for every AR call of up to ``rows`` prompts of up to
+    ``longest_prompt`` tokens (one slot staged per step; no draft cache), before the first."""
+    return steps.caches(rows, longest_prompt + max_new_tokens, 0)

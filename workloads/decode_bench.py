@@ -21,6 +21,7 @@ import torch
 
 from workloads._steps import Steps
 from workloads.ar_decode import ar_generate
+from workloads.ar_decode import reserve as reserve_ar
 from workloads.config import DecodeBenchConfig, DraftSourceConfig
 from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
 from workloads.draft_model import DraftArch, DraftModel
@@ -281,7 +282,7 @@ def run(
     ar_steps = Steps(target.model, None, d.compile)
     longest = max(map(len, prompts))
     reserve(spec_steps, b, longest, d.max_new_tokens, shape, vocab=_vocab(draft, target))
-    ar_steps.caches(b, longest + d.max_new_tokens, 0)
+    reserve_ar(ar_steps, b, longest, d.max_new_tokens)
 
     def spec(batch: list[list[int]], idx: list[int], n: int) -> BatchResult:
         dr: Draft = cast(Draft, draft)

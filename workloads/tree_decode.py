@@ -31,7 +31,16 @@ from typing import Literal, Protocol
 import torch
 from transformers import PreTrainedModel
 
-from workloads._batch import Placement, Timer, finished, pick, prefill, right_pad, row_bucket
+from workloads._batch import (
+    Placement,
+    Timer,
+    finished,
+    pick,
+    prefill,
+    right_pad,
+    row_bucket,
+    rows_to_keep,
+)
 from workloads._kv import RaggedStaticCache, additive_mask
 from workloads._steps import StepPlan, Steps
 from workloads._tree import DraftTree, accept_greedy, accept_sampling, max_nodes
@@ -240,8 +249,7 @@ def generate(
     while any(live):
         keep = row_bucket(sum(live), len(rows), steps.fixed)
         if keep < len(rows):  # rows that finished leave the batch (fixed shapes: by buckets)
-            idx = sorted([i for i, a in enumerate(live) if a] + [
-                i for i, a in enumerate(live) if not a][: keep - sum(live)])  # fmt: skip
+            idx = rows_to_keep(live, keep)
             sel = torch.tensor(idx).to(dev)
             m, root, h_in, *pending = (x[sel] for x in (m, root, h_in, *pending))
             top = (top[0][sel], top[1][sel])
