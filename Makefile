@@ -33,7 +33,7 @@ $(BIN)/.chromium: $(BIN)/.installed                      ## Debian's Chromium fo
 $(BIN)/.test-deps: $(BIN)/.installed $(BIN)/.chromium Makefile  ## test-only packages, not runtime deps
 	$(BIN)/python -m pip install -q --no-deps eagle-llm==1.2.1  # EAGLE-1/2 draft class (export tests); its pins clash
 # the [deepspeed] extra, for the ZeRO tests: an sdist built against the installed torch with no
-# op compiled (DS_BUILD_OPS=0; its CPU ops stay unbuilt, see workloads/distributed.py), ~20 s
+# op compiled (DS_BUILD_OPS=0; its CPU ops stay unbuilt, see workloads/training/distributed.py), ~20 s
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation 'deepspeed>=0.19.8,<0.20'
 	touch $@
 

@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from transformers import PreTrainedModel, StaticCache  # noqa: E402
 
-from workloads.target import DEFAULT_TARGET, load_target  # noqa: E402
+from workloads.models.target import DEFAULT_TARGET, load_target  # noqa: E402
 
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(ids [1, n], positions [n]) -> logits [1, n, V]"""

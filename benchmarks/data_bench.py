@@ -15,9 +15,9 @@ and a local jsonl corpus written from ShareGPT's pretraining split (``--corpus-m
    in the same run. ``TOKENIZERS_PARALLELISM=false`` throughout, so one process is one core.
 3. **Online mode memory**: for each token budget (1M and 4M), a fresh subprocess trains a tiny
    draft (1 layer, draft vocabulary truncated to ``--draft-vocab`` ids) over the whole budget
-   with :class:`~workloads.online_features.OnlineFeatures` on ``StreamRows`` (``repeat: true``) and
-   reports its peak RSS (``ru_maxrss``) and its resident memory sampled after every step; the
-   issue's target is <= +10% from 1M to 4M, for both. Memory-mapped shard pages count as
+   with :class:`~workloads.training.online_features.OnlineFeatures` on ``StreamRows`` (``repeat:
+   true``) and reports its peak RSS (``ru_maxrss``) and its resident memory sampled after every
+   step; the issue's target is <= +10% from 1M to 4M, for both. Memory-mapped shard pages count as
    resident once read (a 4M budget reads more of the corpus than a 1M one).
 4. **Online = cached**: the same draft trained on cached and on online features of the same
    rows (a corpus of one line per document, so rows hold several: the block-diagonal masks
@@ -57,11 +57,11 @@ from transformers import PreTrainedModel  # noqa: E402
 from workloads.config import CorpusSource  # noqa: E402
 from workloads.data import iter_pretrain_documents  # noqa: E402
 from workloads.data.shards import WORK, StreamRows, corpus_rows, corpus_tokens  # noqa: E402
-from workloads.draft_model import DraftArch, DraftModel  # noqa: E402
-from workloads.features import CacheStats, ensure_features, tokenizer_fingerprint  # noqa: E402
-from workloads.online_features import OnlineFeatures  # noqa: E402
-from workloads.target import Target, load_target  # noqa: E402
-from workloads.training import StageLog, StageSettings, train_stage  # noqa: E402
+from workloads.models.draft import DraftArch, DraftModel  # noqa: E402
+from workloads.models.target import Target, load_target  # noqa: E402
+from workloads.training.features import CacheStats, ensure_features, tokenizer_fingerprint  # noqa: E402
+from workloads.training.loop import StageLog, StageSettings, train_stage  # noqa: E402
+from workloads.training.online_features import OnlineFeatures  # noqa: E402
 
 PARTS = ("cache", "tokenize", "online", "equal")
 """the measurements, in the order they run"""
@@ -273,6 +273,7 @@ def bench_cache(
             folder = work / f"features-{c}-{r}"
             n = c * args.rows_per_chunk
             before = WORK.tokens
+
             def ensure() -> CacheStats:
                 return ensure_features(
                     folder, rows=rows, n_rows=n, rows_per_chunk=args.rows_per_chunk,  # noqa: B023

@@ -23,13 +23,14 @@ closing summary line gives the two figures tracked across issues (issue 16: 8.2-
 2.4-2.9x so far): the oracle's best b=1 ratio over HF ``generate`` and its best b=8 (``--batch``)
 ratio over the batched AR loop.
 
-Every engine method keeps one :class:`~workloads._steps.Steps` (its steps and KV caches) over all
-its calls, with the caches reserved before the first (:func:`~workloads.tree_decode.reserve`):
-under ``compile`` each step shape is compiled once, in the first call's untimed preparation, and
-never again. Each method's first call is an untimed warm-up; the tables give apart the seconds
-``Steps.prepare`` spent compiling (``compile s``, from ``steps.stats``), the wall seconds of the
-warm-up calls (``warm-up s``: also what compiles inside a first call, which ``steps.stats``
-does not see) and ``late``, the shapes first met inside a timed cycle (must be 0).
+Every engine method keeps one :class:`~workloads.engine.steps.Steps` (its steps and KV caches) over
+all its calls, with the caches reserved before the first
+(:func:`~workloads.engine.tree_decode.reserve`): under ``compile`` each step shape is compiled once,
+in the first call's untimed preparation, and never again. Each method's first call is an untimed
+warm-up; the tables give apart the seconds ``Steps.prepare`` spent compiling (``compile s``, from
+``steps.stats``), the wall seconds of the warm-up calls (``warm-up s``: also what compiles inside a
+first call, which ``steps.stats`` does not see) and ``late``, the shapes first met inside a timed
+cycle (must be 0).
 
 ``--quick`` runs parts 1 and 2 only, at fewer k (b=1: 8, 16, 32; batched: 4, 8, 16), in under
 3 minutes on a 2-core CPU. ``--oracle-accept p`` keeps each oracle proposal with probability p
@@ -63,21 +64,21 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from workloads._steps import Steps  # noqa: E402
-from workloads.ar_decode import ar_generate  # noqa: E402
-from workloads.ar_decode import reserve as reserve_ar  # noqa: E402
 from workloads.data import chat_prompt_ids, load_prompt_sets  # noqa: E402
 from workloads.decode_bench import find_trial_draft  # noqa: E402
-from workloads.draft_model import DraftModel  # noqa: E402
-from workloads.oracle_draft import OracleDraft  # noqa: E402
-from workloads.target import DEFAULT_TARGET, Target, load_target  # noqa: E402
-from workloads.tree_decode import (  # noqa: E402
+from workloads.engine.ar_decode import ar_generate  # noqa: E402
+from workloads.engine.ar_decode import reserve as reserve_ar  # noqa: E402
+from workloads.engine.oracle_draft import OracleDraft  # noqa: E402
+from workloads.engine.steps import Steps  # noqa: E402
+from workloads.engine.tree_decode import (  # noqa: E402
     BatchResult,
     Draft,
     TreeShape,
     generate,
     reserve,
 )
+from workloads.models.draft import DraftModel  # noqa: E402
+from workloads.models.target import DEFAULT_TARGET, Target, load_target  # noqa: E402
 
 QUICK_KS = ([8, 16, 32], [4, 8, 16])
 """--quick: the k measured at b = 1 and at the batched size (the best k of past runs and a

@@ -1,10 +1,10 @@
 """GPU checks, one JSON each: draft training (issue 15, item 7) and decoding (issue 16, item 8).
 
 ``train`` measures, for each target shape (default: llama-3-8b, then smollm2-135m), a
-random-weight target in bfloat16 (``workloads.target.random_config``, seeded initialisation on
-the device) with :class:`~workloads.online_features.OnlineFeatures` (the target runs inside
-each step)
-and a 1-layer EAGLE draft trained by :func:`~workloads.training.train_stage` in bf16 autocast
+random-weight target in bfloat16 (``workloads.models.target.random_config``, seeded initialisation
+on the device) with :class:`~workloads.training.online_features.OnlineFeatures` (the target runs
+inside each step)
+and a 1-layer EAGLE draft trained by :func:`~workloads.training.loop.train_stage` in bf16 autocast
 (float32 master weights, TF32 on) with EAGLE's feature noise on (``--feature-noise``, default
 0.2, the recipe's ``train.feature_noise``; drawn on the device, see issue 22):
 
@@ -24,12 +24,12 @@ every shape) says where. Without CUDA (or with ``--tiny``) a tiny LLaMA shape ru
 instead, so the script is tested where no GPU is.
 
 ``decode`` measures the decoding engine on a random-weight target (``--shape``, default
-llama-3-8b, bf16) with the oracle draft (:class:`~workloads.oracle_draft.OracleDraft`, each
+llama-3-8b, bf16) with the oracle draft (:class:`~workloads.engine.oracle_draft.OracleDraft`, each
 proposal kept with probability ``--oracle-accept``, default 0.8), temperature 0, no EOS:
 
 - HF ``generate`` greedy at b = 1;
-- the engine's AR loop (:func:`~workloads.ar_decode.ar_generate`) and speculative decoding
-  (:func:`~workloads.tree_decode.generate`, a chain of k - 1 proposals) in tokens/s over
+- the engine's AR loop (:func:`~workloads.engine.ar_decode.ar_generate`) and speculative decoding
+  (:func:`~workloads.engine.tree_decode.generate`, a chain of k - 1 proposals) in tokens/s over
   b in ``--batches`` (1, 8, 32, 64) x k in ``--ks`` (2, 4, ..., 64), with the per-cycle split
   (draft, verify, bookkeeping) and the acceptance length, in the steps of ``--compile`` (none);
 - per b: the measured best k beside the roofline's k_opt for the shape on ``--hardware``
@@ -40,7 +40,7 @@ proposal kept with probability ``--oracle-accept``, default 0.8), temperature 0,
 - ``modes``: each step mode of ``--modes`` (none, graphs, compile on CUDA; none, compile on the
   CPU) at b = 1 and max(b) (compile: b = 1 only, an inductor compile of an 8B forward taking
   about a minute per shape): the AR loop, the oracle at k = 8 and a *trained-shape* draft (a
-  seeded random-weight 1-layer :class:`~workloads.draft_model.DraftModel` of the target's
+  seeded random-weight 1-layer :class:`~workloads.models.draft.DraftModel` of the target's
   shape, cast by ``DraftModel.cast_to``, its tree depth 4, topk 4, k 8), with tokens/s over
   the same mode's AR loop and over eager; the JSON's ``trained_draft`` says its float32
   buffers (RoPE) are still float32 after the cast (an error otherwise). Its acceptance length
@@ -50,9 +50,9 @@ proposal kept with probability ``--oracle-accept``, default 0.8), temperature 0,
   <= 10% of a cycle at b=64, best k within one doubling of k_opt for b >= 8; and that every
   step was prepared outside the timers (no late shape, no capture or compile in a timed call).
 
-Every cell keeps one :class:`~workloads._steps.Steps` over its calls (the AR loop one per b;
+Every cell keeps one :class:`~workloads.engine.steps.Steps` over its calls (the AR loop one per b;
 the modes' oracle and trained-shape draft share one per mode and b), its KV caches reserved
-(:func:`~workloads.tree_decode.reserve`) before the first call. That first call is untimed:
+(:func:`~workloads.engine.tree_decode.reserve`) before the first call. That first call is untimed:
 it prepares the steps (graph capture, compilation: ``capture_s``, ``compile_s`` per cell,
 outside the timed figures) and gives the oracle the cell's own greedy continuation; timed
 calls follow until the cell's share of ``--budget-s`` is spent (default 450 s, so the check
@@ -106,13 +106,13 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from transformers import LlamaConfig, PretrainedConfig  # noqa: E402
 
-from workloads._steps import Steps, StepStats  # noqa: E402
-from workloads.ar_decode import ar_generate  # noqa: E402
 from workloads.data.packing import InMemoryRows, PackedRows  # noqa: E402
-from workloads.draft_model import DraftArch, DraftModel  # noqa: E402
-from workloads.features import FeatureSet  # noqa: E402
-from workloads.online_features import OnlineFeatures  # noqa: E402
-from workloads.oracle_draft import OracleDraft  # noqa: E402
+from workloads.engine.ar_decode import ar_generate  # noqa: E402
+from workloads.engine.oracle_draft import OracleDraft  # noqa: E402
+from workloads.engine.steps import Steps, StepStats  # noqa: E402
+from workloads.engine.tree_decode import BatchResult, TreeShape, generate, reserve  # noqa: E402
+from workloads.models.draft import DraftArch, DraftModel  # noqa: E402
+from workloads.models.target import random_config, random_model  # noqa: E402
 from workloads.roofline.costs import k_opt  # noqa: E402
 from workloads.roofline.hardware import (  # noqa: E402
     BUILTIN_PROFILES,
@@ -123,9 +123,9 @@ from workloads.roofline.hardware import (  # noqa: E402
     profile_names,
 )
 from workloads.roofline.models import ModelShape, load_model_shape  # noqa: E402
-from workloads.target import random_config, random_model  # noqa: E402
-from workloads.training import StageLog, StageSettings, make_optimizer, train_stage  # noqa: E402
-from workloads.tree_decode import BatchResult, TreeShape, generate, reserve  # noqa: E402
+from workloads.training.features import FeatureSet  # noqa: E402
+from workloads.training.loop import StageLog, StageSettings, make_optimizer, train_stage  # noqa: E402
+from workloads.training.online_features import OnlineFeatures  # noqa: E402
 
 GPU_SHAPES = ("llama-3-8b", "smollm2-135m")
 """target shapes measured on a GPU, in order (builtin shapes of workloads.roofline.models)"""
@@ -1208,8 +1208,8 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
             "roofline counts 5), each kept with probability oracle_accept, else a wrong token; "
             "it knows the continuation from a first, untimed call of the same cell (so that "
             "rounding differences between batched and one-token forwards do not turn the "
-            "oracle wrong). Each cell keeps one workloads._steps.Steps over all its calls (the "
-            "AR loop one per b; in the modes section the oracle and the trained-shape draft "
+            "oracle wrong). Each cell keeps one workloads.engine.steps.Steps over all its calls "
+            "(the AR loop one per b; in the modes section the oracle and the trained-shape draft "
             "share one per mode and b), its KV caches reserved before the first call: under "
             "graphs or compile every step shape is captured or compiled in the first call's "
             "preparation, so capture_s and compile_s (per cell) are outside the timed figures, "

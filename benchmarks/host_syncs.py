@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.workloads.gpu_rules import HostSyncs  # noqa: E402
 from tests.workloads.tiny import tiny_draft, tiny_target  # noqa: E402
-from workloads.tree_decode import TreeShape, generate  # noqa: E402
+from workloads.engine.tree_decode import TreeShape, generate  # noqa: E402
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8], [9] * 11, [3, 1], [2] * 6, [7, 8], [5], [6, 6, 6]]
 

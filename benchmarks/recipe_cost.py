@@ -24,13 +24,13 @@ from typing import cast
 
 import torch
 
-from workloads import _rows
-from workloads.ar_decode import ar_generate
 from workloads.data import PackedRows, chat_prompt_ids, read_sharegpt, split_conversations
-from workloads.draft_model import DraftArch, DraftModel
-from workloads.features import target_hidden
-from workloads.target import DEFAULT_TARGET, load_target
-from workloads.training import StageSettings, draft_loss, input_noise, make_optimizer
+from workloads.engine.ar_decode import ar_generate
+from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.target import DEFAULT_TARGET, load_target
+from workloads.training import rows as _rows
+from workloads.training.features import target_hidden
+from workloads.training.loop import StageSettings, draft_loss, input_noise, make_optimizer
 
 
 def _median_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -74,6 +74,7 @@ def main() -> None:
         for p, r in packed.items()
     }
     docs = int(segments[pick].sum())
+
     def features(packing: str) -> Callable[[], object]:
         r = rows[packing]
         return lambda: target_hidden(model, r.input_ids, r.position_ids, args.rows)

@@ -21,13 +21,13 @@ from typing import cast
 
 import torch
 
-from workloads import _rows
 from workloads.data import read_sharegpt, split_conversations
-from workloads.draft_model import DraftArch, DraftModel
-from workloads.features import target_hidden
-from workloads.step_cost import measure_step_cost
-from workloads.target import DEFAULT_TARGET, load_target
-from workloads.training import StageSettings, draft_loss, make_optimizer
+from workloads.engine.step_cost import measure_step_cost
+from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.target import DEFAULT_TARGET, load_target
+from workloads.training import rows as _rows
+from workloads.training.features import target_hidden
+from workloads.training.loop import StageSettings, draft_loss, make_optimizer
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ the layers below never import the ones above."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,29 @@ FORBIDDEN = {
 }
 """package folder -> module prefixes it may not import"""
 
+WORKLOADS_BASE = ("workloads.config", "workloads.result")
+WORKLOADS_LAYERS = {
+    "workloads/data": (*WORKLOADS_BASE, "workloads.data"),
+    "workloads/roofline": ("workloads.roofline",),
+    "workloads/models": (*WORKLOADS_BASE, "workloads.roofline", "workloads.models"),
+    "workloads/engine": (
+        *WORKLOADS_BASE,
+        "workloads.roofline",
+        "workloads.models",
+        "workloads.engine",
+    ),
+    "workloads/training": (
+        *WORKLOADS_BASE,
+        "workloads.roofline",
+        "workloads.data",
+        "workloads.models",
+        "workloads.engine",
+        "workloads.training",
+    ),
+}
+"""workloads subpackage -> the only workloads modules it may import (docs/architecture.md): the
+entry modules (registry, draft_train, decode_bench, sleep, cost) sit above every subpackage"""
+
 
 def imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every import in a file, type-only ones included."""
@@ -60,6 +84,42 @@ def violations(folder: str, banned: tuple[str, ...]) -> list[str]:
 def test_layers_never_reach_up(folder: str) -> None:
     assert (ROOT / folder).is_dir()
     assert violations(folder, FORBIDDEN[folder]) == []
+
+
+def outside_layer(folder: str, allowed: tuple[str, ...]) -> list[str]:
+    bad = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for line, module in imports(path):
+            if module.split(".")[0] != "workloads":
+                continue
+            if not any(module == a or module.startswith(a + ".") for a in allowed):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {module}")
+    return bad
+
+
+@pytest.mark.parametrize("folder", sorted(WORKLOADS_LAYERS))
+def test_workloads_subpackages_import_only_their_layers(folder: str) -> None:
+    assert (ROOT / folder).is_dir()
+    assert outside_layer(folder, WORKLOADS_LAYERS[folder]) == []
+
+
+def test_the_base_modules_import_no_other_workloads_module() -> None:
+    for name in ("config", "result"):
+        found = [m for _, m in imports(ROOT / "workloads" / f"{name}.py")]
+        assert [m for m in found if m.startswith("workloads")] == [], name
+
+
+def test_the_layer_check_sees_an_upward_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "workloads" / "engine").mkdir(parents=True)
+    (tmp_path / "workloads" / "engine" / "m.py").write_text(
+        "from workloads.models.target import Target\nfrom workloads.training import loop\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert outside_layer("workloads/engine", WORKLOADS_LAYERS["workloads/engine"]) == [
+        "workloads/engine/m.py:2: workloads.training"
+    ]
 
 
 def test_the_check_sees_an_import(tmp_path: Path) -> None:

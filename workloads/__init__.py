@@ -3,8 +3,8 @@
 A workload knows nothing of SQL, MLflow or Ray: config in, metrics and artifacts out. Nothing is
 imported here, so the torch modules load without pydantic (the GPU check's machine has only
 torch and transformers): import them directly, ``workloads.draft_train.run``,
-``workloads.tree_decode.speculative_generate``, ``workloads.draft_model.DraftModel``,
-``workloads.target.load_target``; ``DraftTrainConfig`` and ``Resources`` are loaded from
+``workloads.engine.tree_decode.speculative_generate``, ``workloads.models.draft.DraftModel``,
+``workloads.models.target.load_target``; ``DraftTrainConfig`` and ``Resources`` are loaded from
 ``workloads.config`` on first use.
 """
 

@@ -566,3 +566,20 @@ class DecodeBenchConfig(_Frozen):
     baselines: BaselineConfig = BaselineConfig()
     warmup: int = Field(default=1, ge=0, le=100)
     """untimed warm-up batches before measuring"""
+
+
+class ConfigError(ValueError):
+    """A trial config that would fail every trial, found before the sweep starts.
+
+    ``field`` is the dotted config field to blame (e.g. ``("target", "model")``), so the spec's
+    line can be named; empty when no single field is at fault. ``also`` names the other fields
+    of a constraint between fields.
+    """
+
+    def __init__(self, message: str, field: tuple[str, ...] = (), *also: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.field = field
+        self.also = also
+        """other fields of a constraint between fields (e.g. ``("draft", "vocab_size")`` beside
+        ``("eval", "topk")``): the spec's line is that of the first of them the spec sets,
+        a grid axis before a base entry"""

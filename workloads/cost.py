@@ -2,44 +2,31 @@
 
 The dry run and the submit print these lines: the pretraining and SFT tokens of the grid, and per
 stage whether the target's features are cached on disk (and how much disk) or computed online.
-The feature mode rule lives here so that the dry run and the trial decide the same way:
-``features.mode: auto`` caches a stage while its tokens x hidden x 2 bytes (float16) stay under
-``features.max_cache_gb``, and goes online above (issue 15; SpecForge and vLLM speculators offer
-the same two modes).
+The feature mode rule (:mod:`workloads.training.feature_mode`) is the one the trial applies, so
+the dry run and the trial decide the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 from workloads.config import DraftTrainConfig
+from workloads.training.feature_mode import (
+    FEATURE_BYTES,
+    FeatureMode,
+    feature_gib,
+    resolve_feature_mode,
+)
 
-FEATURE_BYTES = 2
-"""bytes per cached hidden-state element (float16)"""
-
-FeatureMode = Literal["cached", "online"]
-
-
-def feature_gib(tokens: int, hidden: int) -> float:
-    """GiB of cached features for ``tokens`` tokens at hidden size ``hidden`` (float16)."""
-    return tokens * hidden * FEATURE_BYTES / 2**30
-
-
-def resolve_feature_mode(
-    mode: str, *, tokens: int, hidden: int | None, max_cache_gb: float
-) -> FeatureMode:
-    """``cached`` or ``online`` for one stage of ``tokens`` tokens.
-
-    ``auto`` caches while :func:`feature_gib` is at most ``max_cache_gb``; an unknown hidden
-    size (a hub target not downloaded yet) counts as cached until the trial knows it.
-    """
-    if mode in ("cached", "online"):
-        return mode  # type: ignore[return-value]
-    if hidden is None:
-        return "cached"
-    return "cached" if feature_gib(tokens, hidden) <= max_cache_gb else "online"
+__all__ = [
+    "FEATURE_BYTES",
+    "FeatureMode",
+    "describe_cost",
+    "feature_gib",
+    "resolve_feature_mode",
+    "target_hidden_size",
+]
 
 
 def target_hidden_size(name: str) -> int | None:

@@ -19,19 +19,26 @@ from typing import cast
 
 import torch
 
-from workloads._steps import Steps
-from workloads.ar_decode import ar_generate
-from workloads.ar_decode import reserve as reserve_ar
 from workloads.config import DecodeBenchConfig, DraftSourceConfig
 from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
-from workloads.draft_model import DraftArch, DraftModel
-from workloads.evaluation import greedy_reference, near_tie
-from workloads.k_law import make_k_law
-from workloads.oracle_draft import OracleDraft
+from workloads.engine.ar_decode import ar_generate
+from workloads.engine.ar_decode import reserve as reserve_ar
+from workloads.engine.k_law import make_k_law
+from workloads.engine.oracle_draft import OracleDraft
+from workloads.engine.steps import Steps
+from workloads.engine.tree_decode import (
+    BatchResult,
+    Draft,
+    ShapePolicy,
+    TreeShape,
+    generate,
+    reserve,
+)
+from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.target import Target, load_target, output_device, resolve_device
 from workloads.result import Progress, TrialResult
 from workloads.roofline.hardware import measure_local_cpu
-from workloads.target import Target, load_target, output_device, resolve_device
-from workloads.tree_decode import BatchResult, Draft, ShapePolicy, TreeShape, generate, reserve
+from workloads.training.evaluation import greedy_reference, near_tie
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +233,7 @@ def run(
         micro-benchmark; ``compile.captures``, ``compile.capture_s``, ``compile.compiles``,
         ``compile.compile_s``, ``compile.fallbacks`` (shapes whose capture failed: they ran
         eagerly), ``compile.late`` (shapes first met inside the timers) of the speculative
-        steps (:class:`~workloads._steps.StepStats`; all outside the timed figures), and the
+        steps (:class:`~workloads.engine.steps.StepStats`; all outside the timed figures), and the
         same for the AR loop as ``ar_compile.*``.
 
     Raises:

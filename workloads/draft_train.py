@@ -18,18 +18,18 @@ from typing import Literal
 
 import torch
 
-from workloads import distributed
 from workloads.config import DraftTrainConfig, Resources
 from workloads.data import load_prompt_sets
-from workloads.draft_model import DraftArch, DraftModel
-from workloads.evaluation import TreeShape, evaluate
-from workloads.features import FeatureSet
+from workloads.engine.step_cost import measure_step_cost
+from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.target import resolve_device
 from workloads.result import MAX_SERIES_POINTS, Progress, TrialResult, downsample
-from workloads.stage_data import draft_vocab, splits, stage_data, target_spec
-from workloads.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
-from workloads.step_cost import measure_step_cost
-from workloads.target import resolve_device
-from workloads.training import StageLog, StageSettings
+from workloads.training import distributed
+from workloads.training.evaluation import TreeShape, evaluate
+from workloads.training.features import FeatureSet
+from workloads.training.loop import StageLog, StageSettings
+from workloads.training.stage_data import draft_vocab, splits, stage_data, target_spec
+from workloads.training.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +139,9 @@ def _train_on_workers(
     say: Progress,
     m: dict[str, float],
 ) -> dict[str, StageLog]:
-    """Both stages on ``cfg.train.workers`` Ray Train workers (see :mod:`workloads.distributed`);
-    no checkpoints there: a retried trial trains again from the start."""
+    """Both stages on ``cfg.train.workers`` Ray Train workers (see
+    :mod:`workloads.training.distributed`); no checkpoints there: a retried trial trains again from
+    the start."""
     share = distributed.WorkerResources.split(
         resources.num_cpus, resources.num_gpus, cfg.train.workers
     )
@@ -197,7 +198,7 @@ def run(
         ``tokens_per_s/speculative`` and ``tokens_per_s/greedy``, per stage
         ``tokens_trained`` (this trial's own work; a wsd-fork trunk reused from the cache or a
         checkpoint resumed from is not counted), ``draft.ms_per_step``, ``target.ms_per_step``,
-        ``speedup`` (net, from the step costs, see :mod:`workloads.step_cost`),
+        ``speedup`` (net, from the step costs, see :mod:`workloads.engine.step_cost`),
         ``features/<stage>_online`` (1 when the stage's features were computed online),
         ``target.random_weights`` (1: acceptance is meaningless), ``memory.peak_rss_gb`` and,
         on CUDA, ``memory.peak_gpu_gb``; series: per-step losses, averaged down to at most
@@ -214,7 +215,7 @@ def run(
     m = result.metrics
     device = resolve_device(cfg.device)
     # TF32 matmuls for what autocast leaves in float32; a float32 target then rounds as TF32,
-    # which the lossless check's near-tie rule follows (workloads.evaluation.uses_tf32)
+    # which the lossless check's near-tie rule follows (workloads.training.evaluation.uses_tf32)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

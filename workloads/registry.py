@@ -21,7 +21,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from workloads.config import DecodeBenchConfig, DecodeConfig, DraftTrainConfig, Resources
+from workloads.config import (
+    ConfigError,
+    DecodeBenchConfig,
+    DecodeConfig,
+    DraftTrainConfig,
+    Resources,
+)
 from workloads.result import Progress, TrialResult
 from workloads.sleep import SleepConfig
 from workloads.sleep import run as run_sleep
@@ -60,23 +66,6 @@ class TrialContext:
             progress=print,
             resources=Resources(),
         )
-
-
-class ConfigError(ValueError):
-    """A trial config that would fail every trial, found before the sweep starts.
-
-    ``field`` is the dotted config field to blame (e.g. ``("target", "model")``), so the spec's
-    line can be named; empty when no single field is at fault. ``also`` names the other fields
-    of a constraint between fields.
-    """
-
-    def __init__(self, message: str, field: tuple[str, ...] = (), *also: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.field = field
-        self.also = also
-        """other fields of a constraint between fields (e.g. ``("draft", "vocab_size")`` beside
-        ``("eval", "topk")``): the spec's line is that of the first of them the spec sets,
-        a grid axis before a base entry"""
 
 
 Preflight = Callable[[Sequence[Any], Path], None]
@@ -128,7 +117,7 @@ def check_targets(configs: Sequence[Any], _run_root: Path) -> None:
     Raises:
         ConfigError: naming the target and the fix.
     """
-    from workloads.target_source import HF_ENDPOINT, check_random_target, check_target_source
+    from workloads.models.target_source import HF_ENDPOINT, check_random_target, check_target_source
 
     offline = _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE")
     endpoint = os.environ.get("HF_ENDPOINT") or HF_ENDPOINT
@@ -151,7 +140,7 @@ def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path) -
     Raises:
         ConfigError: blaming ``target.model``.
     """
-    from workloads.target_source import check_chat_template
+    from workloads.models.target_source import check_chat_template
 
     pretrained = (c for c in configs if c.target.weights == "pretrained")  # random: builtin's
     for name in sorted({c.target.model for c in pretrained if c.sft.tokens > 0}):
@@ -180,13 +169,13 @@ def check_devices(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
 
 
 def check_corpora(configs: Sequence[DraftTrainConfig], run_root: Path) -> None:
-    """Each pretraining budget fits its corpus (see :mod:`workloads.corpus_check`: exact up to
-    20M tokens, an upper bound above; the run root's cache keeps what was tokenised).
+    """Each pretraining budget fits its corpus (see :mod:`workloads.training.corpus_check`: exact up
+    to 20M tokens, an upper bound above; the run root's cache keeps what was tokenised).
 
     Raises:
         ConfigError: blaming ``pretrain.tokens``, with both sizes and the fix.
     """
-    from workloads.corpus_check import check_budget, check_sources
+    from workloads.training.corpus_check import check_budget, check_sources
 
     biggest: dict[str, DraftTrainConfig] = {}
     for c in configs:  # the largest budget per corpus: smaller ones are its prefixes
@@ -319,7 +308,7 @@ _K_LAW_FIELDS = ("k_law", "hardware", "k_max")
 
 
 def check_k_laws(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
-    """The k law of ``num_draft_tokens: auto`` (:func:`workloads.k_law.check_k_law`: hardware
+    """The k law of ``num_draft_tokens: auto`` (:func:`workloads.engine.k_law.check_k_law`: hardware
     profile, the fitted sweep of ``sweep:NAME``); and ``decode.k_law``, ``hardware`` or
     ``k_max`` set in a sweep where no trial uses ``auto`` (they would change nothing, so the
     spec likely means something else). A sweep mixing fixed k and ``auto`` may set them.
@@ -327,7 +316,7 @@ def check_k_laws(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
     Raises:
         ConfigError: blaming the field, with a fix.
     """
-    from workloads.k_law import check_k_law
+    from workloads.engine.k_law import check_k_law
 
     auto = [c for c in configs if c.decode.num_draft_tokens == "auto"]
     if not auto:

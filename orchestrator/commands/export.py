@@ -1,10 +1,10 @@
 """``orchestrator export``: write a trained draft in the layout a serving engine loads.
 
-The conversion is :mod:`workloads.export` (engine rules as data, each with its source file);
+The conversion is :mod:`workloads.models.export` (engine rules as data, each with its source file);
 this command finds the trial's draft folder (:func:`workloads.decode_bench.find_trial_draft`),
 loads the target's token embedding where the format needs it, and prints what it wrote and how
 to load it. Registered in :mod:`orchestrator.cli`, which turns ``ValueError`` (including
-:class:`workloads.export.ExportError`) into one line and exit code 2.
+:class:`workloads.models.export.ExportError`) into one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ def export(
 
     Example: orchestrator export tokens best --format sglang --out exported/sglang
     """
-    from workloads import export as ex
     from workloads.decode_bench import find_trial_draft
+    from workloads.models import export as ex
 
     fmt = fmt.strip().lower()
     if fmt not in ex.FORMATS:
@@ -95,7 +95,7 @@ def export(
 
     embed = None
     if fmt != "hf":
-        from workloads.target import load_target
+        from workloads.models.target import load_target
 
         out_console.print(f"loading the target {target!r} for its token embedding...")
         tgt = load_target(target, cache_dir=cache_dir or run_root / "cache")

@@ -27,11 +27,11 @@ from analysis.throughput import (
 from dashboards.decode_page import write_decode_dashboard
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker
-from workloads.k_law import write_sweep_k_law
+from workloads.engine.k_law import write_sweep_k_law
+from workloads.models.target import DEFAULT_TARGET
 from workloads.roofline.costs import intensity, k_opt
 from workloads.roofline.hardware import HardwareProfile
 from workloads.roofline.models import load_model_shape
-from workloads.target import DEFAULT_TARGET
 
 K_RANGE = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 """k values of the intensity curves on the dashboard"""

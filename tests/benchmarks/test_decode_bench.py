@@ -18,7 +18,7 @@ import torch
 from transformers import LlamaConfig
 
 from tests.workloads.tiny import tiny_draft
-from workloads.target import Target, random_model
+from workloads.models.target import Target, random_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "decode_bench.py"

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, PreTrainedModel, StaticCache
 
-from workloads.target import random_model
+from workloads.models.target import random_model
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "compile_bench.py"
 

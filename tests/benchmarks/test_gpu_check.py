@@ -73,7 +73,7 @@ def test_train_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> N
 
 def test_train_draws_feature_noise_in_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = _load()
-    training = sys.modules["workloads.training"]
+    training = sys.modules["workloads.training.loop"]
     args = mod._args(["train", "--device", "cpu", "--tiny", "--steps", "1", "--seq-len", "16"])
     draws: list[tuple[int, ...]] = []
     real = training.input_noise

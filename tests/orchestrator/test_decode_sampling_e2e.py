@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
-from workloads.target_source import TOKENIZER_VOCAB
+from workloads.models.target_source import TOKENIZER_VOCAB
 
 ROOT = Path(__file__).resolve().parents[2]
 UNDEFINED = ("mismatches", "ar_mismatches", "near_ties", "hf_tokens_per_s", "speedup_vs_hf")

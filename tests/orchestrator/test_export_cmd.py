@@ -12,8 +12,8 @@ from transformers import LlamaConfig
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from workloads import export as ex
-from workloads.draft_model import DraftArch, DraftModel
+from workloads.models import export as ex
+from workloads.models.draft import DraftArch, DraftModel
 
 runner = CliRunner()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.reports.fit import fit_sweep
 from tests.orchestrator.test_report_decode import _store
 from workloads.config import DecodeBenchConfig
-from workloads.k_law import K_LAW_FILE, read_sweep_k_law
+from workloads.engine.k_law import K_LAW_FILE, read_sweep_k_law
 from workloads.registry import ConfigError, check_k_laws
 
 

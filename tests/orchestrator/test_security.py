@@ -160,8 +160,8 @@ def test_checkpoints_are_safetensors() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and _dotted(node.func) == "torch.save":
                 savers.add(path.relative_to(ROOT).as_posix())
-    assert savers <= {"workloads/export.py"}, savers
-    for module in ("workloads/checkpoint.py", "workloads/draft_model.py"):
+    assert savers <= {"workloads/models/export.py"}, savers
+    for module in ("workloads/training/checkpoint.py", "workloads/models/draft.py"):
         text = (ROOT / module).read_text(encoding="utf-8")
         assert "from safetensors.torch import" in text, module
 

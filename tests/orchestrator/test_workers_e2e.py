@@ -21,7 +21,8 @@ TOLERANCE = 1e-4
 """max relative difference of any step's loss, 2 workers vs 1 (see README)"""
 
 
-@pytest.mark.slow  # CI keeps tests/workloads/test_distributed.py (two workers = one process)
+# CI keeps tests/workloads/training/test_distributed.py (two workers = one process)
+@pytest.mark.slow
 def test_two_worker_trial_completes_and_matches_one(tmp_path: Path, cache_dir: Path) -> None:
     cmd = [sys.executable, "-m", "orchestrator.cli", "submit", str(SPEC)]
     cmd += ["--run-root", str(tmp_path), "--cache-dir", str(cache_dir)]

@@ -18,7 +18,7 @@ What the emulation cannot see: work on host tensors that existed before the step
 features held in RAM; they are the data, not the step's allocations), and copies to the host
 (``.cpu()`` of a CPU tensor is a no-op here). ``device=t.device`` reads the plain CPU here, so
 code under test must take the device it allocates on from the training device, as
-:func:`workloads.training.training_device` provides (small allocations pass either way).
+:func:`workloads.training.loop.training_device` provides (small allocations pass either way).
 """
 
 from __future__ import annotations

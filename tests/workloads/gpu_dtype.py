@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workloads.draft_model import DraftArch, DraftModel
+from workloads.models.draft import DraftArch, DraftModel
 
 
 def fp32_buffers(module: nn.Module, *, cast_ok: frozenset[str] = frozenset()) -> set[str]:

@@ -115,7 +115,7 @@ def spread_target(target: nn.Module, monkeypatch: Any) -> Iterator[DeviceTags]:
     """Run ``target`` (a transformers causal LM) as if spread over two GPUs: its final norm
     and LM head on device 1, the rest on device 0; the engine's placement says so. Yields the
     active :class:`DeviceTags`."""
-    from workloads import _batch
+    from workloads.engine import batch as _batch
 
     monkeypatch.setattr(_batch, "output_device", lambda _model: DEVICE_1)
     handles = on_device_1(target.model.norm, target.lm_head)  # type: ignore[arg-type]

@@ -21,12 +21,12 @@ from transformers import LlamaConfig
 from workloads import draft_train
 from workloads.config import CorpusSource, DraftTrainConfig
 from workloads.data.shards import corpus_rows
-from workloads.draft_model import DraftArch, DraftModel
-from workloads.features import tokenizer_fingerprint
-from workloads.online_features import OnlineFeatures, TargetSpec
-from workloads.target import _builtin_tokenizer
-from workloads.target_source import TOKENIZER_VOCAB
-from workloads.training import StageLog, StageSettings, make_optimizer, train_stage
+from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.target import _builtin_tokenizer
+from workloads.models.target_source import TOKENIZER_VOCAB
+from workloads.training.features import tokenizer_fingerprint
+from workloads.training.loop import StageLog, StageSettings, make_optimizer, train_stage
+from workloads.training.online_features import OnlineFeatures, TargetSpec
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_an_sft_only_trial_with_a_corpus_reads_no_corpus(
 ) -> None:
     """pretrain.tokens 0 (the grid's SFT-only baseline) with pretrain.corpus: no pretraining rows
     and nothing tokenised (it used to ask the corpus for 0 rows and fail)."""
-    from workloads.stage_data import stage_data, target_spec
+    from workloads.training.stage_data import stage_data, target_spec
 
     for mode in ("online", "cached"):
         cfg = DraftTrainConfig.model_validate(

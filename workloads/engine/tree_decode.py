@@ -1,0 +1,491 @@
+"""EAGLE-2 dynamic-tree speculative decoding for a batch of b prompts of different lengths.
+
+Per cycle, for every row at once (Li et al., EAGLE-2, arXiv 2406.16858, Sec. 4; Scylla arXiv
+2505.07858 Sec. 3):
+1. draft prefill of the pairs (target hidden h_t, token x_{t+1}) the draft has not seen (rows
+   accepted different numbers of tokens: padded, masked);
+2. expansion: ``depth`` draft steps, each frontier node taking its ``topk`` children, the
+   frontier being the ``topk`` best new nodes by cumulative log-probability;
+3. rerank: keep the ``num_draft_tokens - 1`` best nodes (closed under ancestors) plus the root;
+4. verify them in one target forward with a per-row tree attention mask;
+5. accept: at temperature 0 the longest path equal to the target's greedy choices; above it,
+   recursive rejection sampling over the tree (:func:`workloads.engine.tree.accept_sampling`); then
+   the bonus token;
+6. commit: each row keeps its own accepted path in the target KV cache; rows that emitted EOS or
+   reached ``max_new_tokens`` leave the batch.
+
+Losslessness: at temperature 0 every emitted token is the target's argmax given the accepted
+prefix, so each row equals the target's greedy output (up to float rounding between batched and
+one-token forwards); above 0 each emitted token is distributed as the target's.
+
+Shape legend: B rows still decoding, P pending pairs, K frontier nodes, n verified nodes,
+h hidden, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import torch
+from transformers import PreTrainedModel
+
+from workloads.engine.batch import (
+    Placement,
+    Timer,
+    finished,
+    pick,
+    prefill,
+    right_pad,
+    row_bucket,
+    rows_to_keep,
+)
+from workloads.engine.steps import StepPlan, Steps
+from workloads.engine.tree import DraftTree, accept_greedy, accept_sampling, max_nodes
+from workloads.models.kv_cache import RaggedStaticCache, additive_mask
+
+Compile = Literal["none", "graphs", "compile"]
+
+
+class Draft(Protocol):
+    """What the engine needs from a draft (:class:`~workloads.models.draft.DraftModel`).
+
+    Its layers take the engine's :class:`~workloads.models.kv_cache.RaggedStaticCache` as ``cache``
+    (they call its ``update`` only) and an additive mask [B, 1, T, W]. Optional:
+    ``top_candidates(hidden, k)`` (the k best children without a full-vocabulary pass, see
+    :meth:`workloads.engine.steps.Steps.top_candidates`) and ``capturable = False`` (a step not
+    worth compiling or capturing: the oracle's table lookup).
+    """
+
+    draft_to_target: torch.Tensor
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        next_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        cache: RaggedStaticCache | None = None,
+    ) -> torch.Tensor: ...
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeShape:
+    """Tree of one decoding cycle: ``num_draft_tokens`` counts the root."""
+
+    depth: int
+    topk: int
+    num_draft_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.depth < 1 or self.topk < 1 or self.num_draft_tokens < 2:
+            raise ValueError(
+                f"tree depth {self.depth}, topk {self.topk}, num_draft_tokens "
+                f"{self.num_draft_tokens}: a tree needs depth >= 1, topk >= 1 and "
+                "num_draft_tokens >= 2 (the root and one drafted token)"
+            )
+
+    def capped(self, vocab: int) -> TreeShape:
+        """The shape the engine uses: depth <= num_draft_tokens - 1 (a node at depth d is
+        verified only with its d ancestors) and topk <= the draft vocabulary."""
+        return TreeShape(
+            depth=min(self.depth, self.num_draft_tokens - 1),
+            topk=min(self.topk, vocab),
+            num_draft_tokens=self.num_draft_tokens,
+        )
+
+
+ShapePolicy = Callable[[int], TreeShape]
+"""live batch size -> the tree of this cycle (batch-adaptive ``num_draft_tokens``)"""
+
+
+@dataclass
+class DecodeResult:
+    """One prompt's output (batch size 1).
+
+    Attributes:
+        tokens: generated token ids (EOS included when generated).
+        accept_lengths: per cycle, tokens emitted (accepted draft tokens + 1).
+        draft_s, verify_s, total_s: wall seconds in draft forwards, target forwards, overall.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    accept_lengths: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens per cycle (accepted draft tokens + 1)."""
+        return sum(self.accept_lengths) / max(len(self.accept_lengths), 1)
+
+
+@dataclass
+class BatchResult:
+    """Output of one batch (rows in prompt order) and where the time went (wall seconds).
+
+    Attributes:
+        tokens: per row, the generated ids (EOS included when generated).
+        accept_lengths: per row, tokens emitted per cycle (accepted draft tokens + 1; a cycle cut
+            short by EOS or ``max_new_tokens`` counts the tokens it emitted).
+        cycles: decoding cycles of the batch (one target verification each).
+        num_draft_tokens: per cycle, the k verified per row (changes with the live batch size
+            under a :data:`ShapePolicy`; at most the nodes the tree holds,
+            1 + topk + (depth - 1) * topk**2).
+        prefill_s, draft_s, verify_s, total_s: prompt prefill (target and draft), draft forwards
+            of the cycles, target verification forwards, the whole call. The rest of a cycle is
+            bookkeeping.
+        cache_allocations: KV buffers the call's caches have allocated (per layer, keys and
+            values, once per cache: a :class:`~workloads.engine.steps.Steps` reused over calls keeps
+            its caches, so a repeat call reports the same count and allocates nothing).
+    """
+
+    tokens: list[list[int]]
+    accept_lengths: list[list[int]]
+    cycles: int = 0
+    num_draft_tokens: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+    cache_allocations: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def generated(self) -> int:
+        """Tokens generated over all rows."""
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens per cycle and row (accepted draft tokens + 1), over all row-cycles."""
+        n = sum(len(a) for a in self.accept_lengths)
+        return sum(sum(a) for a in self.accept_lengths) / n if n else float("nan")
+
+    @property
+    def bookkeeping_s(self) -> float:
+        """Cycle time outside the draft and target forward passes."""
+        return self.total_s - self.prefill_s - self.draft_s - self.verify_s
+
+
+@torch.inference_mode()
+def generate(
+    target: PreTrainedModel,
+    draft: Draft,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    shape: TreeShape | ShapePolicy,
+    eos_ids: frozenset[int],
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+    compile: Compile = "none",
+    steps: Steps | None = None,
+) -> BatchResult:
+    """Generate up to ``max_new_tokens`` per prompt with tree speculative decoding.
+
+    Args:
+        target: the frozen target causal LM (``.model`` the decoder, ``.lm_head`` the head); it
+            may be spread over devices (:class:`~workloads.engine.batch.Placement`).
+        draft: a draft for this target, on the target's input device; a draft with per-row
+            state (the oracle) may define ``keep_rows(rows)``, called when rows leave the batch.
+        prompts: b token-id lists (chat template applied), any lengths >= 1.
+        shape: the tree (depth, topk, num_draft_tokens), or a policy giving it from the live
+            batch size each cycle (Scylla Table 5, "Opt. top_k"). Depth is capped at
+            num_draft_tokens - 1 and topk at the draft vocabulary.
+        eos_ids: a row stops after any of these tokens.
+        temperature: 0 = greedy; > 0 = sampling from softmax(logits / temperature).
+        generator: RNG for sampling (reproducible runs), on the target's output device.
+        compile: none = eager; graphs = the target's verification and the draft's steps
+            replayed from CUDA graphs; compile = ``torch.compile`` of the same steps (see
+            :mod:`workloads.engine.steps`). Ignored when ``steps`` is given.
+        steps: the steps (and KV caches) of an earlier call to reuse: pass the same
+            :class:`~workloads.engine.steps.Steps` to every call of a benchmark so that graphs are
+            captured and steps compiled once, outside the timers (its ``stats`` count them).
+
+    Raises:
+        ValueError: an empty prompt list, an empty prompt, ``max_new_tokens`` < 1, or
+            ``graphs`` on a target that is not on CUDA.
+    """
+    if not prompts or min(len(p) for p in prompts) < 1 or max_new_tokens < 1:
+        raise ValueError(
+            "generate needs at least one prompt, each of at least one token, and "
+            "max_new_tokens >= 1"
+        )
+    steps = steps if steps is not None else Steps(target, draft, compile)
+    steps.set_draft(draft)
+    shape_at = _policy(shape, int(draft.draft_to_target.shape[0]))
+    plan = _plan(shape_at, len(prompts), steps.fixed)
+    where, dt = Placement.of(target), target.dtype
+    dev, odev = where.input, where.output
+    room = max(map(len, prompts)) + max_new_tokens
+    tcache, dcache = steps.caches(len(prompts), *_slots(shape_at, plan, room))
+    steps.prepare(plan, tcache, dcache)  # compile / capture: outside the timers
+    timer = Timer(where.devices)
+    res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
+    t0 = timer.now()
+    h_blh, logits, m = prefill(target, prompts, tcache)
+    root = pick(logits, temperature, generator).to(dev)
+    ids, _ = right_pad(prompts, dev)
+    pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
+        1, (m - 1)[:, None], root[:, None]
+    )
+    lengths = [len(p) for p in prompts]
+    top_k = max(k for _, _, k in plan.buckets)
+    h_in, top = _draft_prefill(steps, dcache, h_blh.to(dev), pend_x, m, m, lengths, top_k, True)
+    for r, tok in enumerate(root.tolist()):
+        res.tokens[r].append(tok)
+    res.prefill_s = timer.now() - t0
+    rows = list(range(len(prompts)))  # the prompt of each row of the batch
+    live = [not finished(res.tokens[r], eos_ids, max_new_tokens) for r in rows]
+    pending: list[torch.Tensor] = []  # pend_h, pend_x, pend_n of the last cycle
+    pend_host: list[int] = lengths
+    go, go_host = torch.ones(len(rows), dtype=torch.bool, device=dev), [True] * len(rows)
+    while any(live):
+        keep = row_bucket(sum(live), len(rows), steps.fixed)
+        if keep < len(rows):  # rows that finished leave the batch (fixed shapes: by buckets)
+            idx = rows_to_keep(live, keep)
+            sel = torch.tensor(idx).to(dev)
+            m, root, h_in, *pending = (x[sel] for x in (m, root, h_in, *pending))
+            top = (top[0][sel], top[1][sel])
+            tcache.select_rows(sel, idx)
+            dcache.select_rows(sel, idx)
+            if hasattr(draft, "keep_rows"):
+                draft.keep_rows(sel)
+            rows, pend_host = [rows[i] for i in idx], [pend_host[i] for i in idx]
+            live, go_host = [live[i] for i in idx], []
+        sh = shape_at(len(rows))
+        if pending:  # the draft reads the pairs the last cycle accepted
+            ta = timer.mark()
+            pend_h, pend_x, pend_n = pending
+            h_in, top = _draft_prefill(steps, dcache, pend_h, pend_x, pend_n, m, pend_host, top_k)
+            timer.add("draft", ta)
+        tree = _draft_tree(steps, dcache, root, m, h_in, top, sh, timer)
+        sel = tree.best(sh.num_draft_tokens)
+        toks, depths, anc = tree.selected(sel)
+        n = toks.shape[1]
+        tcache.stage(n)
+        mask = additive_mask(tcache.allowed(anc), dt)
+        tb = timer.mark()
+        v_h, v_logits = steps.verify(toks, m[:, None] + depths, mask, tcache)
+        timer.add("verify", tb)
+        lpar = tree.local_parents(sel)
+        if temperature == 0:  # argmax of the target's own dtype: no float32 [B, n, V] copy
+            last, bonus = accept_greedy(toks, depths, lpar, v_logits, tree.level)
+        else:
+            probs = torch.softmax(v_logits.float() / temperature, -1)
+            last, bonus = accept_sampling(toks.to(odev), lpar.to(odev), probs, generator)
+            last, bonus = last.to(dev), bonus.to(dev)
+        path = anc.gather(1, last[:, None, None].expand(-1, 1, n))[:, 0]  # [B, n]
+        n_acc = path.sum(1)  # root + accepted drafts = tokens emitted this cycle
+        if not all(live):  # frozen rows (fixed shapes) commit nothing
+            if live != go_host:  # copied to the device when that changes
+                go, go_host = torch.tensor(live).to(dev), list(live)
+            n_acc = n_acc * go
+        order = torch.argsort((~path).to(torch.int8), dim=1, stable=True)  # accepted first
+        emitted = torch.cat([toks.gather(1, order)[:, 1:], bonus[:, None]], 1)
+        emitted[torch.arange(len(rows), device=dev), (n_acc - 1).clamp_min(0)] = bonus
+        chain = (order == torch.arange(n, device=dev)).all().expand(len(rows))
+        # 6. the cycle's one host read: tokens emitted per row, the tokens, whether KV moves
+        host = torch.cat([n_acc[:, None], chain[:, None].long(), emitted], 1).tolist()
+        pend_host = [h[0] for h in host]
+        tcache.commit(order[:, : max(pend_host)], n_acc, pend_host, moved=not host[0][1])
+        width = plan.pending if steps.fixed else max(pend_host)
+        cols = _columns(order, width)
+        pend_h = v_h.gather(1, cols.to(odev)[:, :, None].expand(-1, -1, v_h.shape[2])).to(dev)
+        pending, m, root = [pend_h, _columns(emitted, width), n_acc], m + n_acc, bonus
+        res.cycles += 1
+        res.num_draft_tokens.append(n)  # at most the nodes the tree holds
+        for i, r in enumerate(rows):
+            if not live[i]:
+                continue
+            out, before = res.tokens[r], len(res.tokens[r])
+            for tok in host[i][2 : 2 + pend_host[i]]:
+                out.append(tok)
+                if tok in eos_ids or len(out) >= max_new_tokens:
+                    break
+            res.accept_lengths[r].append(len(out) - before)
+            live[i] = not finished(out, eos_ids, max_new_tokens)
+    res.total_s = timer.now() - t0
+    res.draft_s, res.verify_s = timer.seconds("draft"), timer.seconds("verify")
+    res.cache_allocations = tcache.allocations + dcache.allocations
+    return res
+
+
+def reserve(
+    steps: Steps,
+    rows: int,
+    longest_prompt: int,
+    max_new_tokens: int,
+    shape: TreeShape | ShapePolicy,
+    *,
+    vocab: int,
+) -> None:
+    """Allocate ``steps``' KV caches for every call of up to ``rows`` prompts of up to
+    ``longest_prompt`` tokens, before the first: later calls reuse them (and under fixed shapes
+    the steps compiled or captured for them), whatever their own lengths."""
+    shape_at = _policy(shape, vocab)
+    plan = _plan(shape_at, rows, steps.fixed)
+    steps.caches(rows, *_slots(shape_at, plan, longest_prompt + max_new_tokens))
+
+
+def _slots(shape_at: ShapePolicy, plan: StepPlan, room: int) -> tuple[int, int]:
+    """KV slots per row of the target's and the draft's cache: ``room`` (prompt and new
+    tokens) plus the most a cycle stages (the verified tree; the pending pairs and the tree's
+    levels)."""
+    k_max = max(n for _, n, _ in plan.buckets)
+    d_max = plan.pending + max(shape_at(b).depth * k for b, _, k in plan.buckets)
+    return room + k_max, room + d_max
+
+
+def _columns(x_bn: torch.Tensor, width: int) -> torch.Tensor:
+    """The first ``width`` columns of [B, n], padded with its first column past n."""
+    if width <= x_bn.shape[1]:
+        return x_bn[:, :width]
+    return torch.cat([x_bn, x_bn[:, :1].expand(-1, width - x_bn.shape[1])], 1)
+
+
+def _policy(shape: TreeShape | ShapePolicy, vocab: int) -> ShapePolicy:
+    """The shape of each live batch size, capped (:meth:`TreeShape.capped`), asked once per b."""
+    cache: dict[int, TreeShape] = {}
+
+    def at(b: int) -> TreeShape:
+        if b not in cache:
+            cache[b] = (shape if isinstance(shape, TreeShape) else shape(b)).capped(vocab)
+        return cache[b]
+
+    return at
+
+
+def _plan(shape_at: ShapePolicy, b0: int, fixed: bool) -> StepPlan:
+    """The step shapes a call of b0 rows can meet (:class:`~workloads.engine.steps.StepPlan`): every
+    batch size below b0 when rows leave at once, the buckets of
+    :func:`~workloads.engine.batch.row_bucket` under fixed shapes."""
+    sizes = sorted({row_bucket(b, b0, fixed) for b in range(1, b0 + 1)})
+    buckets = []
+    for b in sizes:
+        s = shape_at(b)
+        buckets.append((b, min(s.num_draft_tokens, max_nodes(s.depth, s.topk)), s.topk))
+    return StepPlan(buckets=tuple(buckets), pending=max(shape_at(b).depth for b in sizes) + 1)
+
+
+def _draft_prefill(
+    steps: Steps,
+    dcache: RaggedStaticCache,
+    pend_h: torch.Tensor,
+    pend_x: torch.Tensor,
+    pend_n: torch.Tensor,
+    m: torch.Tensor,
+    pend_host: list[int],
+    top_k: int,
+    eager: bool = False,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Step 1 of a cycle: the draft reads the pairs it has not seen and predicts the root's child.
+    ``eager``: not compiled or captured (the prompt phase, whose lengths vary).
+
+    Args:
+        pend_h, pend_x, pend_n: [B, P, h] target hidden states at positions m - pend_n .. m - 1,
+            [B, P] the token after each, [B] how many of the P are real (padded, masked; 0 for
+            a frozen row); ``pend_host`` the same counts on the host.
+        m: [B] position of each row's root (its last committed token).
+        top_k: candidates to keep for the root's child.
+
+    Returns:
+        h_in [B, 1, h], the draft's hidden state at the root, and its ``top_k`` best children:
+        log-probabilities [B, 1, top_k] and draft-vocabulary ids [B, 1, top_k].
+    """
+    b, p = pend_x.shape
+    dev = pend_x.device
+    j = torch.arange(p, device=dev)
+    key_ok = j[None] < pend_n[:, None]
+    causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
+    dcache.stage(p)
+    mask = additive_mask(dcache.allowed(causal[None] & key_ok[:, None]), pend_h.dtype)
+    step = steps.draft_eager if eager else steps.draft
+    out = step(pend_h, pend_x, (m - pend_n)[:, None] + j, mask, dcache)
+    dcache.commit(None, pend_n, pend_host)
+    last = (pend_n - 1).clamp_min(0)[:, None, None].expand(b, 1, out.shape[2])
+    h_in = out.gather(1, last)
+    return h_in, steps.top_candidates(h_in, top_k)
+
+
+def _draft_tree(
+    steps: Steps,
+    dcache: RaggedStaticCache,
+    root: torch.Tensor,
+    m: torch.Tensor,
+    h_in: torch.Tensor,
+    top: tuple[torch.Tensor, torch.Tensor],
+    shape: TreeShape,
+    timer: Timer,
+) -> DraftTree:
+    """Step 2 of a cycle: the tree expansion from the root's best children ``top``.
+
+    Args:
+        root: [B] the last committed token of each row, at position ``m`` [B].
+        h_in, top: [B, 1, h] and the root's children from :func:`_draft_prefill`.
+
+    Returns:
+        The trees (draft forwards timed under ``draft``). The draft's cache is as before (the
+        tree's slots are staged, then discarded).
+    """
+    b, topk, dt = root.shape[0], shape.topk, h_in.dtype
+    tree = DraftTree(root, shape.depth, topk)
+    d2t = steps.draft_to_target
+    lp, ix = top[0][..., :topk], top[1][..., :topk]
+    frontier = tree.add_children(torch.zeros_like(m)[:, None], lp, d2t[ix])
+    h_in = h_in.expand(b, topk, -1).contiguous()  # the strides prepared steps were made for
+    slot_nodes = frontier[:, :0]
+    for _ in range(shape.depth - 1):
+        slot_nodes = torch.cat([slot_nodes, frontier], 1)
+        n_all = tree.anc.shape[2]
+        seen = tree.anc.gather(1, frontier[:, :, None].expand(b, topk, n_all))
+        seen = seen.gather(2, slot_nodes[:, None, :].expand(b, topk, slot_nodes.shape[1]))
+        dcache.stage(topk)
+        mask = additive_mask(dcache.allowed(seen), dt)
+        pos = (m + tree.level - 1)[:, None].expand(b, topk).contiguous()  # depth: a host int
+        t = timer.mark()
+        f_h = steps.draft(h_in, tree.tokens.gather(1, frontier), pos, mask, dcache)
+        lp, ix = steps.top_candidates(f_h, topk)
+        timer.add("draft", t)
+        lo = tree.size
+        tree.add_children(frontier, lp, d2t[ix])
+        best = tree.scores[:, lo : tree.size].topk(topk, dim=1).indices
+        frontier = lo + best
+        h_in = f_h.gather(1, (best // topk)[:, :, None].expand(b, topk, f_h.shape[2]))
+    dcache.discard()
+    return tree
+
+
+def speculative_generate(
+    target: PreTrainedModel,
+    draft: Draft,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    depth: int,
+    topk: int,
+    num_draft_tokens: int,
+    eos_ids: frozenset[int],
+) -> DecodeResult:
+    """One prompt at temperature 0 (batch size 1): :func:`generate` for a single row."""
+    out = generate(
+        target,
+        draft,
+        [prompt_ids],
+        max_new_tokens=max_new_tokens,
+        shape=TreeShape(depth=depth, topk=topk, num_draft_tokens=num_draft_tokens),
+        eos_ids=eos_ids,
+    )
+    return DecodeResult(
+        tokens=out.tokens[0],
+        accept_lengths=out.accept_lengths[0],
+        draft_s=out.draft_s,
+        verify_s=out.verify_s,
+        total_s=out.total_s,
+    )
