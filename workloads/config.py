@@ -361,6 +361,38 @@ class TrainConfig(_Frozen):
         return self
 
 
+BUILTIN_PROMPT_SETS: tuple[str, ...] = ("humaneval", "sharegpt")
+"""prompt sets shipped with the platform (see :mod:`workloads.data.prompts`)"""
+
+
+def _is_path_like(name: str) -> bool:
+    """Whether a prompt set entry names a directory rather than a builtin set."""
+    return name.startswith((".", "~")) or "/" in name or "\\" in name or Path(name).is_dir()
+
+
+def prompt_sets_value(value: list[str] | Path, field: str) -> list[str] | Path:
+    """A ``prompt_sets`` value as the trial reads it: a directory written as a one-entry list
+    (``[/data/specbench]``) is that directory; a list mixing a directory with other entries is
+    refused. Unknown builtin names are left to the submit-time check (which lists the known).
+
+    Raises:
+        ValueError: a directory beside other entries, naming ``field`` and the fix.
+    """
+    if not isinstance(value, list):
+        return value
+    dirs = [v for v in value if v not in BUILTIN_PROMPT_SETS and _is_path_like(v)]
+    if dirs and len(value) == 1:
+        return Path(dirs[0])
+    if dirs:
+        raise ValueError(
+            f"{field} {value} mixes a directory ({dirs[0]}) with other entries; a list holds "
+            f"builtin set names only. Fix: either builtin names (e.g. {field}: "
+            f"[{', '.join(BUILTIN_PROMPT_SETS)}]) or one directory of *.jsonl files "
+            f"({field}: {dirs[0]})"
+        )
+    return value
+
+
 class EvalConfig(_Frozen):
     """Acceptance-length evaluation with tree speculative decoding at temperature 0."""
 
@@ -376,6 +408,11 @@ class EvalConfig(_Frozen):
     """children per expanded node"""
     num_draft_tokens: int = Field(default=8, ge=2, le=1024)
     """tokens verified per cycle, the tree root included (SGLang speculative_num_draft_tokens)"""
+
+    @field_validator("prompt_sets", mode="after")
+    @classmethod
+    def _prompt_sets(cls, value: list[str] | Path) -> list[str] | Path:
+        return prompt_sets_value(value, "eval.prompt_sets")
 
 
 class Resources(_Frozen):
@@ -540,6 +577,11 @@ class BenchPromptsConfig(_Frozen):
     """builtin sets (humaneval, sharegpt held-out) or a directory of {"turns": [...]} JSONL files"""
     num_prompts: int = Field(default=8, ge=1)
     """prompts in all, taken round-robin over the sets, decoded in batches of batch_size"""
+
+    @field_validator("prompt_sets", mode="after")
+    @classmethod
+    def _prompt_sets(cls, value: list[str] | Path) -> list[str] | Path:
+        return prompt_sets_value(value, "prompts.prompt_sets")
 
 
 class BaselineConfig(_Frozen):

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
@@ -68,8 +68,26 @@ class TrialContext:
         )
 
 
-Preflight = Callable[[Sequence[Any], Path], None]
-"""``(distinct trial configs, run root)``; raises :class:`ConfigError` (or ``ValueError``)"""
+class Preflight(Protocol):
+    """A check at submit: ``(distinct trial configs, run root, *, cache_dir, dry_run)``; raises
+    :class:`ConfigError` (or ``ValueError``) naming the field at fault.
+
+    ``cache_dir`` is the cache the trials will use (``--cache-dir``; None: ``<run root>/cache``),
+    where a check may read what is cached and leave what the trials reuse (the corpus check's
+    token shards) once the sweep is accepted; with ``dry_run`` a check writes nothing at all.
+    Checks that need neither take ``**_``.
+    """
+
+    def __call__(
+        self,
+        configs: Sequence[Any],
+        run_root: Path,
+        /,
+        *,
+        cache_dir: Path | None = None,
+        dry_run: bool = False,
+    ) -> None: ...
+
 
 Describe = Callable[[Sequence[Any]], list[str]]
 """``(distinct trial configs) -> lines``: what the sweep will cost, printed by ``--dry-run``"""
@@ -110,7 +128,7 @@ def _truthy(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def check_targets(configs: Sequence[Any], _run_root: Path) -> None:
+def check_targets(configs: Sequence[Any], _run_root: Path, **_: object) -> None:
     """Every ``target.model`` resolves: a builtin, a local folder or file, or a hub id that the
     hub knows (not downloaded; skipped offline).
 
@@ -133,7 +151,7 @@ def check_targets(configs: Sequence[Any], _run_root: Path) -> None:
             raise ConfigError(str(exc), ("target", "model")) from exc
 
 
-def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
+def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
     """SFT renders chats with the target's chat template (and ``sft.responses: target`` asks the
     target for its replies through it): a target without one is refused.
 
@@ -150,7 +168,7 @@ def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path) -
             raise ConfigError(str(exc), ("target", "model")) from exc
 
 
-def check_devices(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
+def check_devices(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
     """``device: cuda`` needs a CUDA GPU that torch sees on this machine (as decode_bench's).
 
     Raises:
@@ -168,15 +186,25 @@ def check_devices(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
         )
 
 
-def check_corpora(configs: Sequence[DraftTrainConfig], run_root: Path) -> None:
-    """Each pretraining budget fits its corpus (see :mod:`workloads.training.corpus_check`: exact up
-    to 20M tokens, an upper bound above; the run root's cache keeps what was tokenised).
+def check_corpora(
+    configs: Sequence[DraftTrainConfig],
+    run_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Each pretraining corpus can be read and each budget fits it (see
+    :mod:`workloads.training.corpus_check`: exact up to 20M tokens, an upper bound above; the
+    trials' cache keeps what was tokenised once the sweep is accepted; a dry run writes nothing).
 
     Raises:
-        ConfigError: blaming ``pretrain.tokens``, with both sizes and the fix.
+        ConfigError: a budget over its corpus blaming ``pretrain.tokens``, with both sizes and
+            the fix; a corpus that cannot be read (a missing file, a file that is not UTF-8, a
+            record of another type) blaming ``pretrain.corpus``.
     """
-    from workloads.training.corpus_check import check_budget, check_sources
+    from workloads.training.corpus_check import BudgetTooLarge, check_budget, check_sources
 
+    cache = cache_dir or run_root / "cache"
     biggest: dict[str, DraftTrainConfig] = {}
     for c in configs:  # the largest budget per corpus: smaller ones are its prefixes
         key = c.pretrain.model_dump_json(exclude={"tokens", "lr", "schedule", "decay_frac"})
@@ -186,15 +214,208 @@ def check_corpora(configs: Sequence[DraftTrainConfig], run_root: Path) -> None:
     for c in biggest.values():
         try:
             check_sources(c.pretrain.corpus or [])
+            check_budget(c, cache, dry_run=dry_run)
+        except BudgetTooLarge as exc:
+            raise ConfigError(str(exc), ("pretrain", "tokens")) from exc
         except ValueError as exc:
             raise ConfigError(str(exc), ("pretrain", "corpus")) from exc
+
+
+def check_sft_budgets(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
+    """Each ``sft.tokens`` fits the SFT split (an upper bound from its bytes, see
+    :func:`workloads.training.corpus_check.check_sft_budget`; nothing is tokenised).
+
+    Raises:
+        ConfigError: blaming ``sft.tokens``, with both sizes and the fix.
+    """
+    from workloads.training.corpus_check import check_sft_budget
+
+    biggest: dict[str, DraftTrainConfig] = {}
+    for c in configs:  # the largest budget per reply recipe and row length
+        key = c.sft.model_dump_json(exclude={"tokens", "epochs", "lr"})
+        if key not in biggest or c.sft.tokens > biggest[key].sft.tokens:
+            biggest[key] = c
+    for c in biggest.values():
         try:
-            check_budget(c, run_root / "cache")
+            check_sft_budget(c)
         except ValueError as exc:
-            raise ConfigError(str(exc), ("pretrain", "tokens")) from exc
+            raise ConfigError(str(exc), ("sft", "tokens")) from exc
 
 
-def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
+def check_prompt_sets(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
+    """``eval.prompt_sets`` names builtin sets or a directory of ``*.jsonl`` files (as
+    ``decode_bench``'s ``prompts.prompt_sets`` is checked): an unknown name would train the
+    draft, then fail its evaluation.
+
+    Raises:
+        ConfigError: blaming ``eval.prompt_sets``, with the known names.
+    """
+    from workloads.data.prompts import check_prompt_spec
+
+    for spec in {repr(c.eval.prompt_sets): c.eval.prompt_sets for c in configs}.values():
+        try:
+            check_prompt_spec(spec, field="eval.prompt_sets")
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("eval", "prompt_sets")) from exc
+
+
+@dataclass(frozen=True)
+class _PromptJob:
+    """The prompts of one config to check against its target's positions."""
+
+    model: str
+    weights: str
+    spec: list[str] | Path
+    num_prompts: int
+    round_robin: bool
+    """``decode_bench``: the first ``num_prompts`` round-robin over the sets; else each set's"""
+    max_new_tokens: int
+    depth: int
+    section: str
+    """``eval`` or ``prompts``: the config block of ``prompt_sets``"""
+    new_tokens_field: str
+
+
+def _check_prompt_jobs(jobs: Sequence[_PromptJob], cache_dir: Path) -> None:
+    """Each job's prompts fit its target's ``max_position_embeddings`` (see
+    :func:`check_eval_prompts`); a prompt whose UTF-8 bytes (and the template's) already fit
+    is not tokenised, and a target whose size or tokenizer is not on this machine is left to
+    the trial."""
+    from workloads.data.chat import TEMPLATE_BYTES, TURN_BYTES, chat_prompt_ids
+    from workloads.data.prompts import check_prompt_room, load_prompt_sets, round_robin
+    from workloads.models.target_source import target_max_positions
+
+    tokenizers: dict[tuple[str, str], Any] = {}
+    for job in {repr(j): j for j in jobs}.values():
+        limit = target_max_positions(job.model, weights=job.weights)
+        if limit is None:
+            continue
+        field = (job.section, "prompt_sets")
+        try:
+            sets = load_prompt_sets(job.spec, n=job.num_prompts)
+        except ValueError as exc:
+            raise ConfigError(str(exc), field) from exc
+        named = [(s.name, i, text) for s in sets for i, text in enumerate(s.prompts)]
+        if job.round_robin:
+            order = round_robin(sets, job.num_prompts)
+            named = [next(n for n in named if n[2] == text) for text in order]
+        room = limit - job.max_new_tokens - job.depth
+        for name, i, text in named:
+            if len(text.encode()) + TEMPLATE_BYTES + TURN_BYTES <= room:
+                continue  # a token covers at least one byte
+            key = (job.model, job.weights)
+            if key not in tokenizers:
+                tokenizers[key] = _prompt_tokenizer(job.model, job.weights, cache_dir)
+            if tokenizers[key] is None:
+                break
+            try:
+                check_prompt_room(
+                    len(chat_prompt_ids(tokenizers[key], text)),
+                    where=f"{job.section}.prompt_sets {name!r} prompt {i + 1}",
+                    max_new_tokens=job.max_new_tokens, depth=job.depth, max_positions=limit,
+                    field=job.new_tokens_field, target=job.model,
+                )  # fmt: skip
+            except ValueError as exc:
+                raise ConfigError(str(exc), field) from exc
+
+
+def _prompt_tokenizer(model: str, weights: str, cache_dir: Path) -> Any | None:
+    """The target's tokenizer, nothing written or downloaded; None when not on this machine."""
+    from workloads.models.target import DEFAULT_TARGET, _builtin_tokenizer
+
+    if weights == "random" or model == DEFAULT_TARGET:
+        return _builtin_tokenizer(cache_dir, save=False)
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
+def check_eval_prompts(
+    configs: Sequence[DraftTrainConfig],
+    run_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    **_: object,
+) -> None:
+    """Every evaluation prompt fits the target: its tokens (chat template included),
+    ``eval.max_new_tokens`` and the tree's ``eval.depth`` within the target's
+    ``max_position_embeddings`` (a longer prompt decodes into meaningless figures).
+
+    Raises:
+        ConfigError: blaming ``eval.prompt_sets``, naming the prompt, the sizes and the fix.
+    """
+    jobs = [
+        _PromptJob(
+            c.target.model,
+            c.target.weights,
+            c.eval.prompt_sets,
+            c.eval.num_prompts,
+            False,
+            c.eval.max_new_tokens,
+            c.eval.depth,
+            "eval",
+            "eval.max_new_tokens",
+        )  # fmt: skip
+        for c in configs
+    ]
+    _check_prompt_jobs(jobs, cache_dir or run_root / "cache")
+
+
+def check_bench_prompts(
+    configs: Sequence[DecodeBenchConfig],
+    run_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    **_: object,
+) -> None:
+    """Every benchmark prompt fits the target, as :func:`check_eval_prompts` (the prompts
+    ``decode_bench`` takes: ``prompts.num_prompts`` round-robin over the sets).
+
+    Raises:
+        ConfigError: blaming ``prompts.prompt_sets``.
+    """
+    jobs = []
+    for c in configs:
+        d = c.decode
+        depth = d.depth if d.num_draft_tokens == "auto" else min(d.depth, d.num_draft_tokens - 1)
+        jobs.append(
+            _PromptJob(
+                c.target.model,
+                c.target.weights,
+                c.prompts.prompt_sets,
+                c.prompts.num_prompts,
+                True,
+                d.max_new_tokens,
+                depth,
+                "prompts",
+                "decode.max_new_tokens",
+            )  # fmt: skip
+        )
+    _check_prompt_jobs(jobs, cache_dir or run_root / "cache")
+
+
+def check_feature_disks(
+    configs: Sequence[DraftTrainConfig],
+    run_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    **_: object,
+) -> None:
+    """The cached features fit the free disk of the cache
+    (:func:`workloads.cost.check_feature_disk`).
+
+    Raises:
+        ConfigError: blaming ``features.mode``, with both sizes and the fix.
+    """
+    from workloads.cost import check_feature_disk
+
+    check_feature_disk(configs, cache_dir or run_root / "cache")
+
+
+def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path, **_: object) -> None:
     """The draft each config names, its device and prompt sets (no model is loaded).
 
     Raises:
@@ -206,7 +427,7 @@ def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
         preflight(cfg, run_root)
 
 
-def check_tree_vocab(configs: Sequence[DraftTrainConfig], _run_root: Path) -> None:
+def check_tree_vocab(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
     """``eval.topk`` fits the draft vocabulary: each tree node takes its ``topk`` most likely
     draft tokens, so a truncated vocabulary (``draft.vocab_size``) smaller than ``topk`` would
     fail the evaluation after the whole training.
@@ -240,7 +461,7 @@ def draft_vocab_size(folder: Path) -> int | None:
     return int(shape[0]) if isinstance(shape, list) and len(shape) == 1 else None
 
 
-def check_decode_tree(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
+def check_decode_tree(configs: Sequence[DecodeBenchConfig], run_root: Path, **_: object) -> None:
     """``decode.topk`` fits the vocabulary of a saved draft (``source: trial`` or ``path``),
     read from its ``draft.safetensors`` header (fresh and oracle drafts use the target's).
 
@@ -277,7 +498,9 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def check_decode_kernels(configs: Sequence[DecodeBenchConfig], _run_root: Path) -> None:
+def check_decode_kernels(
+    configs: Sequence[DecodeBenchConfig], _run_root: Path, **_: object
+) -> None:
     """``decode.compile: graphs`` needs a CUDA GPU (CUDA graphs): refused with ``device: cpu``,
     or ``auto`` on a machine whose torch sees none; ``compile`` (torch.compile) runs anywhere.
 
@@ -307,7 +530,7 @@ _K_LAW_FIELDS = ("k_law", "hardware", "k_max")
 """fields of ``decode`` that only ``num_draft_tokens: auto`` reads"""
 
 
-def check_k_laws(configs: Sequence[DecodeBenchConfig], run_root: Path) -> None:
+def check_k_laws(configs: Sequence[DecodeBenchConfig], run_root: Path, **_: object) -> None:
     """The k law of ``num_draft_tokens: auto`` (:func:`workloads.engine.k_law.check_k_law`: hardware
     profile, the fitted sweep of ``sweep:NAME``); and ``decode.k_law``, ``hardware`` or
     ``k_max`` set in a sweep where no trial uses ``auto`` (they would change nothing, so the
@@ -384,8 +607,12 @@ WORKLOADS: dict[str, Workload] = {
                 check_targets,
                 check_devices,
                 check_tree_vocab,
+                check_prompt_sets,
                 check_chat_templates,
+                check_sft_budgets,
                 check_corpora,
+                check_eval_prompts,
+                check_feature_disks,
             ),
             progress=_ACCEPTANCE,
             status_columns=("acceptance_length",),
@@ -403,6 +630,7 @@ WORKLOADS: dict[str, Workload] = {
                 check_decode_tree,
                 check_decode_kernels,
                 check_k_laws,
+                check_bench_prompts,
             ),
             progress=(("tokens_per_s", ".2f"), ("speedup", ".2f"), *_ACCEPTANCE),
             status_columns=("tokens_per_s", "ar_tokens_per_s", "speedup", "acceptance_length"),

@@ -161,8 +161,8 @@ def test_fit_command_refits_from_the_db(sqlite_run: tuple[Path, str]) -> None:
 FAILING = """\
 name: one-fails                # a sweep where one trial cannot load its target
 seeds: [0]                     # one seed
-grid:                          # the second target does not exist
-  target.model: [smollm2-135m-instruct, /nonexistent/model]
+grid:                          # the second target is a folder with an empty config.json
+  target.model: [smollm2-135m-instruct, BROKEN]
 base:                          # the smallest trial
   pretrain: {tokens: 0}
   sft: {tokens: 256, epochs: 1, seq_len: 128, responses: dataset}
@@ -173,8 +173,11 @@ base:                          # the smallest trial
 
 
 def test_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path: Path, cache_dir: Path) -> None:
+    broken = tmp_path / "broken-model"  # passes submit (it exists), fails the trial (no weights)
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
     spec = tmp_path / "fails.yaml"
-    spec.write_text(FAILING)
+    spec.write_text(FAILING.replace("BROKEN", str(broken)))
     cmd = [
         sys.executable,
         "-m",
@@ -194,12 +197,12 @@ def test_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path: Path, cache_d
     assert info is not None
     by_model = {t.config["target"]["model"]: t for t in store.trials(info.id)}
     assert by_model["smollm2-135m-instruct"].state == "completed"
-    bad = by_model["/nonexistent/model"]
+    bad = by_model[str(broken)]
     assert bad.state == "failed"
-    assert bad.error and "nonexistent" in bad.error and "Traceback" in bad.error
+    assert bad.error and "broken-model" in bad.error and "Traceback" in bad.error
     child = {
         c["tags"]["specscale.trial_key"]: c
         for c in Tracker(default_tracking_uri(tmp_path / "runs")).child_runs(info.mlflow_run_id)
     }[bad.key]
     assert child["status"] == "FAILED"
-    assert "nonexistent" in child["tags"]["specscale.error"]
+    assert "broken-model" in child["tags"]["specscale.error"]

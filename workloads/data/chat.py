@@ -6,7 +6,16 @@ from typing import Any
 
 from workloads.data.sharegpt import Conversation
 
-__all__ = ["chat_prompt_ids", "render_chat"]
+__all__ = ["TEMPLATE_BYTES", "TURN_BYTES", "chat_prompt_ids", "render_chat"]
+
+TEMPLATE_BYTES = 512
+"""bytes a chat template adds to a chat besides its turns, at most (a default system prompt and
+the generation header; SmolLM2's ChatML adds ~130): with :data:`TURN_BYTES`, a bound on a
+rendered chat's tokens from its text's UTF-8 bytes (a byte-level BPE token covers >= 1 byte)"""
+
+TURN_BYTES = 64
+"""bytes a chat template adds around each turn, at most (ChatML: ``<|im_start|>assistant\\n``
+and ``<|im_end|>\\n``, 33)"""
 
 
 def _messages(turns: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:

@@ -1,22 +1,12 @@
-"""A token-shard cache for ``pretrain.corpus``: tokenised once, mixed deterministically, read
-lazily.
+"""The mixed token stream of a ``pretrain.corpus``: its sources' shards mixed by weight,
+indexed once and cut into packed rows lazily.
 
-Layout under ``<cache_dir>/tokens/``:
-
-* ``<tokenizer_fp>-<source_fp>/`` per source (see
-  :func:`~workloads.data.sources.source_fingerprint`):
-  ``shard-NNNNN.bin`` flat ``uint32`` token ids, each document followed by the EOS token;
-  ``shard-NNNNN.idx`` ``int64`` [docs in shard]: each document's end offset in its shard, in
-  tokens; ``manifest.json`` with one entry per shard (rewritten atomically after each shard) and
-  ``complete: true`` once the source is exhausted. A source is tokenised in parallel by
-  ``num_proc`` processes over batches of documents, results taken in order (so the shards hold
-  the same token stream whatever ``num_proc``), only as far as a caller needs, and a later call
-  for more tokens resumes after the last document cached (Megatron-LM's ``.bin``/``.idx``
-  indexed dataset, simplified).
-* ``mix-<recipe>/`` per corpus (see :func:`corpus_recipe`): the mixed stream's index, one entry
-  per document in mixed order: ``src.bin`` (``uint16``, source number), ``off.bin`` (``int64``,
-  the document's first token in its source's stream) and ``start.bin`` (``int64``, its first
-  token in the mixed stream), with ``mix.json`` (entries committed, tokens, per-source state).
+Each source is tokenised into its own shards by :mod:`workloads.data.source_shards`. Under
+``<cache_dir>/tokens/mix-<recipe>/`` per corpus (see :func:`corpus_recipe`) lies the mixed
+stream's index, one entry per document in mixed order: ``src.bin`` (``uint16``, source number),
+``off.bin`` (``int64``, the document's first token in its source's stream) and ``start.bin``
+(``int64``, its first token in the mixed stream), with ``mix.json`` (entries committed, tokens,
+per-source state).
 
 Mixing is a weighted round robin by tokens: the next document comes from the source with the
 fewest tokens emitted per unit of (normalised) weight, ties by source order, as
@@ -34,19 +24,12 @@ has a file lock, so concurrent ranks and trials share one cache.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-import itertools
 import json
-import logging
 import math
-import multiprocessing
 import os
-import time
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +38,19 @@ import torch
 from filelock import FileLock
 
 from workloads.config import CorpusSource
-from workloads.data.corpus import Document
 from workloads.data.packing import PACKINGS, PackedRows
-from workloads.data.sources import iter_source_documents, source_fingerprint
+from workloads.data.source_shards import (
+    CACHE_VERSION,
+    SHARD_TOKENS,
+    WORK,
+    SourceShards,
+    WorkCounter,
+    atomic_json,
+    ensure_source,
+    memmap,
+    source_dir,
+)
+from workloads.data.sources import source_fingerprint
 
 __all__ = [
     "SHARD_TOKENS",
@@ -66,40 +59,15 @@ __all__ = [
     "CorpusTooSmall",
     "StreamRows",
     "WorkCounter",
+    "cached_corpus_size",
     "corpus_recipe",
     "corpus_rows",
     "corpus_tokens",
 ]
 
-log = logging.getLogger(__name__)
 
-SHARD_TOKENS = 1 << 24
-"""tokens per shard file (64 MiB of uint32); the last shard of a call may be shorter"""
-
-_VERSION = 1
-_BATCH_CHARS = 1 << 20  # characters per tokenisation task, at most
-_MIN_BATCH_CHARS = 1 << 12
 _MIX_WINDOW = 1 << 28  # mixed-stream tokens placed per merge window, at most
 _FIRST_TARGET = 1 << 24  # mixed-stream tokens tokenised for first, then doubling up to the need
-_MAX_OPEN = 64  # memory maps kept open per source
-
-
-@dataclass
-class WorkCounter:
-    """Work done by this process's cache builds (mutated in place; tests read it)."""
-
-    documents: int = 0
-    """documents tokenised"""
-    tokens: int = 0
-    """tokens produced (EOS included)"""
-    shards: int = 0
-    """shard files written"""
-    read: int = 0
-    """documents read from sources (tokenised or skipped on the way to a resume point)"""
-
-
-WORK = WorkCounter()
-"""the process-wide :class:`WorkCounter`"""
 
 
 @dataclass(frozen=True)
@@ -119,336 +87,6 @@ class CorpusTooSmall(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Small file helpers
-
-
-def _atomic_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (temporary file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
-def _atomic_array(path: Path, arr: np.ndarray) -> None:
-    """Write the raw bytes of ``arr`` to ``path`` atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    arr.tofile(tmp)
-    os.replace(tmp, path)
-
-
-def _memmap(path: Path, dtype: Any, count: int) -> np.ndarray:
-    """The first ``count`` items of a raw array file, memory-mapped read-only."""
-    if count == 0:
-        return np.empty(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenisation (in worker processes or inline)
-
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(tokenizer: Any) -> None:
-    _WORKER["tokenizer"] = tokenizer
-
-
-def _encode_in_worker(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    return _encode(_WORKER["tokenizer"], texts)
-
-
-def _encode(tokenizer: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of ``texts``, each followed by EOS.
-
-    Returns:
-        ``uint32`` [tokens] the ids end to end, ``int64`` [docs] each text's length in tokens.
-    """
-    eos = tokenizer.eos_token_id
-    ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
-    lengths = np.array([len(x) + 1 for x in ids], dtype=np.int64)
-    if not ids:
-        return np.empty(0, dtype=np.uint32), lengths
-    flat = np.concatenate([np.asarray([*x, eos], dtype=np.uint32) for x in ids])
-    return flat, lengths
-
-
-def _batches(texts: Iterable[str], max_chars: int) -> Iterator[list[str]]:
-    """Group texts into lists of about ``max_chars`` characters (at least one text each)."""
-    batch: list[str] = []
-    chars = 0
-    for text in texts:
-        batch.append(text)
-        chars += len(text)
-        if chars >= max_chars:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
-
-
-def _tokenized(
-    batches: Iterator[list[str]], tokenizer: Any, num_proc: int, enough: Callable[[], bool]
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Encode batches in order, by ``num_proc`` processes (inline for 1), until ``enough()``.
-
-    At most ``2 * num_proc`` batches are in flight; once ``enough()`` is true no batch is
-    submitted, and those in flight are still yielded (their work is kept).
-    """
-    if num_proc <= 1:
-        while not enough():  # checked before a batch is taken, so none is taken and dropped
-            batch = next(batches, None)
-            if batch is None:
-                return
-            yield _encode(tokenizer, batch)
-        return
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with ProcessPoolExecutor(
-        num_proc, mp_context=ctx, initializer=_init_worker, initargs=(tokenizer,)
-    ) as pool:
-        pending: deque[Future[tuple[np.ndarray, np.ndarray]]] = deque()
-        ran_out = False
-        while True:
-            while not ran_out and len(pending) < 2 * num_proc and not enough():
-                try:
-                    pending.append(pool.submit(_encode_in_worker, next(batches)))
-                except StopIteration:
-                    ran_out = True
-            if not pending:
-                return
-            yield pending.popleft().result()
-
-
-# ---------------------------------------------------------------------------------------------
-# One source's shards
-
-
-@dataclass
-class _SourceShards:
-    """Read access to one source's cached shards (a snapshot of its manifest).
-
-    Memory maps are opened on demand (at most ``_MAX_OPEN`` kept) and never pickled.
-    """
-
-    folder: Path
-    shards: list[dict[str, Any]]
-    complete: bool
-    # [S + 1] the first token and the first document of each shard, and the totals
-    _tok0: list[int] = field(init=False, repr=False)
-    _doc0: list[int] = field(init=False, repr=False)
-    _maps: OrderedDict[str, np.ndarray] = field(init=False, repr=False, default_factory=OrderedDict)
-
-    def __post_init__(self) -> None:
-        self._tok0 = [0, *itertools.accumulate(s["tokens"] for s in self.shards)]
-        self._doc0 = [0, *itertools.accumulate(s["docs"] for s in self.shards)]
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"folder": self.folder, "shards": self.shards, "complete": self.complete}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.folder, self.shards = state["folder"], state["shards"]
-        self.complete = state["complete"]
-        self._maps = OrderedDict()
-        self.__post_init__()
-
-    @property
-    def tokens(self) -> int:
-        """Tokens cached."""
-        return self._tok0[-1]
-
-    @property
-    def docs(self) -> int:
-        """Documents cached."""
-        return self._doc0[-1]
-
-    def _map(self, s: int, ext: str) -> np.ndarray:
-        key = f"{s}{ext}"
-        arr = self._maps.pop(key, None)
-        if arr is None:
-            info = self.shards[s]
-            path = self.folder / f"{info['name']}{ext}"
-            if ext == ".bin":
-                arr = _memmap(path, np.uint32, info["tokens"])
-            else:
-                arr = _memmap(path, np.int64, info["docs"])
-        self._maps[key] = arr
-        while len(self._maps) > _MAX_OPEN:
-            self._maps.popitem(last=False)
-        return arr
-
-    def doc_at(self, t: int) -> int:
-        """Index of the document holding source token ``t`` (0 <= t < tokens)."""
-        s = bisect.bisect_right(self._tok0, t) - 1
-        local = self._map(s, ".idx")
-        return self._doc0[s] + int(np.searchsorted(local, t - self._tok0[s], side="right"))
-
-    def ends(self, lo: int, hi: int) -> np.ndarray:
-        """``int64`` [hi - lo]: end offsets of documents ``lo..hi-1`` in the source's stream."""
-        out = np.empty(hi - lo, dtype=np.int64)
-        k = lo
-        while k < hi:
-            s = bisect.bisect_right(self._doc0, k) - 1
-            upto = min(hi, self._doc0[s + 1])
-            local = self._map(s, ".idx")[k - self._doc0[s] : upto - self._doc0[s]]
-            out[k - lo : upto - lo] = local + self._tok0[s]
-            k = upto
-        return out
-
-    def read(self, off: int, n: int, out: np.ndarray) -> None:
-        """Copy source tokens ``[off, off + n)`` into ``out`` [n]."""
-        done = 0
-        while done < n:
-            s = bisect.bisect_right(self._tok0, off + done) - 1
-            a = off + done - self._tok0[s]
-            take = min(n - done, self._tok0[s + 1] - (off + done))
-            out[done : done + take] = self._map(s, ".bin")[a : a + take]
-            done += take
-
-
-def _source_dir(cache_dir: Path, tokenizer_fp: str, src: CorpusSource) -> Path:
-    return Path(cache_dir) / "tokens" / f"{tokenizer_fp}-{source_fingerprint(src)}"
-
-
-def _read_manifest(folder: Path, src: CorpusSource, tokenizer_fp: str) -> dict[str, Any]:
-    path = folder / "manifest.json"
-    if path.exists():
-        man: dict[str, Any] = json.loads(path.read_text())
-        if man.get("version") == _VERSION:
-            return man
-    return {
-        "version": _VERSION,
-        "source": src.source,
-        "text_field": src.text_field,
-        "tokenizer_fp": tokenizer_fp,
-        "shards": [],
-        "docs": 0,
-        "tokens": 0,
-        "complete": False,
-    }
-
-
-@dataclass
-class _ShardWriter:
-    """Buffers tokenised documents and writes them out as shards, updating the manifest."""
-
-    folder: Path
-    man: dict[str, Any]
-    progress: Callable[[str], None] | None
-    t0: float = field(default_factory=time.perf_counter)
-    t_tokens: int = 0
-    parts: list[np.ndarray] = field(default_factory=list)
-    lens: list[np.ndarray] = field(default_factory=list)
-    buffered: int = 0
-
-    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        self.parts.append(tokens)
-        self.lens.append(lengths)
-        self.buffered += int(tokens.size)
-        self.t_tokens += int(tokens.size)
-        WORK.documents += int(lengths.size)
-        WORK.tokens += int(tokens.size)
-
-    def flush(self) -> None:
-        """Write the buffer as the next shard (nothing if empty) and append it to the manifest."""
-        if not self.buffered:
-            return
-        man = self.man
-        name = f"shard-{len(man['shards']):05d}"
-        lengths = np.concatenate(self.lens)
-        _atomic_array(self.folder / f"{name}.bin", np.concatenate(self.parts))
-        _atomic_array(self.folder / f"{name}.idx", np.cumsum(lengths))
-        man["shards"].append({"name": name, "docs": int(lengths.size), "tokens": self.buffered})
-        man["docs"] += int(lengths.size)
-        man["tokens"] += self.buffered
-        _atomic_json(self.folder / "manifest.json", man)
-        WORK.shards += 1
-        self.parts, self.lens, self.buffered = [], [], 0
-        rate = self.t_tokens / max(time.perf_counter() - self.t0, 1e-9)
-        msg = (
-            f"tokenised {man['source']}: {name}, {man['tokens']:,} tokens so far "
-            f"({rate:,.0f} tokens/s)"
-        )
-        log.info(msg)
-        if self.progress is not None:
-            self.progress(msg)
-
-
-_READERS: OrderedDict[str, tuple[int, Iterator[str]]] = OrderedDict()
-"""source folder -> (documents read, the text iterator there): a later call in this process
-continues the same pass over the source instead of reading it again from its start"""
-_MAX_READERS = 8
-
-
-def _reader(src: CorpusSource, folder: Path, start: int) -> Iterator[str]:
-    """The texts of ``src`` from document ``start`` on."""
-    held = _READERS.pop(str(folder), None)
-    if held is not None and held[0] == start:
-        return held[1]
-    return itertools.islice(_counted(iter_source_documents(src)), start, None)
-
-
-def _counted(docs: Iterator[Document]) -> Iterator[str]:
-    for doc in docs:
-        WORK.read += 1
-        yield doc.text
-
-
-def _keep_reader(folder: Path, position: int, texts: Iterator[str]) -> None:
-    _READERS[str(folder)] = (position, texts)
-    while len(_READERS) > _MAX_READERS:
-        _READERS.popitem(last=False)
-
-
-def _ensure_source(
-    src: CorpusSource,
-    tokenizer: Any,
-    *,
-    folder: Path,
-    tokenizer_fp: str,
-    need: int,
-    num_proc: int,
-    shard_tokens: int,
-    progress: Callable[[str], None] | None,
-) -> _SourceShards:
-    """Tokenise ``src`` until its cache holds at least ``need`` tokens or the source ends.
-
-    Resumes after the last cached document: with the reader this process left there (see
-    :data:`_READERS`), else by reading the documents before it again (not tokenising them).
-    Holds the folder's file lock while it works.
-
-    Raises:
-        ValueError: the tokenizer has no EOS token, or see
-            :func:`~workloads.data.sources.iter_source_documents`.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(folder / ".lock")):
-        man = _read_manifest(folder, src, tokenizer_fp)
-        if not man["complete"] and man["tokens"] < need:
-            if tokenizer.eos_token_id is None:
-                raise ValueError("the tokenizer has no eos_token_id. Fix: set tokenizer.eos_token")
-            writer = _ShardWriter(folder, man, progress)
-            texts = _reader(src, folder, man["docs"])
-            max_chars = min(_BATCH_CHARS, max(_MIN_BATCH_CHARS, 4 * (need - man["tokens"])))
-            batches = _batches(texts, max_chars // max(2 * num_proc, 1))
-
-            def done() -> bool:
-                return man["tokens"] + writer.buffered >= need
-
-            for tokens, lengths in _tokenized(batches, tokenizer, num_proc, done):
-                writer.add(tokens, lengths)
-                if writer.buffered >= shard_tokens:
-                    writer.flush()
-            enough = done()
-            writer.flush()
-            if enough:
-                _keep_reader(folder, man["docs"], texts)
-            else:
-                man["complete"] = True
-                _atomic_json(folder / "manifest.json", man)
-        return _SourceShards(folder, list(man["shards"]), bool(man["complete"]))
-
-
-# ---------------------------------------------------------------------------------------------
 # The mixed stream
 
 
@@ -465,7 +103,7 @@ def corpus_recipe(corpus: Sequence[CorpusSource], tokenizer_fp: str) -> str:
         ValueError: see :func:`~workloads.data.sources.source_fingerprint`.
     """
     recipe = {
-        "v": _VERSION,
+        "v": CACHE_VERSION,
         "tokenizer": tokenizer_fp,
         "sources": [
             [source_fingerprint(s), w] for s, w in zip(corpus, _weights(corpus), strict=True)
@@ -479,7 +117,7 @@ _MIX_FILES = (("src", np.uint16), ("off", np.int64), ("start", np.int64))
 
 def _new_mix_state(n_sources: int) -> dict[str, Any]:
     return {
-        "version": _VERSION,
+        "version": CACHE_VERSION,
         "n": 0,
         "tokens": 0,
         "next": [0] * n_sources,
@@ -495,7 +133,7 @@ def _read_mix_state(folder: Path, n_sources: int) -> dict[str, Any]:
     state = _new_mix_state(n_sources)
     if path.exists():
         saved = json.loads(path.read_text())
-        if saved.get("version") == _VERSION:
+        if saved.get("version") == CACHE_VERSION:
             state = saved
     for name, dtype in _MIX_FILES:
         f = folder / f"{name}.bin"
@@ -506,7 +144,7 @@ def _read_mix_state(folder: Path, n_sources: int) -> dict[str, Any]:
 
 
 def _merge_window(
-    state: dict[str, Any], sources: list[_SourceShards], weights: list[float], cap: float
+    state: dict[str, Any], sources: list[SourceShards], weights: list[float], cap: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Place the documents whose order is now known, with keys up to ``cap``; update ``state``.
 
@@ -573,12 +211,12 @@ class _Mixer:
         tokenizer: Any,
         num_proc: int,
         progress: Callable[[str], None] | None,
-    ) -> list[_SourceShards]:
+    ) -> list[SourceShards]:
         return [
-            _ensure_source(
+            ensure_source(
                 src,
                 tokenizer,
-                folder=_source_dir(self.cache_dir, self.tokenizer_fp, src),
+                folder=source_dir(self.cache_dir, self.tokenizer_fp, src),
                 tokenizer_fp=self.tokenizer_fp,
                 need=n,
                 num_proc=num_proc,
@@ -595,7 +233,7 @@ class _Mixer:
         *,
         num_proc: int,
         progress: Callable[[str], None] | None,
-    ) -> tuple[dict[str, Any], list[_SourceShards]]:
+    ) -> tuple[dict[str, Any], list[SourceShards]]:
         """Index the mixed stream to at least ``need`` tokens, or to its end.
 
         Returns:
@@ -627,7 +265,7 @@ class _Mixer:
                     for (name, _), arr in zip(_MIX_FILES, arrays, strict=True):
                         with (folder / f"{name}.bin").open("ab") as f:
                             arr.tofile(f)
-                    _atomic_json(folder / "mix.json", state)
+                    atomic_json(folder / "mix.json", state)
                 target = min(need, 2 * target) if state["tokens"] >= target else 2 * target
         return state, sources
 
@@ -652,7 +290,7 @@ class StreamRows:
         *,
         folder: Path,
         state: dict[str, Any],
-        sources: list[_SourceShards],
+        sources: list[SourceShards],
         seq_len: int,
         n_rows: int,
         packing: str,
@@ -684,7 +322,7 @@ class StreamRows:
     def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not self._index:
             for name, dtype in _MIX_FILES:
-                self._index[name] = _memmap(self._folder / f"{name}.bin", dtype, self._n)
+                self._index[name] = memmap(self._folder / f"{name}.bin", dtype, self._n)
         return self._index["src"], self._index["off"], self._index["start"]
 
     def _row(self, r: int, ids: np.ndarray, pos: np.ndarray) -> None:
@@ -768,6 +406,32 @@ def corpus_tokens(
     state, _ = _Mixer(corpus, tokenizer_fp, Path(cache_dir), shard_tokens).ensure(
         need, tokenizer, num_proc=num_proc, progress=progress
     )
+    return CorpusSize(
+        tokens=min(int(state["tokens"]), need),
+        complete=bool(state["complete"]),
+        per_source=tuple(int(t) for t in state["emitted"]),
+    )
+
+
+def cached_corpus_size(
+    corpus: Sequence[CorpusSource], *, tokenizer_fp: str, cache_dir: Path, need: int
+) -> CorpusSize | None:
+    """What :func:`corpus_tokens` would say, read from the cache alone (nothing is written,
+    no lock is taken): the mixed stream's committed index when it holds ``need`` tokens or has
+    ended; None when the cache cannot tell (not indexed that far, or not at all).
+
+    Raises:
+        ValueError: see :func:`corpus_recipe`.
+    """
+    path = Path(cache_dir) / "tokens" / f"mix-{corpus_recipe(corpus, tokenizer_fp)}" / "mix.json"
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if state.get("version") != CACHE_VERSION:
+        return None
+    if int(state["tokens"]) < need and not state["complete"]:
+        return None
     return CorpusSize(
         tokens=min(int(state["tokens"]), need),
         complete=bool(state["complete"]),

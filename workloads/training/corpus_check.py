@@ -1,25 +1,39 @@
-"""Submit-time check of pretraining budgets against the corpus (no trial, no feature written).
+"""Submit-time check of training budgets against their data (no trial, no feature written).
 
 A budget larger than its corpus would extract features until packing runs out, deep into a
 trial; here it is refused before the sweep starts, with both sizes and the fix.
 
 * ``pretrain.corpus`` up to :data:`EXACT_TOKENS` tokens: the corpus is tokenised as far as the
-  budget (into the token-shard cache the trials then reuse, :mod:`workloads.data.shards`) and
-  its size is exact.
+  budget and its size is exact. The shards are written into a folder of the check's own
+  (:class:`_Staging`) and moved into the token-shard cache the trials read
+  (:mod:`workloads.data.shards`, under the trials' cache dir) only when the sweep's budgets are
+  accepted, so a refusal leaves nothing; a dry run tokenises into a temporary folder that is
+  removed, and reads a cache that already knows the size without writing to it.
 * Larger budgets, or the builtin mix: an upper bound that needs no tokenising. A byte-level BPE
   token covers at least one byte of UTF-8 text (and each document adds one EOS), so a source of
   B bytes holds at most about B tokens; a weighted corpus ends when a source runs out, so it holds
   at most ``min(B_i / w_i)``. A budget over the bound cannot be met; one under it is checked
   exactly by the trial (``CorpusTooSmall``, with both sizes). Streamed hub datasets (``hf:``)
   have no size to check before they are read.
+* ``sft.tokens`` against the SFT split of ShareGPT (:func:`check_sft_budget`): the same
+  bytes-to-tokens bound over the chats as the trial renders them.
+
+A budget over its data is :class:`BudgetTooLarge` (blamed on the budget's line); a corpus that
+cannot be read (a file that is not UTF-8, a record of another type) a plain ``ValueError``
+(blamed on ``pretrain.corpus``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from workloads.config import CorpusSource, DraftTrainConfig
@@ -35,6 +49,10 @@ GZ_READ_LIMIT = 256 * 2**20
 
 EOS_SLACK = 1.05
 """bytes-to-tokens bound slack for the EOS token each document adds (documents of >= 20 bytes)"""
+
+
+class BudgetTooLarge(ValueError):
+    """A training budget larger than its data holds (the message has both sizes and the fix)."""
 
 
 def _file_bytes(path: Path) -> int | None:
@@ -112,13 +130,14 @@ def _local(corpus: Sequence[CorpusSource] | None) -> bool:
 def check_sources(corpus: Sequence[CorpusSource]) -> None:
     """Every source can be read: its files exist (a glob matches), and the first record of its
     first non-empty file holds the ``text_field`` (a ``.txt`` file is checked by its size only:
-    it is one document); ``hf:`` sources need the hub (:func:`check_hub_sources`). Cheap: a
-    record or two per source, whatever the budget, so a wrong field is not found by a GPU trial.
+    it is one document), and the first MiB of each file is UTF-8; ``hf:`` sources need the hub
+    (:func:`check_hub_sources`). Cheap: a record or two per source and at most 64 MiB read,
+    whatever the budget, so a wrong field is not found by a GPU trial.
 
     Raises:
         ValueError: naming the source, the file and the fix.
     """
-    from workloads.data.sources import _file_documents, expand_files
+    from workloads.data.sources import _file_documents, check_utf8, expand_files
 
     check_hub_sources(corpus)
     for src in corpus:
@@ -130,6 +149,7 @@ def check_sources(corpus: Sequence[CorpusSource]) -> None:
                 f"pretrain.corpus source {src.source!r}: its files are empty. Fix: name files "
                 "with text in them"
             )
+        check_utf8(files)  # the head of each file; the trial (and the exact check) read all
         first = next(f for f in files if f.stat().st_size > 0)
         if not first.name.endswith(".txt"):
             next(_file_documents(first, source=src.source, text_field=src.text_field), None)
@@ -177,11 +197,12 @@ def _budget(cfg: DraftTrainConfig) -> int:
 
 
 def _tokenizer(cfg: DraftTrainConfig, cache_dir: Path) -> Any | None:
-    """The target's tokenizer without its weights; None when it is not on this machine."""
+    """The target's tokenizer without its weights, nothing written; None when it is not on
+    this machine."""
     from workloads.models.target import DEFAULT_TARGET, _builtin_tokenizer
 
     if cfg.target.weights == "random" or cfg.target.model == DEFAULT_TARGET:
-        return _builtin_tokenizer(cache_dir)
+        return _builtin_tokenizer(cache_dir, save=False)
     from transformers import AutoTokenizer
 
     try:
@@ -190,7 +211,7 @@ def _tokenizer(cfg: DraftTrainConfig, cache_dir: Path) -> Any | None:
         return None
 
 
-def _too_big(cfg: DraftTrainConfig, have: int, how: str) -> ValueError:
+def _too_big(cfg: DraftTrainConfig, have: int, how: str) -> BudgetTooLarge:
     need = _budget(cfg)
     rows = max(1, have // cfg.pretrain.seq_len) * cfg.pretrain.seq_len if have else 0
     limit = (
@@ -206,18 +227,114 @@ def _too_big(cfg: DraftTrainConfig, have: int, how: str) -> ValueError:
         else "Fix: name a corpus at this scale in pretrain.corpus (local files or hf:<id>), "
         "or a smaller pretrain.tokens"
     )
-    return ValueError(
+    return BudgetTooLarge(
         f"pretrain.tokens {cfg.pretrain.tokens:,} needs {_tokens(need)} but the "
         f"{'corpus' if cfg.pretrain.corpus is not None else 'builtin mix'} holds "
         f"{how}{_tokens(have)}. {fix}"
     )
 
 
-def check_budget(cfg: DraftTrainConfig, cache_dir: Path) -> str:
-    """Refuse a pretraining budget the corpus cannot meet; return how it was checked.
+class _Staging:
+    """A folder of the corpus check's own for the token shards it writes, removed on exit.
+
+    With ``keep`` it lies in the trials' cache dir and :meth:`adopt` moves what it holds into
+    ``<cache_dir>/tokens`` (each folder only when none of them is there yet: the mixed index
+    and its sources' shards go together); folders above it that the check created are removed
+    again when they stay empty. Without ``keep`` (a dry run) it is a temporary folder outside.
+    """
+
+    def __init__(self, cache_dir: Path, *, keep: bool) -> None:
+        self.cache_dir, self.keep = cache_dir, keep
+        self._created = [p for p in (cache_dir / "tokens", cache_dir, *cache_dir.parents)]
+        self._created = [p for p in self._created if not p.exists()]
+        self.root = Path()
+
+    def __enter__(self) -> _Staging:
+        if self.keep:
+            try:
+                (self.cache_dir / "tokens").mkdir(parents=True, exist_ok=True)
+                self.root = Path(tempfile.mkdtemp(prefix=".corpus-check-", dir=self.cache_dir))
+                return self
+            except OSError:  # the cache dir cannot be written (refused by its own check)
+                self.keep = False
+        self.root = Path(tempfile.mkdtemp(prefix="specscale-corpus-check-"))
+        return self
+
+    def adopt(self) -> None:
+        """Move the staged folders into the cache (see the class docstring)."""
+        staged = sorted((self.root / "tokens").iterdir()) if self.keep else []
+        dest = self.cache_dir / "tokens"
+        if not staged or any((dest / p.name).exists() for p in staged):
+            return  # partly cached already: the trial extends what is there
+        for p in staged:
+            try:
+                os.rename(p, dest / p.name)
+            except OSError:  # another submit got there first: its copy is the same
+                log.info("corpus check: %s is cached already", p.name)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+        for p in self._created:  # deepest first; a folder another process filled stays
+            with contextlib.suppress(OSError):
+                p.rmdir()
+
+
+def _exact_size(
+    cfg: DraftTrainConfig, tokenizer: Any, need: int, cache_dir: Path, *, dry_run: bool
+) -> int:
+    """Tokens of the corpus's mixed stream up to ``need``, refused when short (see
+    :func:`check_budget`); the shards kept for the trials unless refused or a dry run.
 
     Raises:
-        ValueError: the budget exceeds the corpus (exact) or its upper bound, with both sizes.
+        BudgetTooLarge: fewer than ``need`` tokens (and not ``pretrain.repeat``).
+        ValueError: the corpus cannot be read (no token to repeat, a file that is not UTF-8,
+            a record of another type, ...).
+    """
+    from workloads.data.shards import cached_corpus_size, corpus_tokens
+    from workloads.training.features import tokenizer_fingerprint
+
+    p, fp = cfg.pretrain, tokenizer_fingerprint(tokenizer)
+    assert p.corpus is not None
+    size = cached_corpus_size(p.corpus, tokenizer_fp=fp, cache_dir=cache_dir, need=need)
+    if size is not None:
+        _refuse_short(cfg, size.tokens, need)
+        return size.tokens
+    with _Staging(cache_dir, keep=not dry_run) as stage:
+        size = corpus_tokens(
+            p.corpus, tokenizer, tokenizer_fp=fp, cache_dir=stage.root, need=need,
+            progress=lambda msg: log.info("corpus check: %s", msg),
+        )  # fmt: skip
+        _refuse_short(cfg, size.tokens, need)
+        stage.adopt()
+    return size.tokens
+
+
+def _refuse_short(cfg: DraftTrainConfig, have: int, need: int) -> None:
+    if have >= need:
+        return
+    if not cfg.pretrain.repeat:
+        raise _too_big(cfg, have, "")
+    raise ValueError(
+        "pretrain.corpus holds no token to repeat (its files hold no document). "
+        "Fix: name files with text in them"
+    )
+
+
+def check_budget(cfg: DraftTrainConfig, cache_dir: Path, *, dry_run: bool = False) -> str:
+    """Refuse a pretraining budget the corpus cannot meet; return how it was checked.
+
+    Args:
+        cfg: the trial config (its ``pretrain`` and ``target``).
+        cache_dir: the trials' cache dir (``--cache-dir``, default ``<run root>/cache``): the
+            exact check reads the token shards there and leaves its own for the trials.
+        dry_run: write nothing (the shards of an exact check go to a temporary folder).
+
+    Raises:
+        BudgetTooLarge: the budget exceeds the corpus (exact) or its upper bound, with both
+            sizes.
+        ValueError: the corpus cannot be read (see :func:`_exact_size`).
     """
     p, need = cfg.pretrain, _budget(cfg)
     if not p.tokens:
@@ -236,23 +353,7 @@ def check_budget(cfg: DraftTrainConfig, cache_dir: Path) -> str:
     if need <= EXACT_TOKENS and _local(p.corpus):
         tokenizer = _tokenizer(cfg, cache_dir)
         if tokenizer is not None:
-            from workloads.data.shards import corpus_tokens
-            from workloads.training.features import tokenizer_fingerprint
-
-            size = corpus_tokens(
-                p.corpus, tokenizer, tokenizer_fp=tokenizer_fingerprint(tokenizer),
-                cache_dir=cache_dir, need=need,
-                progress=lambda msg: log.info("corpus check: %s", msg),
-            )  # fmt: skip
-            if size.tokens < need:
-                raise (
-                    _too_big(cfg, size.tokens, "")
-                    if not p.repeat
-                    else ValueError(
-                        "pretrain.corpus holds no token to repeat (its files hold no document). "
-                        "Fix: name files with text in them"
-                    )
-                )
+            _exact_size(cfg, tokenizer, need, cache_dir, dry_run=dry_run)
             return "exact"
     corpus_bound = corpus_token_bound(p.corpus)
     if corpus_bound is None:
@@ -260,3 +361,53 @@ def check_budget(cfg: DraftTrainConfig, cache_dir: Path) -> str:
     if need > corpus_bound:
         raise _too_big(cfg, corpus_bound, "at most ")
     return "bound"
+
+
+def sft_token_bound(cfg: DraftTrainConfig) -> tuple[int, int]:
+    """``(conversations, at most this many tokens)`` of the SFT split as the trial renders it:
+    each chat's UTF-8 bytes plus the template's (:data:`~workloads.data.chat.TEMPLATE_BYTES`,
+    :data:`~workloads.data.chat.TURN_BYTES`), capped at ``4 * seq_len`` (a chat is cut there);
+    with ``sft.responses: target``, the first user turn (at most ``seq_len`` minus the reply,
+    longer prompts are skipped) and a reply of at most ``regen_reply_tokens``."""
+    from workloads.data.chat import TEMPLATE_BYTES, TURN_BYTES
+    from workloads.data.sharegpt import read_sharegpt, split_conversations
+
+    s = cfg.sft
+    convs = split_conversations(read_sharegpt()[0])["sft"]
+    total = 0
+    for c in convs:
+        if s.responses == "target":
+            prompt = len(c.first_user_text.encode()) + TURN_BYTES + TEMPLATE_BYTES
+            total += min(prompt, s.seq_len - s.regen_reply_tokens) + s.regen_reply_tokens
+        else:
+            chat = sum(len(text.encode()) + TURN_BYTES for _, text in c.turns) + TEMPLATE_BYTES
+            total += min(chat, 4 * s.seq_len)
+    return len(convs), total
+
+
+def check_sft_budget(cfg: DraftTrainConfig) -> str:
+    """Refuse an ``sft.tokens`` budget the SFT split cannot meet (an upper bound from the
+    text's bytes, :func:`sft_token_bound`; one under it is checked exactly by the trial).
+
+    Raises:
+        BudgetTooLarge: with both sizes and the fix.
+    """
+    s = cfg.sft
+    if not s.tokens:
+        return "not needed"
+    need = -(-s.tokens // s.seq_len) * s.seq_len
+    n_convs, bound = sft_token_bound(cfg)
+    if need <= bound:
+        return "bound"
+    rows = bound // s.seq_len * s.seq_len
+    replies = (
+        f" with the target's replies of at most {s.regen_reply_tokens} tokens"
+        if s.responses == "target"
+        else ""
+    )
+    raise BudgetTooLarge(
+        f"sft.tokens {s.tokens:,} needs {_tokens(need)} (rows of {s.seq_len}) but the SFT split "
+        f"({n_convs:,} ShareGPT conversations{replies}) holds well under {bound:,} tokens (an "
+        f"upper bound from the text's bytes: the trial checks the exact size). Fix: sft.tokens "
+        f"well under {rows:,}, and sft.epochs for more passes over them"
+    )

@@ -34,6 +34,7 @@ from filelock import FileLock
 from transformers import PreTrainedModel
 
 from workloads.data import PromptSet, chat_prompt_ids
+from workloads.data.prompts import check_prompt_room
 from workloads.engine.tree_decode import TreeShape, speculative_generate
 from workloads.models.draft import DraftModel
 from workloads.models.target import input_device, output_device
@@ -218,6 +219,41 @@ def top2_gap(target: PreTrainedModel, ids: list[int]) -> float:
     return near_tie(target, ids).gap
 
 
+def max_positions(model: PreTrainedModel) -> int | None:
+    """Positions the model attends over (its config's ``max_position_embeddings``), or None."""
+    value = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def prompt_ids(
+    target: PreTrainedModel,
+    tokenizer: object,
+    prompt_sets: list[PromptSet],
+    *,
+    max_new_tokens: int,
+    depth: int,
+    target_name: str,
+) -> list[list[list[int]]]:
+    """The chat-template ids of every prompt, per set, each checked to fit the target's
+    positions with ``max_new_tokens`` and a tree of ``depth`` (before any is decoded: a prompt
+    past them would give meaningless figures, never an error of its own).
+
+    Raises:
+        PromptTooLong: the first prompt that does not fit, naming its set and number.
+    """
+    limit = max_positions(target)
+    ids = [[chat_prompt_ids(tokenizer, text) for text in ps.prompts] for ps in prompt_sets]
+    for ps, set_ids in zip(prompt_sets, ids, strict=True):
+        for i, prompt in enumerate(set_ids):
+            if limit is not None:
+                check_prompt_room(
+                    len(prompt), where=f"eval.prompt_sets {ps.name!r} prompt {i + 1}",
+                    max_new_tokens=max_new_tokens, depth=depth, max_positions=limit,
+                    field="eval.max_new_tokens", target=target_name,
+                )  # fmt: skip
+    return ids
+
+
 def evaluate(
     target: PreTrainedModel,
     tokenizer: object,
@@ -238,12 +274,19 @@ def evaluate(
     target's top-2 ``gap`` there and the ``threshold`` applied (:func:`near_tie_threshold`).
     A float32 draft runs beside a bfloat16 or float16 target (see
     :class:`workloads.models.draft.DraftModel`).
+
+    Raises:
+        PromptTooLong: a prompt that does not fit the target's positions (:func:`prompt_ids`),
+            before anything is decoded.
     """
     res = EvalResult(dtype=str(target.dtype).removeprefix("torch."), tf32=target_uses_tf32(target))
     draft.eval()
-    for ps in prompt_sets:
-        for i, text in enumerate(ps.prompts):
-            prompt = chat_prompt_ids(tokenizer, text)
+    ids = prompt_ids(
+        target, tokenizer, prompt_sets, max_new_tokens=max_new_tokens, depth=shape.depth,
+        target_name=target_name,
+    )  # fmt: skip
+    for ps, set_ids in zip(prompt_sets, ids, strict=True):
+        for i, prompt in enumerate(set_ids):
             ref, ref_s = greedy_reference(
                 target,
                 prompt,

@@ -431,14 +431,14 @@ def test_mixing_in_small_windows_and_growing_the_index(
 def test_resume_in_another_process_reads_up_to_the_position(
     files: dict[str, Path], tok: Any, tmp_path: Path
 ) -> None:
-    from workloads.data import shards
+    from workloads.data import source_shards
 
     corpus = [CorpusSource(source=str(files["a"]))]
     kw: dict[str, Any] = {"tokenizer_fp": TOK_FP, "cache_dir": tmp_path, "num_proc": 1}
     read0, docs0 = WORK.read, WORK.documents
     corpus_tokens(corpus, tok, need=300, **kw)
     first = WORK.documents - docs0
-    shards._READERS.clear()  # as a new process would start
+    source_shards._READERS.clear()  # as a new process would start
     corpus_tokens(corpus, tok, need=10**9, **kw)
     assert WORK.documents - docs0 == 60  # each document tokenised once
     assert WORK.read - read0 == 60 + first  # read again up to the position, not tokenised

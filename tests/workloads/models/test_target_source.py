@@ -35,9 +35,10 @@ def test_the_builtin_target_and_a_local_folder_pass_offline(tmp_path: Path) -> N
     check_target_source(str(tmp_path), offline=True)
 
 
-def test_a_missing_local_path_is_left_to_the_trial() -> None:
-    # not a hub id: loading it fails in the trial, whose error names the path
-    check_target_source("/nonexistent/model", offline=True, endpoint=CLOSED)
+def test_a_missing_local_path_is_refused() -> None:
+    # issue 23: it used to pass submit and fail every trial; hub ids are not paths
+    with pytest.raises(ValueError, match="looks like a local path, and nothing is there. Fix:"):
+        check_target_source("/nonexistent/model", offline=True, endpoint=CLOSED)
 
 
 @pytest.mark.parametrize("offline", [True, False], ids=["HF_HUB_OFFLINE", "no-network"])
