@@ -164,9 +164,7 @@ CASES: dict[str, Case] = {
         "name: t\nbase:\n  sft:\n    responses: target\n    regen_temperature: -0.5\n",
         "sweep.yaml:5:",
     ),
-    "unknown-packing": Case(
-        "name: t\nbase:\n  pretrain:\n    packing: packed\n", "sweep.yaml:4:"
-    ),
+    "unknown-packing": Case("name: t\nbase:\n  pretrain:\n    packing: packed\n", "sweep.yaml:4:"),
     # -- constraints between fields (issue 16) ------------------------------------------------
     "eval-topk-over-draft-vocab": Case(
         "name: t\nbase:\n  draft: {vocab_size: 16}\n  eval:\n    topk: 32\n",
@@ -192,7 +190,7 @@ CASES: dict[str, Case] = {
 
 ELSEWHERE = {
     "corrupt-cached-feature-file": (
-        "tests/workloads/test_features.py",
+        "tests/workloads/training/test_features.py",
         "test_a_corrupt_chunk_is_detected_rebuilt_and_not_used",
     ),
 }
