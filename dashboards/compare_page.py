@@ -34,6 +34,15 @@ def side_by_side_rows(a: LawReview, b: LawReview) -> list[list[object]]:
     return rows
 
 
+def mean_rows(means: pd.DataFrame) -> list[list[object]]:
+    """The rows of the per-x means table: an undefined number (the sd of one trial, a mean
+    where a sweep has no trial at that x) stays NaN, which the table shows as ``n/a``."""
+    return [
+        [v.item() if isinstance(v, np.generic) else v for v in r]
+        for r in means.itertuples(index=False)
+    ]
+
+
 def write_compare_page(
     path: Path,
     *,
@@ -78,10 +87,6 @@ def write_compare_page(
         if sd.status == "ok"
         else sd.status
     )
-    mean_rows = [
-        [None if isinstance(v, float) and np.isnan(v) else v for v in r]
-        for r in means.itertuples(index=False)
-    ]
     parts = [
         f"<h1>{html.escape(names[0])} vs {html.escape(names[1])}</h1>",
         "<p class='note'>Completed trials with x &gt; 0; bands: 95% CI of the mean (HC3) and "
@@ -97,7 +102,7 @@ def write_compare_page(
         f"<h2>Mean {html.escape(y)} per {html.escape(x)}</h2>",
         table(
             [x, f"mean {names[0]}", "sd", "n", f"mean {names[1]}", "sd", "n", "delta (B - A)"],
-            mean_rows,
+            mean_rows(means),
             sortable=True,
             table_id="means",
         ),

@@ -698,6 +698,8 @@ def _nan_to_none(values: np.ndarray) -> list[Any]:
 def _cell(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()
-    if value is pd.NA or value is pd.NaT:
+    if value is pd.NA:  # a nullable number left undefined: shown as n/a, like NaN
+        return math.nan
+    if value is pd.NaT:
         return None
     return value

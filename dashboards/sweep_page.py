@@ -323,7 +323,9 @@ def trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
 def _cell(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()
-    if value is pd.NA or value is pd.NaT:
+    if value is pd.NA:  # a nullable number left undefined: shown as n/a, like NaN
+        return math.nan
+    if value is pd.NaT:
         return None
     return value
 

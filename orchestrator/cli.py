@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.text import Text
-from typer.core import TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from orchestrator._secrets import redact
 from orchestrator.commands import sweep
@@ -27,7 +27,23 @@ from orchestrator.errors import OrchestratorError
 
 __all__ = ["_loopback_ray", "app", "main"]
 
+
+def _no_bool_metavar(option: Any) -> Any:
+    """The ``--help`` option without the ``<bool>`` metavar typer's rich help gives it."""
+    if option is not None:
+        option.metavar = ""
+    return option
+
+
+class _Group(TyperGroup):
+    """The top-level ``orchestrator``: its ``--help`` row reads like a flag (no ``<bool>``)."""
+
+    def get_help_option(self, ctx: Any) -> Any:  # typer vendors click: its own Context type
+        return _no_bool_metavar(super().get_help_option(ctx))
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,  # a traceback's locals would show --db-url passwords
@@ -39,13 +55,29 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Command(TyperCommand):
-    """A command whose ``--help`` row shows no ``<bool>`` metavar (typer's rich help adds one)."""
+    """A command whose ``--help`` row shows no ``<bool>`` metavar (typer's rich help adds one)
+    and whose arguments read ``SPEC``, ``[SWEEP]`` in the usage line and in errors (typer
+    writes ``{spec}`` and ``'spec'``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperArgument) and param.metavar is None and param.name:
+                param.metavar = param.name.upper()
 
     def get_help_option(self, ctx: Any) -> Any:  # typer vendors click: its own Context type
-        option = super().get_help_option(ctx)
-        if option is not None:
-            option.metavar = ""
-        return option
+        return _no_bool_metavar(super().get_help_option(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = param.metavar or (param.name or "").upper()
+                name = name if param.required else f"[{name}]"
+                pieces.append(name + ("..." if param.nargs != 1 else ""))
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
 
 
 def _one_line_errors(fn: F) -> F:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
 
@@ -74,6 +75,8 @@ class SweepConsole:
         )
         if e.skipped and self.search_metric is None and not e.what.startswith("re-running"):
             self._print(f"{e.skipped} trials already completed: skipped")
+        if e.lost_parent or e.restored:
+            self._print(lost_runs_line(e))
         self.task = self.bar.add_task("trials", total=e.todo)
 
     def _trial(self, e: TrialEvent) -> None:
@@ -95,6 +98,23 @@ class SweepConsole:
             self._print(f"  [red]failed[/]    {e.trial.key} {point}")
 
 
+def lost_runs_line(e: SweepOpened) -> str:
+    """The warning when MLflow no longer had the runs the results DB names (deleted, or purged
+    by ``mlflow gc``), and what was done about it."""
+    parts = []
+    if e.lost_parent:
+        parts.append(f"parent run {e.lost_parent[:8]} replaced by a new one")
+    if e.restored:
+        parts.append(
+            f"the child runs of {e.restored} completed trials recreated from the results DB "
+            "(config, metrics, series; their files stay in the trial folders)"
+        )
+    return (
+        f"[yellow]warning[/]: MLflow at {escape(e.tracking_uri)} no longer had runs this sweep "
+        "recorded (deleted, or purged by `mlflow gc`): " + "; ".join(parts)
+    )
+
+
 def print_finished(done: SweepFinished, *, metric: str = "", retried: bool = False) -> None:
     """The closing counts, the fit (or the search's best trial) and where to look."""
     t = done.tally
@@ -106,6 +126,7 @@ def print_finished(done: SweepFinished, *, metric: str = "", retried: bool = Fal
             "finished in the study."
         )
         print_best(metric, s.best)
+        print_index(done.report)
     else:
         skipped = "not selected" if retried else "already completed"
         out.print(
@@ -193,8 +214,13 @@ def print_fit(rep: Any) -> None:
     b = rep.baseline
     if b.get("n"):
         say(f"SFT-only baseline: acceptance_length = {fmt(b['mean'], '.4f')} (n = {b['n']})")
+    print_index(rep)
+
+
+def print_index(rep: Any) -> None:
+    """The run root's index page of all sweeps, when the report wrote one."""
     if getattr(rep, "index", None) is not None:
-        say(f"index of all sweeps: {rep.index}")
+        out.print(f"index of all sweeps: {rep.index}", markup=False, highlight=False)
 
 
 def print_trials(

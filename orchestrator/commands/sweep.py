@@ -262,7 +262,7 @@ def retry(
     console = render.SweepConsole(workload)
     try:
         with console.live():
-            done = service.retry(sweep, states, dest, console)
+            done = service.retry(sweep, states, dest, console, store=store)
     except KeyboardInterrupt:
         _interrupted(sweep)
     if done is None:

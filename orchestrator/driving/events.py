@@ -1,23 +1,70 @@
 """What a sweep service tells whoever drives it (the CLI renders these; a test collects them).
 
 A service never prints: it emits :class:`SweepOpened` once, a :class:`TrialEvent` per trial
-transition, and :class:`SweepFinished` at the end.
+transition, and :class:`SweepFinished` at the end, with the counts of the driver loop
+(:class:`Tally`, kept by :func:`~orchestrator.driving.sweep_run.drive`) and of a search's study
+(:class:`SearchSummary`, kept by :class:`~orchestrator.driving.search.SearchProposals`). They live
+here, below both, so the driver loop and the search import this module and it imports neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.store.results import TrialInfo
 
 if TYPE_CHECKING:
-    from orchestrator.driving.search import SearchSummary
-    from orchestrator.driving.sweep_run import Tally
     from orchestrator.reports.fit import Report
 
 TrialEventKind = Literal["started", "completed", "failed", "cancelled", "reused"]
+
+
+@dataclass
+class Tally:
+    """Counts of one driver loop: trials run (completed, failed), cancelled, answered from
+    the store without running (``reused``), and left alone (``skipped``)."""
+
+    skipped: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    reused: int = 0
+
+    @property
+    def bad(self) -> int:
+        """Trials that did not complete (failed or cancelled)."""
+        return self.failed + self.cancelled
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best trial of a study: its Optuna number, metric value, sampled params, trial key."""
+
+    number: int
+    value: float
+    params: dict[str, Any]
+    trial_key: str | None
+
+
+@dataclass
+class SearchSummary:
+    """One submit of a search: trials run (completed, failed), reused, counted before and after.
+
+    ``counted`` is the study's finished trials that count towards ``n_trials``; ``error`` is set
+    when the search stopped early (the metric is not reported).
+    """
+
+    n_trials: int
+    before: int
+    completed: int = 0
+    failed: int = 0
+    reused: int = 0
+    counted: int = 0
+    best: Best | None = None
+    error: str | None = None
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)
@@ -33,6 +80,10 @@ class SweepOpened:
     todo: int
     skipped: int
     """completed trials left alone (a grid resubmit)"""
+    lost_parent: str | None = None
+    """the parent run the results DB named, when MLflow no longer had it (a new one was made)"""
+    restored: int = 0
+    """completed trials whose child runs MLflow no longer had, recreated from the results DB"""
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from orchestrator.driving.destinations import Destinations
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import SweepSpec, spec_line, stored_spec
 from orchestrator.store.results import ResultsStore, SweepInfo, mask_url, normalize_db_url
-
-if TYPE_CHECKING:
-    from orchestrator.driving.service import Destinations
+from orchestrator.tracking.tracker import default_tracking_uri
 
 _IDENTITY = ("workload", "base", "grid", "variants", "seeds", "search")
 """spec fields that fix which trials a sweep runs; a resubmit may change only the others
@@ -58,13 +57,15 @@ def check_sinks_apart(run_root: Path, db_url: str | None, tracking_uri: str | No
     a table ``alembic_version``: in one database, MLflow's migrations find Optuna's revision and
     stop half-way, leaving tables behind.
 
+    Without ``tracking_uri`` MLflow's default store is checked (``<run root>/mlflow.db``, which
+    a ``--db-url`` could name). Every command that opens the results DB and may open MLflow
+    (``submit``, ``retry``, ``fit``, ``cancel``) runs this first.
+
     Raises:
         OrchestratorError: the two URLs name one SQLite file or one PostgreSQL database.
     """
-    if not tracking_uri:
-        return
     results = _db(db_url) if db_url else _db(f"sqlite:///{run_root.resolve() / 'results.db'}")
-    tracking = _db(tracking_uri)
+    tracking = _db(tracking_uri or default_tracking_uri(run_root.resolve()))
     if results is None or tracking is None:
         return
     same = (
@@ -74,8 +75,13 @@ def check_sinks_apart(run_root: Path, db_url: str | None, tracking_uri: str | No
         and (results.port or 5432) == (tracking.port or 5432)
     )
     if same:
+        what = (
+            f"--tracking-uri {mask_url(tracking_uri)}"
+            if tracking_uri
+            else f"MLflow's default store {run_root.resolve() / 'mlflow.db'} (no --tracking-uri)"
+        )
         raise OrchestratorError(
-            f"--tracking-uri {mask_url(tracking_uri)} is the results DB: MLflow and the Optuna "
+            f"{what} is the results DB: MLflow and the Optuna "
             "studies in the results DB both keep their schema version in `alembic_version`. "
             "Fix: give MLflow its own database (e.g. leave out --tracking-uri for "
             "<run-root>/mlflow.db, or another PostgreSQL database) or an http:// MLflow server"
@@ -275,9 +281,27 @@ def check_parent_run(uri: str, info: SweepInfo, run_root: Path) -> None:
         )
 
 
+def machine_memory_gb() -> float:
+    """This machine's memory in GiB: the physical memory, or the cgroup's limit when the
+    process runs in a smaller one (a container)."""
+    import os
+
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit_file).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = int(text)
+        break
+    return total / 2**30
+
+
 def check_fits_locally(spec: SweepSpec, path: Path, *, extra_gpus: float = 0) -> None:
-    """On a local Ray (no ``--address``), refuse a trial that asks for more CPUs or GPUs than
-    this machine has: Ray would keep it waiting for ever (recorded ``running``). ``extra_gpus``:
+    """On a local Ray (no ``--address``), refuse a trial that asks for more CPUs, GPUs or
+    memory (``resources.memory_gb``, against :func:`machine_memory_gb`) than this machine has:
+    Ray would keep it waiting for ever (recorded ``running``). ``extra_gpus``:
     GPUs a trial holds beyond ``resources.num_gpus`` (the one a trial training on workers keeps
     for its features and evaluation, see :func:`orchestrator.driving.runner.task_options`).
 
@@ -309,3 +333,11 @@ def check_fits_locally(spec: SweepSpec, path: Path, *, extra_gpus: float = 0) ->
                 f"has {have}, so no trial could ever start on the local Ray. Fix: ask for at "
                 f"most {have}, or run on a cluster that has them (--address)"
             )
+    if r.memory_gb is not None and r.memory_gb > (have_gb := machine_memory_gb()):
+        line = spec_line(path, ("resources", "memory_gb"), ("resources",))
+        raise SpecError(
+            f"{path}:{line}: resources.memory_gb: a trial asks for {r.memory_gb:g} GiB and this "
+            f"machine has {have_gb:.1f} GiB, so no trial could ever start on the local Ray. "
+            "Fix: ask for less than that (Ray keeps part of it for its object store), leave "
+            "memory_gb out, or run on a cluster that has it (--address)"
+        )

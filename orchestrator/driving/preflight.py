@@ -9,13 +9,14 @@ of a grid (or a search's base and its choices) and names the spec's line of the 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from orchestrator.errors import OrchestratorError, SpecError
-from orchestrator.spec.sweep import SweepSpec, merge_overrides, spec_line
+from orchestrator.spec.sweep import SweepSpec, is_config_field, merge_overrides, spec_line
 from workloads.registry import ConfigError
 
 
@@ -49,21 +50,32 @@ def preflight(spec_path: Path, sweep: SweepSpec, configs: list[Any], run_root: P
             check(distinct, run_root)
         except ValueError as exc:
             fields = (exc.field, *exc.also) if isinstance(exc, ConfigError) else ()
-            fields = tuple(f for f in fields if f)
-            where = f"{spec_path}:{_line(spec_path, *fields)}" if fields else f"{spec_path}"
-            raise SpecError(f"{where}: {exc}") from exc
+            fields = tuple(f for f in fields if f) or _named_field(sweep, str(exc))
+            raise SpecError(f"{spec_path}:{_line(spec_path, sweep, *fields)}: {exc}") from exc
 
 
-def _line(spec_path: Path, *fields: tuple[str, ...]) -> int:
-    """The spec line of a config field: its grid axis, search dimension, or base entry (then
-    the base block above it). Several fields (a constraint between them): the first of them
-    that the spec sets, else the nearest block above the first."""
+def _named_field(sweep: SweepSpec, message: str) -> tuple[tuple[str, ...], ...]:
+    """The config field a plain ``ValueError`` of a check starts with (``"device 'cuda' ..."``,
+    ``"prompts.prompt_sets ... is not a directory"``): the workloads' messages name the field
+    first; () when the first word is not a field of the trial config."""
+    first = re.split(r"[\s:]", message.strip(), maxsplit=1)[0]
+    return (
+        (tuple(first.split(".")),) if first and is_config_field(sweep.config_model, first) else ()
+    )
+
+
+def _line(spec_path: Path, sweep: SweepSpec, *fields: tuple[str, ...]) -> int:
+    """The spec line of a config field: its grid axis, search dimension, variant override or
+    base entry (then the base block above it). Several fields (a constraint between them): the
+    first of them that the spec sets, else the nearest block above the first; no field: the
+    ``base`` block (1 when the spec has none)."""
     locs: list[tuple[str, ...]] = []
     for f in fields:
         dotted = ".".join(f)
         locs += [("grid", dotted), ("search", "space", dotted), ("base", *f)]
+        locs += [("variants", name, dotted) for name in sweep.variants]
     locs += [("base", *f[:i]) for f in fields for i in range(len(f) - 1, 0, -1)]
-    return spec_line(spec_path, *locs)
+    return spec_line(spec_path, *locs, ("base",))
 
 
 def check_folder(flag: str, folder: Path) -> None:

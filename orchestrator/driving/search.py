@@ -23,7 +23,6 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +37,8 @@ from optuna.trial import TrialState as OptunaState
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.driving.events import Listener, TrialEvent
-from orchestrator.driving.sweep_run import Flight, SweepRun, Tally
+from orchestrator.driving.events import Best, Listener, SearchSummary, Tally, TrialEvent
+from orchestrator.driving.sweep_run import Flight, SweepRun
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import OrchestratorError, StoreError
 from orchestrator.spec.grid import trial_key
@@ -75,35 +74,6 @@ _KEY = "specscale.trial_key"
 """trial user attr: the store's trial key"""
 _ERROR = "specscale.error"
 """trial user attr: why the trial was told FAIL"""
-
-
-@dataclass(frozen=True)
-class Best:
-    """The best trial of a study: its Optuna number, metric value, sampled params, trial key."""
-
-    number: int
-    value: float
-    params: dict[str, Any]
-    trial_key: str | None
-
-
-@dataclass
-class SearchSummary:
-    """One submit of a search: trials run (completed, failed), reused, counted before and after.
-
-    ``counted`` is the study's finished trials that count towards ``n_trials``; ``error`` is set
-    when the search stopped early (the metric is not reported).
-    """
-
-    n_trials: int
-    before: int
-    completed: int = 0
-    failed: int = 0
-    reused: int = 0
-    counted: int = 0
-    best: Best | None = None
-    error: str | None = None
-    cancelled: int = 0
 
 
 def storage_url(db_url: str | None, run_root: Path) -> str:

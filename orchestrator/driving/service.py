@@ -15,38 +15,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.driving import guards, preflight, runner
+from orchestrator.driving.destinations import Destinations
 from orchestrator.driving.events import Listener, SweepFinished, SweepOpened
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.spec.grid import TrialSpec, count_trials, expand
 from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spec
 from orchestrator.store.access import find_sweep, open_store
 from orchestrator.store.results import ResultsStore
-from orchestrator.tracking.tracker import Tracker, default_tracking_uri
+from orchestrator.tracking.tracker import Tracker
 
-
-@dataclass(frozen=True)
-class Destinations:
-    """Where a sweep runs and writes (the CLI's ``--run-root``, ``--cache-dir``, ``--db-url``,
-    ``--tracking-uri``, ``--address``); ``run_root`` absolute."""
-
-    run_root: Path
-    db_url: str | None = None
-    tracking_uri: str | None = None
-    address: str | None = None
-    cache_dir: Path | None = None
-
-    @property
-    def paths(self) -> runner.RunPaths:
-        """The run root and the shared cache (default ``<run root>/cache``)."""
-        return runner.RunPaths(
-            run_root=self.run_root,
-            cache_dir=(self.cache_dir or self.run_root / "cache").resolve(),
-        )
-
-    @property
-    def tracking(self) -> str:
-        """The MLflow tracking URI (default: SQLite under the run root)."""
-        return self.tracking_uri or default_tracking_uri(self.run_root)
+__all__ = ["Destinations", "Plan", "check_size", "open_sinks", "plan", "retry", "submit"]
 
 
 @dataclass(frozen=True)
@@ -147,15 +125,22 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
 
 
 def retry(
-    name: str, states: set[str], dest: Destinations, listener: Listener
+    name: str,
+    states: set[str],
+    dest: Destinations,
+    listener: Listener,
+    *,
+    store: ResultsStore | None = None,
 ) -> SweepFinished | None:
     """Re-run sweep ``name``'s trials in ``states`` (failed and/or cancelled) with the spec
-    stored in the results DB; None when there are none.
+    stored in the results DB; None when there are none. ``store``: the results DB the caller
+    already opened at ``dest`` (else it is opened here), so it is opened once.
 
     Raises:
         OrchestratorError: no such sweep, or it is a search (resubmit it instead).
     """
-    store = open_store(dest.run_root, dest.db_url, must_exist=True)
+    if store is None:
+        store = open_store(dest.run_root, dest.db_url, must_exist=True)
     info = find_sweep(store, name)
     spec = stored_spec(info)
     if spec.search:
@@ -205,6 +190,8 @@ def _drive(
         store.set_sweep_mlflow_run(sweep_id, parent)
         paths = dest.paths
         run = SweepRun(store, tracker, spec, sweep_id, parent, paths, me)
+        old_parent = info.mlflow_run_id if info else None
+        restored = run.restore_runs()  # MLflow lost the runs the DB names (`mlflow gc`)
         proposals: Any
         if study is not None:
             from orchestrator.driving.search import SearchProposals
@@ -221,6 +208,8 @@ def _drive(
                 parent,
                 proposals.todo,
                 proposals.skipped,
+                lost_parent=old_parent if old_parent and old_parent != parent else None,
+                restored=restored,
             )
         )
         tally = drive(run, proposals, listener)

@@ -18,7 +18,7 @@ import ray
 from pydantic import BaseModel
 
 from orchestrator.driving import runner
-from orchestrator.driving.events import Listener, TrialEvent
+from orchestrator.driving.events import Listener, Tally, TrialEvent
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.sinks import Sinks, StoreSink, TrackerSink, TrialRef
 from orchestrator.spec.sweep import SweepSpec
@@ -126,27 +126,47 @@ class SweepRun:
             )
         return outcome
 
+    def restore_runs(self) -> int:
+        """Give each completed trial a child run under this sweep's parent run again where
+        MLflow lost the one the results DB names (runs or experiment deleted, or purged by
+        ``mlflow gc``): recreated from the DB (config as params, metrics and series, state
+        completed; the trial's files stay in its folder) and recorded in the DB. A trial's run
+        that is alive under another parent (only the parent run was deleted) is moved under
+        this one. Returns how many runs were recreated.
+
+        Raises:
+            StoreError, TrackingError: the DB or MLflow failed.
+        """
+        done = [
+            t for t in self.store.trials(self.sweep_id, {TrialState.COMPLETED}) if t.mlflow_run_id
+        ]
+        if not done:
+            return 0
+        children = {c["run_id"] for c in self.tracker.child_runs(self.parent_run)}
+        restored = 0
+        for t in done:
+            run_id = t.mlflow_run_id
+            if run_id in children or (run_id and self.tracker.adopt(run_id, self.parent_run)):
+                continue
+            new = self.tracker.start_trial_run(
+                self.parent_run, self.spec.name, t.key, t.config, None, overrides=t.overrides
+            )
+            logged = self.store.trial_metrics(t.id)
+            scalars = {name: values[0] for name, values in logged.items() if len(values) == 1}
+            if scalars:
+                self.tracker.log_metrics(new, scalars)
+            for name, values in logged.items():
+                if len(values) > 1:
+                    self.tracker.log_series(new, name, values)
+            self.tracker.set_state(new, TrialState.COMPLETED)
+            self.store.set_trial_mlflow_run(t.id, new)
+            restored += 1
+        return restored
+
     def cancel(self, task: ray.ObjectRef, ref: TrialRef) -> None:
         """Stop a running trial's task and record it cancelled."""
         ray.cancel(task, force=True)
         self.sinks.record(ref, state=TrialState.CANCELLED, error="cancelled by the user")
-
-
-@dataclass
-class Tally:
-    """Counts of one driver loop: trials run (completed, failed), cancelled, answered from
-    the store without running (``reused``), and left alone (``skipped``)."""
-
-    skipped: int = 0
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    reused: int = 0
-
-    @property
-    def bad(self) -> int:
-        """Trials that did not complete (failed or cancelled)."""
-        return self.failed + self.cancelled
 
 
 @dataclass

@@ -81,11 +81,30 @@ def sweep_status(store: ResultsStore, info: SweepInfo) -> StatusView:
             "stopped; `orchestrator submit` (or `retry`) runs them again"
         )
     if info.cancel_requested_at:
-        view.cancel_line = f"cancel requested at {info.cancel_requested_at:%Y-%m-%d %H:%M:%S} UTC"
+        view.cancel_line = _cancel_line(info, counts, alive=alive)
     if spec is not None and spec.search is not None:
         view.search_metric = spec.search.metric
         view.search_trials = spec.search.n_trials
     return view
+
+
+def _cancel_line(info: SweepInfo, counts: dict[str, int], *, alive: bool) -> str:
+    """A cancel request as it stands: still being carried out by a live driver, or done (no
+    driver, nothing pending or running): then the sweep's final state, not the request."""
+    at = f"{info.cancel_requested_at:%Y-%m-%d %H:%M:%S} UTC"
+    unfinished = sum(counts.get(s, 0) for s in ("pending", "running", "running (driver gone)"))
+    if alive:
+        return f"cancel requested at {at}: the driver is stopping its trials"
+    if unfinished:
+        return f"cancel requested at {at}; {unfinished} trials not finished and no driver"
+    total = sum(counts.values())
+    if not counts.get("cancelled"):
+        return f"cancel requested at {at}: nothing was left to cancel; the sweep ended"
+    return (
+        f"cancelled at {at}: the sweep ended with {counts.get('cancelled', 0)} of {total} "
+        f"trials cancelled (completed ones kept); `orchestrator retry {info.name} --cancelled` "
+        "or the same submit runs them again"
+    )
 
 
 def study_best(db_url: str | None, run_root: Path, name: str) -> Any:

@@ -49,6 +49,11 @@ MAX_NODES = 200_000
 
 _TOO_DEEP = "{path}: the YAML nests too deeply to be a sweep spec. Fix: flatten it"
 
+_TEXT_FIX = (
+    "Fix: give a sweep YAML of plain UTF-8 text, e.g. sweeps/tokens.yaml (a file in another "
+    "encoding: convert it, e.g. `iconv -f latin1 -t utf-8 in.yaml > out.yaml`)"
+)
+
 _GRID_AND_SEARCH = (
     "a spec has either grid: (every point) or search: (an Optuna study), not both. "
     "Fix: remove one of the two blocks"
@@ -277,8 +282,15 @@ def _compose(path: Path, text: str) -> yaml.Node:
         raise SpecError(
             f"{path}:{line}: not valid YAML ({e.problem}). Fix the syntax there."
         ) from None
+    except yaml.reader.ReaderError as e:  # a NUL byte or another control character
+        line = text.count("\n", 0, max(0, e.position)) + 1
+        raise SpecError(
+            f"{path}:{line}: not a YAML text file: character {_char(e.character)} (offset "
+            f"{e.position}) is not allowed in YAML; a binary file? {_TEXT_FIX}"
+        ) from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML ({e}).") from None
+        said = " ".join(str(e).split())
+        raise SpecError(f"{path}: not valid YAML ({said}). Fix the syntax there.") from None
     except RecursionError:
         raise SpecError(_TOO_DEEP.format(path=path)) from None
     if node is None or not isinstance(node, yaml.MappingNode):
@@ -303,18 +315,40 @@ def _check_duplicates(path: Path, node: yaml.Node, budget: list[int]) -> None:
         )
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
+        seen_nodes: dict[str, yaml.Node] = {}
         for k, v in node.value:
             key = str(k.value)
+            if key in seen and key == "<<" and k.tag == "tag:yaml.org,2002:merge":
+                merged = [_source_after(seen_nodes[key]), _source_after(k)]
+                raise SpecError(
+                    f"{path}:{k.start_mark.line + 1}: a second '<<' merge key in one mapping "
+                    f"(the first on line {seen[key]}); YAML keeps one key per name. Fix: merge "
+                    f"them in one key, `<<: [{', '.join(merged)}]`"
+                )
             if key in seen:
                 raise SpecError(
                     f"{path}:{k.start_mark.line + 1}: key {key!r} repeats the one on "
                     f"line {seen[key]}. Fix: keep one of them."
                 )
+            seen_nodes[key] = k
             seen[key] = k.start_mark.line + 1
             _check_duplicates(path, v, budget)
     elif isinstance(node, yaml.SequenceNode):
         for v in node.value:
             _check_duplicates(path, v, budget)
+
+
+def _char(c: int | str) -> str:
+    """``U+0000`` for a character PyYAML's reader refuses (it gives an int or a str)."""
+    return f"U+{c if isinstance(c, int) else ord(c[:1] or chr(0)):04X}"
+
+
+def _source_after(key: yaml.Node) -> str:
+    """What the spec's text says after a merge key (``<<: *a`` -> ``*a``), for a fix that
+    joins two of them; ``*x`` when it is not one alias on that line."""
+    line = (key.end_mark.buffer or "").splitlines()[key.end_mark.line : key.end_mark.line + 1]
+    rest = line[0][key.end_mark.column :].lstrip().removeprefix(":").split("#")[0].strip()
+    return rest if re.fullmatch(r"\*[^\s,\[\]{}]+", rest) else "*x"
 
 
 def _node_at(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[yaml.Node, bool]:
@@ -442,6 +476,11 @@ def _set_path(d: dict[str, Any], dotted: str, value: Any) -> None:
     d[parts[-1]] = value
 
 
+def is_config_field(model: type[BaseModel], dotted: str) -> bool:
+    """Whether ``dotted`` (e.g. ``draft.layers``) is a field path of the trial config ``model``."""
+    return _axis_exists(model, dotted)
+
+
 def _axis_exists(model: type[BaseModel], dotted: str) -> bool:
     parts = dotted.split(".")
     for i, p in enumerate(parts):
@@ -478,9 +517,21 @@ def read_spec(path: Path) -> tuple[SweepSpec, str]:
     if not path.is_file():
         raise SpecError(f"{path}: no such file. Fix: give a sweep YAML, e.g. sweeps/tokens.yaml")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{path}: cannot read it as UTF-8 text ({e})") from None
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpecError(
+            f"{path}: cannot read it ({e.strerror or e}). Fix: check that the file is readable "
+            "by you, or give another sweep YAML, e.g. sweeps/tokens.yaml"
+        ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise SpecError(
+            f"{path}:{line}: cannot read it as UTF-8 text (byte {data[e.start]:#04x} at "
+            f"offset {e.start}: {e.reason}); a binary file, or text in another encoding? "
+            f"{_TEXT_FIX}"
+        ) from None
     return parse_spec(text, path), text
 
 
@@ -520,6 +571,14 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
         raise _explain(path, root, err, prefix=(), model=SweepSpec) from None
+    if "seed" in spec.base:
+        line = _key_node(root, ("base", "seed")).start_mark.line + 1
+        seeds_now = "seeds: [0] (the default)" if "seeds" not in data else f"seeds: {spec.seeds}"
+        raise SpecError(
+            f"{path}:{line}: base.seed {spec.base['seed']!r} would be overridden: every trial "
+            f"takes its seed from seeds: (here {seeds_now}). Fix: remove base.seed and list "
+            f"the seed under seeds:, e.g. seeds: [{spec.base['seed']!r}]"
+        )
     model = spec.config_model
     try:
         base = model.model_validate(spec.base)
@@ -598,7 +657,7 @@ def _check_field(
     if field == "seed":
         hint = (
             "Fix: list seeds under 'seeds:'"
-            if loc[0] == "grid"
+            if loc[0] in ("grid", "variants")
             else "Fix: remove it; a search runs with the seed under 'seeds:'"
         )
     elif close:

@@ -107,6 +107,19 @@ def series(s: Session, trial_id: int, name: str) -> list[float]:
     return [decode_metric(v, nf) for v, nf in s.execute(stmt).all()]
 
 
+def trial_metrics(s: Session, trial_id: int) -> dict[str, list[float]]:
+    """Every metric of a trial: name -> values ordered by step (one value: a scalar metric)."""
+    stmt = (
+        select(MetricRow.name, MetricRow.value, MetricRow.nonfinite)
+        .where(MetricRow.trial_id == trial_id)
+        .order_by(MetricRow.name, MetricRow.step)
+    )
+    out: dict[str, list[float]] = {}
+    for name, value, nonfinite in s.execute(stmt).all():
+        out.setdefault(name, []).append(decode_metric(value, nonfinite))
+    return out
+
+
 def series_names(s: Session, sweep_id: int) -> set[str]:
     """Names of the metrics logged at a step > 0 by any trial of the sweep."""
     stmt = (

@@ -49,6 +49,7 @@ from orchestrator.store.trials import (
     find_trial,
     insert_trials,
     reset_to_pending,
+    set_mlflow_run,
     set_trial_state,
     sweep_trials,
 )
@@ -271,6 +272,17 @@ class ResultsStore:
             error=None,
         )
 
+    @reconnecting
+    def set_trial_mlflow_run(self, trial_id: int, run_id: str) -> None:
+        """Record a new MLflow child run of a trial, leaving its state (a run recreated after
+        MLflow lost the first one).
+
+        Raises:
+            StoreError: no such trial, or the write failed.
+        """
+        with self._session() as s:
+            set_mlflow_run(s, trial_id, run_id, url_text=self._url_text)
+
     def mark_completed(self, trial_id: int, wall_s: float) -> None:
         """Mark a trial completed after ``wall_s`` seconds of wall-clock time."""
         self._set_trial_state(
@@ -342,6 +354,12 @@ class ResultsStore:
         """Return metric ``name`` of a trial ordered by step (all steps)."""
         with self._session() as s:
             return metrics.series(s, trial_id, name)
+
+    @reconnecting
+    def trial_metrics(self, trial_id: int) -> dict[str, list[float]]:
+        """Every metric of a trial: name -> values by step (one value: a scalar metric)."""
+        with self._session() as s:
+            return metrics.trial_metrics(s, trial_id)
 
     @reconnecting
     def series_names(self, sweep_id: int) -> set[str]:

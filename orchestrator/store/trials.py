@@ -26,7 +26,14 @@ from orchestrator.store.rows import (
     trial_info,
 )
 
-__all__ = ["find_trial", "insert_trials", "reset_to_pending", "set_trial_state", "sweep_trials"]
+__all__ = [
+    "find_trial",
+    "insert_trials",
+    "reset_to_pending",
+    "set_mlflow_run",
+    "set_trial_state",
+    "sweep_trials",
+]
 
 
 def insert_trials(
@@ -100,6 +107,18 @@ def set_trial_state(
     result = s.execute(
         update(TrialRow).where(TrialRow.id == trial_id).values(state=state.value, **values)
     )
+    if result.rowcount == 0:  # type: ignore[attr-defined]
+        raise StoreError(f"no trial with id {trial_id} in {url_text}")
+
+
+def set_mlflow_run(s: Session, trial_id: int, run_id: str, *, url_text: str) -> None:
+    """Record ``run_id`` as the trial's MLflow child run, its state left as it is (a run
+    recreated after MLflow lost the first one).
+
+    Raises:
+        StoreError: no trial ``trial_id`` (``url_text`` names the database).
+    """
+    result = s.execute(update(TrialRow).where(TrialRow.id == trial_id).values(mlflow_run_id=run_id))
     if result.rowcount == 0:  # type: ignore[attr-defined]
         raise StoreError(f"no trial with id {trial_id} in {url_text}")
 

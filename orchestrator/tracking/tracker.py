@@ -527,6 +527,21 @@ class Tracker:
             elif trial_state is TrialState.RUNNING:
                 self._client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
 
+    def adopt(self, run_id: str, parent_run_id: str) -> bool:
+        """Make the live run ``run_id`` a child of ``parent_run_id`` (a trial's run kept while
+        the sweep's parent run was deleted); False when MLflow has no live run ``run_id``.
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        with self._errors(f"read run {run_id}"):
+            run = self._live_run(run_id)
+            if run is None:
+                return False
+            if run.data.tags.get(TAG_PARENT) != parent_run_id:
+                self._client.set_tag(run_id, TAG_PARENT, parent_run_id)
+            return True
+
     def child_runs(self, parent_run_id: str) -> list[dict[str, Any]]:
         """Return the live child runs of a parent, oldest first.
 

@@ -1,0 +1,327 @@
+"""What a new user tripped over (issue 23), orchestrator side: messages, refusals, ``status``,
+``cancel``, ``retry``, a search's closing lines, and a resubmit after ``mlflow gc``.
+
+Refusals run through the CLI (typer's runner, in process) and must be one line, with
+``file:line`` where a spec is involved, a ``Fix:``, exit code 2, nothing written. The stores
+are real SQLite files and MLflow SQLite stores under ``tmp_path``; no Ray is started.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.commands import render
+from orchestrator.driving import guards, runner, service
+from orchestrator.driving.events import SearchSummary, SweepFinished, SweepOpened, Tally
+from orchestrator.driving.sweep_run import SweepRun
+from orchestrator.store.results import ResultsStore, TrialState, driver_id
+from orchestrator.tracking.tracker import TAG_PARENT, Tracker, default_tracking_uri
+
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env=ENV)
+
+
+def _refused(res: Any, where: str | None = None) -> str:
+    """The one line of a refusal (exit 2, a Fix:, ``where`` in it)."""
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1, res.output
+    assert "Fix:" in lines[0], lines[0]
+    if where is not None:
+        assert where in lines[0], lines[0]
+    return lines[0]
+
+
+def _spec(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# -- 2. messages -----------------------------------------------------------------------------
+
+
+def test_top_level_help_shows_help_as_a_flag() -> None:
+    res = _invoke("--help")
+    assert res.exit_code == 0, res.output
+    row = next(r for r in res.output.splitlines() if re.search(r"│\s+--help\s", r))
+    assert "<bool>" not in row and "BOOLEAN" not in row.upper(), row
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        ("submit", "submit [OPTIONS] SPEC"),
+        ("status", "status [OPTIONS] SWEEP"),
+        ("compare", "compare [OPTIONS] SWEEP_A SWEEP_B"),
+        ("report", "report [OPTIONS] [SWEEP]"),
+    ],
+)
+def test_usage_lines_name_their_arguments(command: str, usage: str) -> None:
+    res = _invoke(command, "--help")
+    assert res.exit_code == 0, res.output
+    assert usage in res.output, res.output
+    assert not re.search(r"\{[a-z_]+\}", res.output), res.output
+
+
+def test_a_missing_argument_is_named_as_in_the_usage_line() -> None:
+    res = _invoke("status")
+    assert res.exit_code == 2
+    assert "Missing argument 'SWEEP'" in res.output and "{sweep}" not in res.output
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        (b"name: t\n\x00\x01binary\n", 2),  # a NUL byte: valid UTF-8, not YAML
+        (b"name: t\ngrid:\n  \x89PNG\xff\xfe\n", 3),  # not UTF-8 at all
+    ],
+    ids=["nul-byte", "not-utf8"],
+)
+def test_a_binary_spec_gets_a_fix(content: bytes, line: int, tmp_path: Path) -> None:
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(content)
+    run_root = tmp_path / "runs"
+    _refused(_invoke("submit", str(path), "--run-root", str(run_root)), f"{path}:{line}:")
+    assert not run_root.exists()
+
+
+def test_two_merge_keys_suggest_one_merge_of_both(tmp_path: Path) -> None:
+    path = _spec(
+        tmp_path,
+        "name: m\nx-a: &a {seconds: 1}\nx-b: &b {fail: never}\nbase:\n  <<: *a\n  <<: *b\n",
+    )
+    line = _refused(_invoke("submit", str(path), "--dry-run"), f"{path}:6:")
+    assert "<<: [*a, *b]" in line, line
+
+
+# -- 3. seed under base ----------------------------------------------------------------------
+
+
+def test_seed_under_base_is_refused(tmp_path: Path) -> None:
+    path = _spec(tmp_path, "name: t\nseeds: [0, 1]\nbase:\n  sft: {tokens: 512}\n  seed: 7\n")
+    run_root = tmp_path / "runs"
+    line = _refused(_invoke("submit", str(path), "--run-root", str(run_root)), f"{path}:5:")
+    assert "seeds: [7]" in line and "base.seed" in line, line
+    assert not run_root.exists()
+
+
+# -- 4. device: cuda has a line ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        (
+            "workload: decode_bench\nbase:\n  device: cuda\n",
+            4,
+        ),  # a plain ValueError of the workload
+        ("base:\n  sft: {tokens: 512}\nvariants:\n  gpu: {device: cuda}\n", 5),  # a variant
+    ],
+    ids=["decode_bench", "variant"],
+)
+def test_a_device_cuda_refusal_names_its_line(
+    body: str, line: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    path = _spec(tmp_path, "name: t\n" + body)
+    run_root = tmp_path / "runs"
+    text = _refused(_invoke("submit", str(path), "--run-root", str(run_root)), f"{path}:{line}:")
+    assert "cuda" in text
+    assert not run_root.exists()
+
+
+# -- 5. memory larger than the machine -------------------------------------------------------
+
+
+def test_more_memory_than_this_machine_is_refused_at_its_line(tmp_path: Path) -> None:
+    have = guards.machine_memory_gb()
+    assert 0.1 < have < 1e6
+    body = "workload: sleep\ngrid:\n  value: [1]\nresources:\n  num_cpus: 1\n  memory_gb: {}\n"
+    path = _spec(tmp_path, "name: t\n" + body.format(int(have * 4) + 1))
+    run_root = tmp_path / "runs"
+    text = _refused(_invoke("submit", str(path), "--run-root", str(run_root)), f"{path}:7:")
+    assert "resources.memory_gb" in text and "GiB" in text
+    assert not run_root.exists()
+    fits = service.plan(_spec(tmp_path, "name: t\n" + body.format(max(0.5, have / 4)), "ok.yaml"))
+    guards.check_fits_locally(fits.spec, fits.path)  # within the machine: accepted
+
+
+# -- a store of a sleep sweep, made without Ray ------------------------------------------------
+
+SLEEP = "name: {name}\nworkload: sleep\ngrid:\n  value: [1, 2]\nbase: {{seconds: 0.1}}\n"
+
+
+def _sweep(tmp_path: Path, name: str = "nap") -> tuple[Path, ResultsStore, int, service.Plan]:
+    run_root = tmp_path / "runs"
+    plan = service.plan(_spec(tmp_path, SLEEP.format(name=name), f"{name}.yaml"))
+    store = ResultsStore.sqlite_under(run_root)
+    sweep_id, _ = runner.register(store, plan.spec, plan.path, plan.text, plan.trials)
+    return run_root, store, sweep_id, plan
+
+
+# -- 6. cancel runs the shared-DB check ------------------------------------------------------
+
+
+def test_cancel_refuses_a_results_db_that_is_mlflows_default_store(tmp_path: Path) -> None:
+    run_root, store, _, _ = _sweep(tmp_path)
+    store.close()
+    (run_root / "results.db").rename(run_root / "mlflow.db")
+    db_url = f"sqlite:///{run_root / 'mlflow.db'}"
+    res = _invoke("cancel", "nap", "--run-root", str(run_root), "--db-url", db_url)
+    assert "is the results DB" in _refused(res)
+
+
+# -- 7. status after a cancel ------------------------------------------------------------------
+
+
+def test_status_shows_the_final_state_once_a_cancelled_sweep_ended(tmp_path: Path) -> None:
+    run_root, store, sweep_id, _ = _sweep(tmp_path)
+    me = driver_id()
+    store.claim_sweep(sweep_id, me, stale_after_s=60)
+    store.request_cancel(sweep_id, stale_after_s=60)  # this process is the live driver
+    res = _invoke("status", "nap", "--run-root", str(run_root))
+    assert res.exit_code == 0, res.output
+    assert "cancel requested at" in res.output and "stopping" in res.output
+    store.release_sweep(sweep_id, me)  # the driver ended
+    res = _invoke("status", "nap", "--run-root", str(run_root))
+    assert res.exit_code == 0, res.output
+    assert "cancel requested" not in res.output
+    assert "the sweep ended with 2 of 2 trials cancelled" in res.output
+    store.close()
+
+
+# -- 8. a search's closing lines ---------------------------------------------------------------
+
+
+def test_a_searchs_closing_lines_print_the_index(capsys: pytest.CaptureFixture[str]) -> None:
+    report = SimpleNamespace(dashboard=Path("/r/s/dashboard.html"), index=Path("/r/index.html"))
+    done = SweepFinished(
+        "s", Tally(completed=2), report, "sqlite:///x", "1", SearchSummary(n_trials=2, before=0)
+    )  # type: ignore[arg-type]
+    render.print_finished(done, metric="value")
+    assert "index of all sweeps: /r/index.html" in capsys.readouterr().out
+
+
+# -- 9. retry opens the results DB once --------------------------------------------------------
+
+
+def test_retry_opens_the_results_db_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_root, store, _, _ = _sweep(tmp_path)
+    store.close()
+    opened: list[str] = []
+    real = ResultsStore.__init__
+
+    def counting(self: ResultsStore, url: str, **kwargs: Any) -> None:
+        opened.append(url)
+        real(self, url, **kwargs)
+
+    monkeypatch.setattr(ResultsStore, "__init__", counting)
+    res = _invoke("retry", "nap", "--failed", "--run-root", str(run_root))
+    assert res.exit_code == 0 and "nothing to re-run" in res.output, res.output
+    assert len(opened) == 1, opened
+
+
+# -- 11. a resubmit after `mlflow gc` --------------------------------------------------------
+
+
+def _completed_sweep(tmp_path: Path) -> tuple[Path, ResultsStore, int, service.Plan, str, str]:
+    """A sweep of 2 completed trials recorded in SQL and in MLflow (SQLite under the run root),
+    as a finished submit leaves it: (run root, store, sweep id, plan, tracking URI, parent)."""
+    run_root, store, sweep_id, plan = _sweep(tmp_path)
+    uri = default_tracking_uri(run_root)
+    tracker = Tracker(uri)
+    parent = tracker.start_sweep_run(plan.spec.name, {}, None)
+    store.set_sweep_mlflow_run(sweep_id, parent)
+    run = SweepRun(
+        store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
+    )
+    for t in store.trials(sweep_id):
+        ref = run.open_child(t)
+        value = float(t.overrides["value"])
+        run.sinks.record(
+            ref, state=TrialState.COMPLETED, metrics={"value": value}, series={"curve": [3, 2, 1]}
+        )
+    return run_root, store, sweep_id, plan, uri, parent
+
+
+def _gc(uri: str, *, experiment: str | None = None, run: str | None = None) -> None:
+    """What a user does: delete, then ``mlflow gc`` (the real CLI) purges it for good."""
+    client = MlflowClient(uri)
+    if experiment is not None:
+        client.delete_experiment(experiment)
+        target = ["--experiment-ids", experiment]
+    else:
+        assert run is not None
+        client.delete_run(run)
+        target = ["--run-ids", run]
+    mlflow = Path(sys.executable).with_name("mlflow")
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_TRACKING_URI": uri}
+    cmd = [str(mlflow), "gc", "--backend-store-uri", uri, *target]
+    subprocess.run(cmd, check=True, capture_output=True, env=env, timeout=120)
+
+
+def test_a_resubmit_after_mlflow_gc_recreates_the_runs_from_the_db(tmp_path: Path) -> None:
+    run_root, store, sweep_id, plan, uri, old_parent = _completed_sweep(tmp_path)
+    experiment = Tracker(uri).experiment_id
+    _gc(uri, experiment=experiment)
+    tracker = Tracker(uri)  # the experiment is made again; its runs are gone for good
+    assert MlflowClient(uri).search_runs([tracker.experiment_id]) == []
+    parent = tracker.start_sweep_run(plan.spec.name, {}, old_parent)
+    assert parent != old_parent and tracker.child_runs(parent) == []
+    run = SweepRun(
+        store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
+    )
+    assert run.restore_runs() == 2
+    children = {c["run_id"]: c for c in tracker.child_runs(parent)}
+    trials = store.trials(sweep_id)
+    assert {t.mlflow_run_id for t in trials} == set(children)  # the DB names the new runs
+    for t in trials:
+        child = children[t.mlflow_run_id]
+        assert child["status"] == "FINISHED" and child["tags"]["specscale.state"] == "completed"
+        assert child["metrics"]["value"] == float(t.overrides["value"])
+        assert float(child["params"]["value"]) == float(t.overrides["value"])  # the config
+        assert t.state == TrialState.COMPLETED
+    history = MlflowClient(uri).get_metric_history(next(iter(children)), "curve")
+    assert [m.value for m in sorted(history, key=lambda m: m.step)] == [3.0, 2.0, 1.0]
+    assert run.restore_runs() == 0  # once recreated, nothing more to do
+    opened = SweepOpened(plan.spec.name, "2 trials", store.url, uri, parent, 0, 2, old_parent, 2)
+    line = render.lost_runs_line(opened)
+    assert "mlflow gc" in line and "2 completed trials recreated" in line, line
+    assert old_parent[:8] in line
+    store.close()
+
+
+def test_trial_runs_kept_when_only_the_parent_was_purged_move_to_the_new_parent(
+    tmp_path: Path,
+) -> None:
+    run_root, store, sweep_id, plan, uri, old_parent = _completed_sweep(tmp_path)
+    before = {t.mlflow_run_id for t in store.trials(sweep_id)}
+    _gc(uri, run=old_parent)
+    tracker = Tracker(uri)
+    parent = tracker.start_sweep_run(plan.spec.name, {}, old_parent)
+    assert parent != old_parent
+    run = SweepRun(
+        store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
+    )
+    assert run.restore_runs() == 0  # nothing recreated: the trial runs are alive
+    assert {c["run_id"] for c in tracker.child_runs(parent)} == before
+    for run_id in before:
+        assert MlflowClient(uri).get_run(str(run_id)).data.tags[TAG_PARENT] == parent
+    store.close()
