@@ -59,7 +59,8 @@ from workloads.data import iter_pretrain_documents  # noqa: E402
 from workloads.data.shards import WORK, StreamRows, corpus_rows, corpus_tokens  # noqa: E402
 from workloads.models.draft import DraftArch, DraftModel  # noqa: E402
 from workloads.models.target import Target, load_target  # noqa: E402
-from workloads.training.features import CacheStats, ensure_features, tokenizer_fingerprint  # noqa: E402
+from workloads.training.feature_cache import CacheStats, ensure_features  # noqa: E402
+from workloads.training.features import tokenizer_fingerprint  # noqa: E402
 from workloads.training.loop import StageLog, StageSettings, train_stage  # noqa: E402
 from workloads.training.online_features import OnlineFeatures  # noqa: E402
 

@@ -14,6 +14,7 @@ import json
 import logging
 import resource
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
@@ -248,10 +249,35 @@ def run(
     )  # fmt: skip
     if d.attn_implementation != "sdpa":
         target.model.set_attn_implementation(d.attn_implementation)
-    random = f"@random-seed{cfg.seed}" if target.random_weights else ""
     draft, where = _draft(cfg.draft, target, run_root, cfg.seed)
     prompts = _prompts(cfg, target.tokenizer)
-    b, eos = d.batch_size, target.eos_token_ids
+    shape = _tree_shape(cfg, target, prompts, run_root, say)
+    b, greedy = d.batch_size, d.temperature == 0
+    oracle = cfg.draft.source == "oracle"  # it proposes from the greedy references
+    refs = _references(cfg, target, prompts, cache_dir) if greedy or oracle else []
+    say(f"target on {target.model.device}, draft {where}, {len(prompts)} prompts, b={b}")
+    dec = _decoders(cfg, target, draft, refs, shape, longest=max(map(len, prompts)))
+    batches = [list(range(i, i + b)) for i in range(0, len(prompts), b)]
+    for idx in batches[: cfg.warmup]:  # untimed: first-call allocations and kernel selection
+        dec.warm_up([prompts[i] for i in idx], idx)
+    timed = _timed_batches(cfg, dec, prompts, batches, say)
+    result = _trial_result(cfg, dec, prompts, timed, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "per_batch.json").write_text(json.dumps(timed.per_batch, indent=1))
+    return result
+
+
+def _tree_shape(
+    cfg: DecodeBenchConfig,
+    target: Target,
+    prompts: list[list[int]],
+    run_root: Path | None,
+    say: Progress,
+) -> TreeShape | ShapePolicy:
+    """The tree of every cycle: fixed, or with ``num_draft_tokens: auto`` a k per live batch
+    size from the k law (:func:`~workloads.engine.k_law.make_k_law`, its description said),
+    at the trial's mean context (prompt tokens plus half the new ones)."""
+    d = cfg.decode
     law = make_k_law(
         d,
         model_config=target.model.config,
@@ -267,94 +293,168 @@ def run(
     )
     if d.num_draft_tokens == "auto":
         say(f"num_draft_tokens auto: {law.description}")
-    greedy = d.temperature == 0
+    return shape
+
+
+def _references(
+    cfg: DecodeBenchConfig, target: Target, prompts: list[list[int]], cache_dir: Path
+) -> list[list[int]]:
+    """The target's greedy output of each prompt (cached in ``cache_dir`` under the target's
+    name, its random-weight seed and device): what T = 0 outputs are compared with and what the
+    oracle draft proposes from."""
+    random = f"@random-seed{cfg.seed}" if target.random_weights else ""
     refs: list[list[int]] = []
-    if greedy or cfg.draft.source == "oracle":
-        for p in prompts:
-            refs.append(
-                greedy_reference(
-                    target.model,
-                    p,
-                    max_new_tokens=d.max_new_tokens,
-                    eos_ids=eos,
-                    cache_dir=cache_dir,
-                    target_name=f"{target.name}{random}@{target.model.device.type}",
-                )[0]
+    for p in prompts:
+        refs.append(
+            greedy_reference(
+                target.model,
+                p,
+                max_new_tokens=cfg.decode.max_new_tokens,
+                eos_ids=target.eos_token_ids,
+                cache_dir=cache_dir,
+                target_name=f"{target.name}{random}@{target.model.device.type}",
+            )[0]
+        )
+    return refs
+
+
+@dataclass(frozen=True)
+class _Decoders:
+    """What a trial decodes with, kept over all its batches.
+
+    Attributes:
+        draft: the draft; None: the oracle, built per batch from the greedy references ``refs``.
+        gen: the sampling RNG, where the logits come out (a spread target's last device).
+        spec_steps, ar_steps: the steps and KV caches of the speculative and the AR decoder,
+            compiled / captured once, outside the timers.
+    """
+
+    cfg: DecodeBenchConfig
+    target: Target
+    draft: DraftModel | None
+    refs: list[list[int]]
+    shape: TreeShape | ShapePolicy
+    gen: torch.Generator
+    spec_steps: Steps
+    ar_steps: Steps
+
+    def spec(self, batch: list[list[int]], idx: list[int], n: int) -> BatchResult:
+        """Tree speculative decoding of ``batch``, the prompts ``idx``: ``n`` new tokens each."""
+        cfg, model = self.cfg, self.target.model
+        dr: Draft = cast(Draft, self.draft)
+        if self.draft is None:
+            seqs = [batch[i] + self.refs[j] for i, j in enumerate(idx)]
+            vocab = model.config.vocab_size
+            dr = OracleDraft(seqs, vocab, accept=cfg.draft.oracle_accept, seed=cfg.seed + idx[0])
+            dr = dr.to(model.device)
+        return generate(
+            model,
+            dr,
+            batch,
+            max_new_tokens=n,
+            shape=self.shape,
+            eos_ids=self.target.eos_token_ids,
+            temperature=cfg.decode.temperature,
+            generator=self.gen,
+            steps=self.spec_steps,
+        )
+
+    def warm_up(self, batch: list[list[int]], idx: list[int]) -> None:
+        """Both decoders on ``batch`` (the prompts ``idx``) for up to 4 new tokens, untimed: the
+        first-call allocations and kernel selection (the AR loop greedy, without the RNG)."""
+        n = min(4, self.cfg.decode.max_new_tokens)
+        self.spec(batch, idx, n)
+        if self.cfg.baselines.autoregressive:
+            ar_generate(
+                self.target.model,
+                batch,
+                max_new_tokens=n,
+                eos_ids=self.target.eos_token_ids,
+                steps=self.ar_steps,
             )
-    say(f"target on {target.model.device}, draft {where}, {len(prompts)} prompts, b={b}")
+
+    def ar(self, batch: list[list[int]]) -> BatchResult:
+        """The AR baseline of ``batch``: the engine's own one-token loop, timed."""
+        d = self.cfg.decode
+        return ar_generate(
+            self.target.model,
+            batch,
+            max_new_tokens=d.max_new_tokens,
+            eos_ids=self.target.eos_token_ids,
+            temperature=d.temperature,
+            generator=self.gen,
+            steps=self.ar_steps,
+        )
+
+
+def _decoders(
+    cfg: DecodeBenchConfig,
+    target: Target,
+    draft: DraftModel | None,
+    refs: list[list[int]],
+    shape: TreeShape | ShapePolicy,
+    *,
+    longest: int,
+) -> _Decoders:
+    """The trial's decoders, their KV caches reserved for batches of prompts of up to
+    ``longest`` tokens."""
+    d = cfg.decode
     # sampling runs where the logits come out (a spread target's last device)
     gen = torch.Generator(device=output_device(target.model)).manual_seed(cfg.seed)
     # steps and KV caches kept over every call: compiled / captured once, outside the timers
     spec_steps = Steps(target.model, draft, d.compile)
     ar_steps = Steps(target.model, None, d.compile)
-    longest = max(map(len, prompts))
+    b = d.batch_size
     reserve(spec_steps, b, longest, d.max_new_tokens, shape, vocab=_vocab(draft, target))
     reserve_ar(ar_steps, b, longest, d.max_new_tokens)
+    return _Decoders(cfg, target, draft, refs, shape, gen, spec_steps, ar_steps)
 
-    def spec(batch: list[list[int]], idx: list[int], n: int) -> BatchResult:
-        dr: Draft = cast(Draft, draft)
-        if draft is None:
-            seqs = [batch[i] + refs[j] for i, j in enumerate(idx)]
-            vocab = target.model.config.vocab_size
-            dr = OracleDraft(seqs, vocab, accept=cfg.draft.oracle_accept, seed=cfg.seed + idx[0])
-            dr = dr.to(target.model.device)
-        return generate(
-            target.model,
-            dr,
-            batch,
-            max_new_tokens=n,
-            shape=shape,
-            eos_ids=eos,
-            temperature=d.temperature,
-            generator=gen,
-            steps=spec_steps,
-        )
 
-    batches = [list(range(i, i + b)) for i in range(0, len(prompts), b)]
-    for idx in batches[: cfg.warmup]:  # untimed: first-call allocations and kernel selection
-        batch = [prompts[i] for i in idx]
-        spec(batch, idx, min(4, d.max_new_tokens))
-        if cfg.baselines.autoregressive:
-            ar_generate(
-                target.model,
-                batch,
-                max_new_tokens=min(4, d.max_new_tokens),
-                eos_ids=eos,
-                steps=ar_steps,
-            )
-    spec_runs: list[BatchResult] = []
-    ar_runs: list[BatchResult] = []
-    hf_s, hf_tokens, per_batch = 0.0, 0, []
-    counts = {"mismatch": 0, "near_tie": 0, "ar_mismatch": 0}
+@dataclass
+class _Timed:
+    """The timed batches of a trial: per batch the speculative run and (when asked for) the AR
+    one; the HF ``generate`` seconds and tokens (b = 1); the greedy comparisons' verdict counts
+    (``mismatch``, ``near_tie``, ``ar_mismatch``); the ``per_batch.json`` rows."""
+
+    spec_runs: list[BatchResult] = field(default_factory=list)
+    ar_runs: list[BatchResult] = field(default_factory=list)
+    hf_s: float = 0.0
+    hf_tokens: int = 0
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"mismatch": 0, "near_tie": 0, "ar_mismatch": 0}
+    )
+    per_batch: list[dict[str, object]] = field(default_factory=list)
+
+
+def _timed_batches(
+    cfg: DecodeBenchConfig,
+    dec: _Decoders,
+    prompts: list[list[int]],
+    batches: list[list[int]],
+    say: Progress,
+) -> _Timed:
+    """Decode each batch (prompt indices) the three ways, interleaved: the AR loop, tree
+    speculative decoding, HF ``generate`` (b = 1); at T = 0 each row compared with the
+    target's greedy output."""
+    d, target, refs = cfg.decode, dec.target, dec.refs
+    out = _Timed()
     for k, idx in enumerate(batches):
         batch = [prompts[i] for i in idx]
-        ar = (
-            ar_generate(
-                target.model,
-                batch,
-                max_new_tokens=d.max_new_tokens,
-                eos_ids=eos,
-                temperature=d.temperature,
-                generator=gen,
-                steps=ar_steps,
-            )
-            if cfg.baselines.autoregressive
-            else None
-        )
-        sp = spec(batch, idx, d.max_new_tokens)
-        if b == 1 and cfg.baselines.hf_generate:
-            _, seconds = _hf_generate(target, batch[0], d.max_new_tokens, d.temperature)
-            hf_s += seconds
-            hf_tokens += len(_)
-        if greedy:
+        ar = dec.ar(batch) if cfg.baselines.autoregressive else None
+        sp = dec.spec(batch, idx, d.max_new_tokens)
+        if d.batch_size == 1 and cfg.baselines.hf_generate:
+            hf_out, seconds = _hf_generate(target, batch[0], d.max_new_tokens, d.temperature)
+            out.hf_s += seconds
+            out.hf_tokens += len(hf_out)
+        if d.temperature == 0:
             for row, j in enumerate(idx):
                 verdict = _mismatch(target, prompts[j], refs[j], sp.tokens[row])
-                counts[verdict] = counts.get(verdict, 0) + 1
+                out.counts[verdict] = out.counts.get(verdict, 0) + 1
                 if ar and _mismatch(target, prompts[j], refs[j], ar.tokens[row]) == "mismatch":
-                    counts["ar_mismatch"] += 1
-        spec_runs.append(sp)
-        ar_runs += [ar] if ar else []
-        per_batch.append(
+                    out.counts["ar_mismatch"] += 1
+        out.spec_runs.append(sp)
+        out.ar_runs += [ar] if ar else []
+        out.per_batch.append(
             {
                 "batch": k,
                 "prompts": idx,
@@ -370,23 +470,35 @@ def run(
             f"batch {k + 1}/{len(batches)}: {sp.generated / sp.total_s:.1f} tok/s{vs_ar}, "
             f"acceptance length {sp.acceptance_length:.2f}"
         )
+    return out
+
+
+def _trial_result(
+    cfg: DecodeBenchConfig,
+    dec: _Decoders,
+    prompts: list[list[int]],
+    timed: _Timed,
+    out_dir: Path,
+) -> TrialResult:
+    """The trial's metrics (see :func:`run`) from its timed batches, with ``per_batch.json`` in
+    ``out_dir`` as its artifact (written by the caller)."""
+    d, target = cfg.decode, dec.target
+    t = timed
     result = TrialResult(artifact_paths=[out_dir / "per_batch.json"])
-    result.metrics.update(_metrics(spec_runs, ar_runs, hf_s, hf_tokens, counts))
+    result.metrics.update(_metrics(t.spec_runs, t.ar_runs, t.hf_s, t.hf_tokens, t.counts))
     result.metrics["prompt_tokens_mean"] = sum(map(len, prompts)) / len(prompts)
-    ks = [k for r in spec_runs for k in r.num_draft_tokens]
+    ks = [k for r in t.spec_runs for k in r.num_draft_tokens]
     result.metrics["num_draft_tokens_mean"] = sum(ks) / len(ks) if ks else float("nan")
     result.metrics["depth_used"] = float(min(d.depth, max(ks, default=2) - 1))
     result.metrics["target.random_weights"] = float(target.random_weights)  # the page says so
-    result.metrics.update(spec_steps.stats.metrics())  # compile / capture cost and fallbacks
-    result.metrics.update({f"ar_{k}": v for k, v in ar_steps.stats.metrics().items()})
-    if not greedy:  # sampled outputs are not compared with greedy ones
+    result.metrics.update(dec.spec_steps.stats.metrics())  # compile / capture cost and fallbacks
+    result.metrics.update({f"ar_{k}": v for k, v in dec.ar_steps.stats.metrics().items()})
+    if d.temperature != 0:  # sampled outputs are not compared with greedy ones
         for name in ("mismatches", "near_ties", "ar_mismatches"):
             result.metrics[name] = float("nan")
     if target.model.device.type == "cpu":  # the roofline of this machine, at this dtype/threads
         hw = measure_local_cpu(str(target.model.dtype).removeprefix("torch."))
         result.metrics.update({"hw.peak_flops": hw.peak_flops, "hw.bandwidth": hw.bandwidth})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "per_batch.json").write_text(json.dumps(per_batch, indent=1))
     return result
 
 

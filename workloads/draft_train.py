@@ -22,13 +22,19 @@ from workloads.config import DraftTrainConfig, Resources
 from workloads.data import load_prompt_sets
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import DraftArch, DraftModel
-from workloads.models.target import resolve_device
+from workloads.models.target import Target, resolve_device
 from workloads.result import MAX_SERIES_POINTS, Progress, TrialResult, downsample
 from workloads.training import distributed
-from workloads.training.evaluation import TreeShape, evaluate
+from workloads.training.evaluation import EvalResult, TreeShape, evaluate
 from workloads.training.features import FeatureSet
 from workloads.training.loop import StageLog, StageSettings
-from workloads.training.stage_data import draft_vocab, splits, stage_data, target_spec
+from workloads.training.stage_data import (
+    StageData,
+    draft_vocab,
+    splits,
+    stage_data,
+    target_spec,
+)
 from workloads.training.stages import clear_checkpoints, run_stage, run_wsd_fork_pretrain, trunk_key
 
 log = logging.getLogger(__name__)
@@ -234,7 +240,44 @@ def run(
         f"features ready: pretrain {pre.feats.tokens} tokens ({pre.mode}), "
         f"sft {sft.feats.tokens} tokens ({sft.mode})"
     )
+    draft = _new_draft(cfg, target, cache_dir, (pre, sft), device, say)
+    m["draft.params"] = draft.num_parameters()
+    m["draft.vocab"] = draft.vocab_size
 
+    stages: dict[str, FeatureSet] = {"pretrain": pre.feats, "sft": sft.feats}
+    if cfg.train.on_workers:
+        logs = _train_on_workers(cfg, draft, stages, resources or Resources(), out_dir, say, m)
+    else:
+        logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m)
+    _record_series(logs, result, out_dir)
+    draft.set_compute_dtype(target.model.dtype)  # evaluated beside the target, in its dtype
+
+    ev = _evaluate(cfg, target, draft, cache_dir, m)
+    _measure_speedup(cfg, target, draft, m, say)
+    m["wall_s/total"] = time.perf_counter() - t_start
+    m["memory.peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    if device.type == "cuda":
+        m["memory.peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    out_dir.mkdir(parents=True, exist_ok=True)
+    draft.save(out_dir / "draft")
+    clear_checkpoints(out_dir / "checkpoints")
+    (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
+    say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")
+    return result
+
+
+def _new_draft(
+    cfg: DraftTrainConfig,
+    target: Target,
+    cache_dir: Path,
+    data: tuple[StageData, StageData],
+    device: torch.device,
+    say: Progress,
+) -> DraftModel:
+    """A fresh draft of ``cfg.draft``'s shape on the target's frozen embedding and head, on its
+    input device, over the draft vocabulary of both stages' rows (``data``: pretrain, sft),
+    computing in the trial's precision (seeded here: cache misses use the RNG too)."""
+    pre, sft = data
     model = target.model
     arch = DraftArch.from_target(
         model.config,
@@ -248,29 +291,30 @@ def run(
     embed, head = target.frozen_weights()
     dev = target.input_device
     compute = torch.bfloat16 if precision(cfg, device) == "bf16" else torch.float32
-    draft = DraftModel(
+    return DraftModel(
         arch,
         embed_weight=embed.to(dev),
         lm_head_weight=head.to(dev),
         draft_to_target=vocab,
         compute_dtype=compute,
     ).to(dev)
-    m["draft.params"] = draft.num_parameters()
-    m["draft.vocab"] = draft.vocab_size
 
-    stages: dict[str, FeatureSet] = {"pretrain": pre.feats, "sft": sft.feats}
-    if cfg.train.on_workers:
-        logs = _train_on_workers(cfg, draft, stages, resources or Resources(), out_dir, say, m)
-    else:
-        logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m)
-    _record_series(logs, result, out_dir)
-    draft.set_compute_dtype(model.dtype)  # evaluated beside the target, in its dtype
 
+def _evaluate(
+    cfg: DraftTrainConfig,
+    target: Target,
+    draft: DraftModel,
+    cache_dir: Path,
+    m: dict[str, float],
+) -> EvalResult:
+    """Decode the held-out prompt sets with the trained draft (``cfg.eval``'s tree), checked
+    against the target's greedy output; the acceptance lengths, the lossless check's counts and
+    the tokens per second to ``m``."""
     e = cfg.eval
     sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=splits()["heldout"])
     t0 = time.perf_counter()
     ev = evaluate(
-        model,
+        target.model,
         target.tokenizer,
         draft,
         sets,
@@ -298,7 +342,20 @@ def run(
             "eval.draft_s_share": ev.draft_s / ev.spec_s if ev.spec_s else float("nan"),
         }
     )
-    cost = measure_step_cost(model, draft, topk=e.topk, num_draft_tokens=e.num_draft_tokens)
+    return ev
+
+
+def _measure_speedup(
+    cfg: DraftTrainConfig,
+    target: Target,
+    draft: DraftModel,
+    m: dict[str, float],
+    say: Progress,
+) -> None:
+    """The draft's and the target's step costs (ms) and the net speedup they give at the
+    measured ``m["acceptance_length"]`` (:mod:`workloads.engine.step_cost`), to ``m``."""
+    e = cfg.eval
+    cost = measure_step_cost(target.model, draft, topk=e.topk, num_draft_tokens=e.num_draft_tokens)
     depth_used = min(e.depth, e.num_draft_tokens - 1)
     m.update(
         {
@@ -313,13 +370,3 @@ def run(
         f"draft {cost.draft_ms:.2f} ms/step, target {cost.target_ms:.2f} ms/step, "
         f"net speedup {m['speedup']:.2f}x"
     )
-    m["wall_s/total"] = time.perf_counter() - t_start
-    m["memory.peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    if device.type == "cuda":
-        m["memory.peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
-    out_dir.mkdir(parents=True, exist_ok=True)
-    draft.save(out_dir / "draft")
-    clear_checkpoints(out_dir / "checkpoints")
-    (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
-    say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")
-    return result

@@ -212,39 +212,23 @@ def generate(
         ValueError: an empty prompt list, an empty prompt, ``max_new_tokens`` < 1, or
             ``graphs`` on a target that is not on CUDA.
     """
-    if not prompts or min(len(p) for p in prompts) < 1 or max_new_tokens < 1:
-        raise ValueError(
-            "generate needs at least one prompt, each of at least one token, and "
-            "max_new_tokens >= 1"
-        )
+    _check_prompts(prompts, max_new_tokens)
     steps = steps if steps is not None else Steps(target, draft, compile)
-    steps.set_draft(draft)
-    shape_at = _policy(shape, int(draft.draft_to_target.shape[0]))
-    plan = _plan(shape_at, len(prompts), steps.fixed)
+    shape_at, plan, tcache, dcache = _prepare(steps, draft, prompts, max_new_tokens, shape)
     where, dt = Placement.of(target), target.dtype
     dev, odev = where.input, where.output
-    room = max(map(len, prompts)) + max_new_tokens
-    tcache, dcache = steps.caches(len(prompts), *_slots(shape_at, plan, room))
-    steps.prepare(plan, tcache, dcache)  # compile / capture: outside the timers
     timer = Timer(where.devices)
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
-    t0 = timer.now()
-    h_blh, logits, m = prefill(target, prompts, tcache)
-    root = pick(logits, temperature, generator).to(dev)
-    ids, _ = right_pad(prompts, dev)
-    pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
-        1, (m - 1)[:, None], root[:, None]
-    )
-    lengths = [len(p) for p in prompts]
     top_k = max(k for _, _, k in plan.buckets)
-    h_in, top = _draft_prefill(steps, dcache, h_blh.to(dev), pend_x, m, m, lengths, top_k, True)
-    for r, tok in enumerate(root.tolist()):
-        res.tokens[r].append(tok)
+    t0 = timer.now()
+    m, root, h_in, top = _prompt_phase(
+        target, steps, prompts, (tcache, dcache), top_k, res, temperature, generator
+    )
     res.prefill_s = timer.now() - t0
     rows = list(range(len(prompts)))  # the prompt of each row of the batch
     live = [not finished(res.tokens[r], eos_ids, max_new_tokens) for r in rows]
     pending: list[torch.Tensor] = []  # pend_h, pend_x, pend_n of the last cycle
-    pend_host: list[int] = lengths
+    pend_host: list[int] = [len(p) for p in prompts]
     go, go_host = torch.ones(len(rows), dtype=torch.bool, device=dev), [True] * len(rows)
     while any(live):
         keep = row_bucket(sum(live), len(rows), steps.fixed)
@@ -253,44 +237,32 @@ def generate(
             sel = torch.tensor(idx).to(dev)
             m, root, h_in, *pending = (x[sel] for x in (m, root, h_in, *pending))
             top = (top[0][sel], top[1][sel])
-            tcache.select_rows(sel, idx)
-            dcache.select_rows(sel, idx)
-            if hasattr(draft, "keep_rows"):
-                draft.keep_rows(sel)
+            _select_rows(sel, idx, (tcache, dcache), draft)
             rows, pend_host = [rows[i] for i in idx], [pend_host[i] for i in idx]
             live, go_host = [live[i] for i in idx], []
         sh = shape_at(len(rows))
-        if pending:  # the draft reads the pairs the last cycle accepted
+        if pending:  # 1. the draft reads the pairs the last cycle accepted
             ta = timer.mark()
             pend_h, pend_x, pend_n = pending
             h_in, top = _draft_prefill(steps, dcache, pend_h, pend_x, pend_n, m, pend_host, top_k)
             timer.add("draft", ta)
-        tree = _draft_tree(steps, dcache, root, m, h_in, top, sh, timer)
-        sel = tree.best(sh.num_draft_tokens)
+        tree = _draft_tree(steps, dcache, root, m, h_in, top, sh, timer)  # 2. expansion
+        sel = tree.best(sh.num_draft_tokens)  # 3. rerank
         toks, depths, anc = tree.selected(sel)
         n = toks.shape[1]
-        tcache.stage(n)
+        tcache.stage(n)  # 4. verify
         mask = additive_mask(tcache.allowed(anc), dt)
         tb = timer.mark()
         v_h, v_logits = steps.verify(toks, m[:, None] + depths, mask, tcache)
         timer.add("verify", tb)
-        lpar = tree.local_parents(sel)
-        if temperature == 0:  # argmax of the target's own dtype: no float32 [B, n, V] copy
-            last, bonus = accept_greedy(toks, depths, lpar, v_logits, tree.level)
-        else:
-            probs = torch.softmax(v_logits.float() / temperature, -1)
-            last, bonus = accept_sampling(toks.to(odev), lpar.to(odev), probs, generator)
-            last, bonus = last.to(dev), bonus.to(dev)
-        path = anc.gather(1, last[:, None, None].expand(-1, 1, n))[:, 0]  # [B, n]
+        last, bonus = _accept(tree, sel, toks, depths, v_logits, temperature, generator, odev)
+        path = anc.gather(1, last[:, None, None].expand(-1, 1, n))[:, 0]  # 5. accepted [B, n]
         n_acc = path.sum(1)  # root + accepted drafts = tokens emitted this cycle
         if not all(live):  # frozen rows (fixed shapes) commit nothing
             if live != go_host:  # copied to the device when that changes
                 go, go_host = torch.tensor(live).to(dev), list(live)
             n_acc = n_acc * go
-        order = torch.argsort((~path).to(torch.int8), dim=1, stable=True)  # accepted first
-        emitted = torch.cat([toks.gather(1, order)[:, 1:], bonus[:, None]], 1)
-        emitted[torch.arange(len(rows), device=dev), (n_acc - 1).clamp_min(0)] = bonus
-        chain = (order == torch.arange(n, device=dev)).all().expand(len(rows))
+        order, emitted, chain = _emitted(toks, path, n_acc, bonus)
         # 6. the cycle's one host read: tokens emitted per row, the tokens, whether KV moves
         host = torch.cat([n_acc[:, None], chain[:, None].long(), emitted], 1).tolist()
         pend_host = [h[0] for h in host]
@@ -299,18 +271,164 @@ def generate(
         cols = _columns(order, width)
         pend_h = v_h.gather(1, cols.to(odev)[:, :, None].expand(-1, -1, v_h.shape[2])).to(dev)
         pending, m, root = [pend_h, _columns(emitted, width), n_acc], m + n_acc, bonus
-        res.cycles += 1
-        res.num_draft_tokens.append(n)  # at most the nodes the tree holds
-        for i, r in enumerate(rows):
-            if not live[i]:
-                continue
-            out, before = res.tokens[r], len(res.tokens[r])
-            for tok in host[i][2 : 2 + pend_host[i]]:
-                out.append(tok)
-                if tok in eos_ids or len(out) >= max_new_tokens:
-                    break
-            res.accept_lengths[r].append(len(out) - before)
-            live[i] = not finished(out, eos_ids, max_new_tokens)
+        _record(res, n, rows, live, host, pend_host, eos_ids, max_new_tokens)
+    return _finish(res, timer, t0, (tcache, dcache))
+
+
+def _check_prompts(prompts: list[list[int]], max_new_tokens: int) -> None:
+    """Raise the ValueError of :func:`generate` for no prompt, an empty one or no new token."""
+    if not prompts or min(len(p) for p in prompts) < 1 or max_new_tokens < 1:
+        raise ValueError(
+            "generate needs at least one prompt, each of at least one token, and "
+            "max_new_tokens >= 1"
+        )
+
+
+def _prepare(
+    steps: Steps,
+    draft: Draft,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    shape: TreeShape | ShapePolicy,
+) -> tuple[ShapePolicy, StepPlan, RaggedStaticCache, RaggedStaticCache]:
+    """Set up a call, outside its timers: the shape of each live batch size, the step plan, the
+    target's and the draft's KV caches sized for the longest prompt plus ``max_new_tokens``, and
+    the steps compiled or captured for the plan."""
+    steps.set_draft(draft)
+    shape_at = _policy(shape, int(draft.draft_to_target.shape[0]))
+    plan = _plan(shape_at, len(prompts), steps.fixed)
+    room = max(map(len, prompts)) + max_new_tokens
+    tcache, dcache = steps.caches(len(prompts), *_slots(shape_at, plan, room))
+    steps.prepare(plan, tcache, dcache)  # compile / capture: outside the timers
+    return shape_at, plan, tcache, dcache
+
+
+def _prompt_phase(
+    target: PreTrainedModel,
+    steps: Steps,
+    prompts: list[list[int]],
+    caches: tuple[RaggedStaticCache, RaggedStaticCache],
+    top_k: int,
+    res: BatchResult,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """The prompts through the target (its KV cache) and the draft (step 1 over every prompt
+    pair, eager); each row's first token, picked from the target's logits, appended to ``res``.
+
+    Returns:
+        m [B], each row's prompt length: the position of its root, the first new token;
+        root [B], that token; h_in [B, 1, h] and the root's ``top_k`` best children, as
+        :func:`_draft_prefill` gives them.
+    """
+    tcache, dcache = caches
+    h_blh, logits, m = prefill(target, prompts, tcache)
+    dev = m.device  # the input device
+    root = pick(logits, temperature, generator).to(dev)
+    ids, _ = right_pad(prompts, dev)
+    pend_x = torch.cat([ids[:, 1:], torch.zeros_like(ids[:, :1])], 1).scatter(
+        1, (m - 1)[:, None], root[:, None]
+    )
+    lengths = [len(p) for p in prompts]
+    h_in, top = _draft_prefill(steps, dcache, h_blh.to(dev), pend_x, m, m, lengths, top_k, True)
+    for r, tok in enumerate(root.tolist()):
+        res.tokens[r].append(tok)
+    return m, root, h_in, top
+
+
+def _select_rows(
+    sel: torch.Tensor,
+    idx: list[int],
+    caches: tuple[RaggedStaticCache, RaggedStaticCache],
+    draft: Draft,
+) -> None:
+    """Keep rows ``idx`` (``sel`` [B'] the same on the device) of both KV caches and of a draft
+    with per-row state (its ``keep_rows``)."""
+    for cache in caches:
+        cache.select_rows(sel, idx)
+    if hasattr(draft, "keep_rows"):
+        draft.keep_rows(sel)
+
+
+def _accept(
+    tree: DraftTree,
+    sel: torch.Tensor,
+    toks: torch.Tensor,
+    depths: torch.Tensor,
+    v_logits: torch.Tensor,
+    temperature: float,
+    generator: torch.Generator | None,
+    odev: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 5 of a cycle: the accepted path's last node [B] (an index into the n verified
+    nodes ``toks`` [B, n] at ``depths``) and the bonus token [B], both on the device of
+    ``toks``; greedy at temperature 0, else recursive rejection sampling over the tree with the
+    target's probabilities from ``v_logits`` [B, n, V] (on ``odev``, the target's output)."""
+    lpar = tree.local_parents(sel)
+    if temperature == 0:  # argmax of the target's own dtype: no float32 [B, n, V] copy
+        return accept_greedy(toks, depths, lpar, v_logits, tree.level)
+    dev = toks.device
+    probs = torch.softmax(v_logits.float() / temperature, -1)
+    last, bonus = accept_sampling(toks.to(odev), lpar.to(odev), probs, generator)
+    return last.to(dev), bonus.to(dev)
+
+
+def _emitted(
+    toks: torch.Tensor, path: torch.Tensor, n_acc: torch.Tensor, bonus: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a cycle emits, from the verified nodes ``toks`` [B, n], the accepted ``path`` [B, n]
+    (bool, the root included), the tokens emitted ``n_acc`` [B] and the ``bonus`` [B].
+
+    Returns:
+        order [B, n], the nodes accepted first (in tree order), then the rest; emitted [B, n],
+        each row's accepted drafts with the bonus at column ``n_acc - 1``; chain [B], whether the
+        accepted nodes are the first ones of every row (their KV needs no move).
+    """
+    b, n, dev = toks.shape[0], toks.shape[1], toks.device
+    order = torch.argsort((~path).to(torch.int8), dim=1, stable=True)  # accepted first
+    emitted = torch.cat([toks.gather(1, order)[:, 1:], bonus[:, None]], 1)
+    emitted[torch.arange(b, device=dev), (n_acc - 1).clamp_min(0)] = bonus
+    chain = (order == torch.arange(n, device=dev)).all().expand(b)
+    return order, emitted, chain
+
+
+def _record(
+    res: BatchResult,
+    n: int,
+    rows: list[int],
+    live: list[bool],
+    host: list[list[int]],
+    pend_host: list[int],
+    eos_ids: frozenset[int],
+    max_new_tokens: int,
+) -> None:
+    """Record one cycle that verified ``n`` nodes per row in ``res``: each live row's emitted
+    tokens (``host[i][2:]``, the first ``pend_host[i]``) appended to its prompt's output, stopping
+    at EOS or ``max_new_tokens``, their count as its accept length; a row that finished is marked
+    not live (``live`` in place)."""
+    res.cycles += 1
+    res.num_draft_tokens.append(n)  # at most the nodes the tree holds
+    for i, r in enumerate(rows):
+        if not live[i]:
+            continue
+        out, before = res.tokens[r], len(res.tokens[r])
+        for tok in host[i][2 : 2 + pend_host[i]]:
+            out.append(tok)
+            if tok in eos_ids or len(out) >= max_new_tokens:
+                break
+        res.accept_lengths[r].append(len(out) - before)
+        live[i] = not finished(out, eos_ids, max_new_tokens)
+
+
+def _finish(
+    res: BatchResult,
+    timer: Timer,
+    t0: float,
+    caches: tuple[RaggedStaticCache, RaggedStaticCache],
+) -> BatchResult:
+    """``res`` completed: the call's wall seconds since ``t0``, the draft and verify seconds
+    timed, and the KV buffers the target's and the draft's ``caches`` have allocated."""
+    tcache, dcache = caches
     res.total_s = timer.now() - t0
     res.draft_s, res.verify_s = timer.seconds("draft"), timer.seconds("verify")
     res.cache_allocations = tcache.allocations + dcache.allocations

@@ -17,8 +17,8 @@ that way, so a trial that trains on workers holds no GPU itself (``orchestrator.
 Features: each stage's :class:`~workloads.training.features.FeatureSet` goes to the workers through
 the object store once (``ray.put``). A lazy set pickles small and reads rows only when asked, so
 each rank reads its own rows and nothing else: a
-:class:`~workloads.training.features.CachedFeatures` maps only the cache chunks of its rank's rows
-(its folder must be readable on every node: on a multi-node cluster, shared storage), an
+:class:`~workloads.training.feature_cache.CachedFeatures` maps only the cache chunks of its rank's
+rows (its folder must be readable on every node: on a multi-node cluster, shared storage), an
 :class:`~workloads.training.online_features.OnlineFeatures` loads the target inside the worker on
 first use, on its ``TargetSpec.device`` (one target per worker: N workers on one node hold N
 copies), and runs it on the rank's rows of each step. An in-RAM

@@ -3,10 +3,10 @@
 Pretraining rows come from the builtin mix (ShareGPT's pretrain split + the Python stdlib, packed
 in RAM, ~10M tokens) or, with ``pretrain.corpus``, from memory-mapped token shards
 (:mod:`workloads.data.shards`); SFT rows are ShareGPT chats (with the target's own replies by
-default). Features are cached on disk (:func:`workloads.training.features.ensure_features`, shared
-by every trial with the same target, corpus, sequence length and packing) or computed online in each
-training step (:class:`workloads.training.online_features.OnlineFeatures`), as ``features.mode``
-says (:func:`workloads.training.feature_mode.resolve_feature_mode`).
+default). Features are cached on disk (:func:`workloads.training.feature_cache.ensure_features`,
+shared by every trial with the same target, corpus, sequence length and packing) or computed online
+in each training step (:class:`workloads.training.online_features.OnlineFeatures`), as
+``features.mode`` says (:func:`workloads.training.feature_mode.resolve_feature_mode`).
 """
 
 from __future__ import annotations
@@ -31,14 +31,9 @@ from workloads.data import (
 from workloads.models.target import Target
 from workloads.result import Progress
 from workloads.training import rows as _rows
+from workloads.training.feature_cache import ensure_features, feature_dir
 from workloads.training.feature_mode import resolve_feature_mode
-from workloads.training.features import (
-    FeatureSet,
-    LazyRows,
-    ensure_features,
-    feature_dir,
-    tokenizer_fingerprint,
-)
+from workloads.training.features import FeatureSet, LazyRows, tokenizer_fingerprint
 from workloads.training.online_features import OnlineFeatures, TargetSpec
 from workloads.training.regenerate import RegenSettings, ResponseRegenerator, regen_cache_file
 

@@ -26,14 +26,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from workloads.data import InMemoryRows, PackedRows, pack_token_documents
 from workloads.models.draft import DraftArch, DraftModel
-from workloads.training.features import (
-    CachedFeatures,
-    Features,
-    FeatureSet,
-    LazyRows,
-    ensure_features,
-    target_hidden,
-)
+from workloads.training.feature_cache import CachedFeatures, ensure_features
+from workloads.training.features import Features, FeatureSet, LazyRows, target_hidden
 from workloads.training.loop import StageSettings, train_stage
 from workloads.training.online_features import OnlineFeatures, TargetSpec
 
@@ -268,7 +262,7 @@ def test_a_corrupt_chunk_is_detected_rebuilt_and_not_used(
     elif damage == "deleted":
         chunk.unlink()
     target = _StubTarget()
-    with caplog.at_level(logging.WARNING, logger="workloads.training.features"):
+    with caplog.at_level(logging.WARNING, logger="workloads.training.feature_cache"):
         feats, stats = _ensure(tmp_path, 6, target)
     if damage == "deleted":  # a missing chunk is simply built again (a miss, not corruption)
         assert (stats.hits, stats.misses, stats.rebuilt) == (2, 1, 0)

@@ -16,7 +16,8 @@ from workloads.data import InMemoryRows, PackedRows
 from workloads.engine.tree_decode import speculative_generate
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.training import loop as training
-from workloads.training.features import Features, ensure_features, target_hidden
+from workloads.training.feature_cache import ensure_features
+from workloads.training.features import Features, target_hidden
 from workloads.training.loop import input_noise, train_stage
 
 
