@@ -16,5 +16,9 @@ class StoreError(OrchestratorError):
     """The results database cannot be reached or a write failed."""
 
 
+class NoResultsTables(StoreError):
+    """A database opened read-only holds none of this project's tables (no sweep yet)."""
+
+
 class TrackingError(OrchestratorError):
     """The MLflow tracking server cannot be reached or refused a write."""

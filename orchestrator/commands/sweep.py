@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
 from orchestrator.commands import render
 from orchestrator.commands.options import Address, DbUrl, RunRoot, TrackingUri, flag
 from orchestrator.commands.render import err, out
 from orchestrator.commands.setup import loopback_ray, quiet_env
-from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.errors import OrchestratorError
 from orchestrator.spec.sweep import MAX_TRIALS
 from orchestrator.store.access import find_sweep, open_store
 
 if TYPE_CHECKING:
+    from orchestrator.driving.destinations import Destinations
     from orchestrator.driving.service import Plan
 
 CacheDir = Annotated[
@@ -71,13 +71,6 @@ def submit(
     from orchestrator.driving import service
 
     plan = service.plan(spec, expand_all=not dry_run or yes)
-    if dry_run:
-        _dry_run(plan, run_root.resolve())
-        return
-    service.check_size(plan, yes=yes)
-    if ray_job:
-        _ray_job(spec, run_root, db_url, tracking_uri, address, cache_dir)
-        return
     dest = service.Destinations(
         run_root=run_root.resolve(),
         db_url=db_url,
@@ -85,6 +78,13 @@ def submit(
         address=address,
         cache_dir=cache_dir,
     )
+    if dry_run:
+        _dry_run(plan, dest)
+        return
+    service.check_size(plan, yes=yes)
+    if ray_job:
+        _ray_job(spec, run_root, db_url, tracking_uri, address, cache_dir)
+        return
     search_metric = plan.spec.search.metric if plan.spec.search else None
     console = render.SweepConsole(plan.spec.workload_info, search_metric=search_metric)
     try:
@@ -97,8 +97,9 @@ def submit(
         raise OrchestratorError(done.search.error)
 
 
-def _dry_run(plan: Plan, run_root: Path) -> None:
-    from orchestrator.driving import preflight
+def _dry_run(plan: Plan, dest: Destinations) -> None:
+    """List the trials after the checks a submit runs (:func:`service.check`); write nothing."""
+    from orchestrator.driving import service
 
     spec = plan.spec
     resources = spec.resources.model_dump()
@@ -108,18 +109,12 @@ def _dry_run(plan: Plan, run_root: Path) -> None:
             f"--yes); resources per trial: {resources}. Nothing was run or written."
         )
         return
+    service.check(plan, dest, dry_run=True)  # a refusal exits 2, as the submit would
     if spec.search:
         render.print_space(spec)
     else:
         rows = [(t.key, "planned", t.overrides, None) for t in plan.trials]
         render.print_trials(spec.name, rows)  # type: ignore[arg-type]
-    try:
-        preflight.preflight(plan.path, spec, [t.config for t in plan.trials], run_root)
-    except SpecError as exc:
-        out.print(
-            Text.assemble(("warning", "yellow"), f": a real submit would stop here: {exc}"),
-            emoji=False,
-        )
     describe = spec.workload_info.describe
     if describe is not None and plan.trials:
         distinct = {t.config.model_dump_json(): t.config for t in plan.trials}

@@ -36,7 +36,15 @@ def search_configs(sweep: SweepSpec) -> list[BaseModel]:
     return configs
 
 
-def preflight(spec_path: Path, sweep: SweepSpec, configs: list[Any], run_root: Path) -> None:
+def preflight(
+    spec_path: Path,
+    sweep: SweepSpec,
+    configs: list[Any],
+    run_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    dry_run: bool = False,
+) -> None:
     """Run the workload's checks over ``configs`` (a search: :func:`search_configs`).
 
     Raises:
@@ -47,7 +55,7 @@ def preflight(spec_path: Path, sweep: SweepSpec, configs: list[Any], run_root: P
     distinct = list({c.model_dump_json(): c for c in configs}.values())
     for check in sweep.workload_info.preflight:
         try:
-            check(distinct, run_root)
+            check(distinct, run_root, cache_dir=cache_dir, dry_run=dry_run)
         except ValueError as exc:
             fields = (exc.field, *exc.also) if isinstance(exc, ConfigError) else ()
             fields = tuple(f for f in fields if f) or _named_field(sweep, str(exc))

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from orchestrator.driving import guards, preflight, runner
 from orchestrator.driving.destinations import Destinations
 from orchestrator.driving.events import Listener, SweepFinished, SweepOpened
-from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.errors import NoResultsTables, OrchestratorError, SpecError, StoreError
 from orchestrator.spec.grid import TrialSpec, count_trials, expand
 from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spec
 from orchestrator.store.access import find_sweep, open_store
@@ -83,6 +83,47 @@ def open_sinks(dest: Destinations, *, must_exist: bool = False) -> tuple[Results
     return store, tracker
 
 
+def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False) -> None:
+    """Every refusal of a submit before it writes: the workload's preflight checks (corpora,
+    prompt sets, targets, budgets, disk), the folders, the Ray address and cluster storage or
+    what this machine can hold, the results DB and MLflow kept apart, and (``dry_run``, where a
+    results DB exists) a changed grid or search space on resubmit. ``submit --dry-run`` runs the
+    same checks as a submit and writes nothing (the corpus check tokenises into a temporary
+    folder it removes).
+
+    Raises:
+        SpecError, OrchestratorError: the first refusal, ``file:line`` and a fix where a spec
+            line is to blame.
+    """
+    spec, path = the_plan.spec, the_plan.path
+    planned = [t.config for t in the_plan.trials]
+    cache_dir = dest.paths.cache_dir
+    preflight.preflight(path, spec, planned, dest.run_root, cache_dir=cache_dir, dry_run=dry_run)
+    preflight.check_folder("--run-root", dest.run_root)
+    if dest.cache_dir is not None:
+        preflight.check_folder("--cache-dir", dest.cache_dir)
+    if dest.address:  # fail fast, before any DB or MLflow file is written
+        runner.check_ray_address(dest.address)
+        runner.init_ray(dest.address)
+        guards.check_cluster_storage(dest)
+    else:
+        guards.check_fits_locally(spec, path, extra_gpus=runner.extra_gpus(spec, planned))
+    guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
+    if dry_run:  # the resubmit check reads an existing results DB, never creates one
+        try:
+            store = open_store(dest.run_root, dest.db_url, must_exist=True)
+        except NoResultsTables:
+            return  # a database with no sweep yet: nothing to compare with
+        except StoreError:
+            raise  # unreachable: the submit would stop here too
+        except OrchestratorError:
+            return  # no SQLite results DB under the run root yet
+        try:
+            guards.check_resubmit(store, spec, path)
+        finally:
+            store.close()
+
+
 def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinished:
     """Run a planned sweep: register its trials, drive them, fit, report.
 
@@ -94,17 +135,7 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
         StoreError, TrackingError: the DB or MLflow failed.
     """
     spec, path = the_plan.spec, the_plan.path
-    preflight.preflight(path, spec, [t.config for t in the_plan.trials], dest.run_root)
-    preflight.check_folder("--run-root", dest.run_root)
-    if dest.cache_dir is not None:
-        preflight.check_folder("--cache-dir", dest.cache_dir)
-    if dest.address:  # fail fast, before any DB or MLflow file is written
-        runner.check_ray_address(dest.address)
-        runner.init_ray(dest.address)
-        guards.check_cluster_storage(dest)
-    else:
-        planned = [t.config for t in the_plan.trials]
-        guards.check_fits_locally(spec, path, extra_gpus=runner.extra_gpus(spec, planned))
+    check(the_plan, dest)
     store, tracker = open_sinks(dest)
     guards.check_resubmit(store, spec, path)
     study = None

@@ -28,7 +28,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.errors import StoreError
+from orchestrator.errors import NoResultsTables, StoreError
 from orchestrator.store import migrate
 from orchestrator.store.rows import SweepRow
 
@@ -190,7 +190,7 @@ def _require_tables(engine: Engine, url_text: str, sqlite_file: Path | None) -> 
     fix = "Fix: pass the --db-url (or --run-root) the sweeps were submitted with"
     if sqlite_file is not None and not sqlite_file.is_file():
         engine.dispose()
-        raise StoreError(f"no results DB at {sqlite_file}. {fix}")
+        raise NoResultsTables(f"no results DB at {sqlite_file}. {fix}")
     try:
         found = inspect(engine).has_table(SweepRow.__tablename__)
     except SQLAlchemyError as exc:
@@ -200,7 +200,7 @@ def _require_tables(engine: Engine, url_text: str, sqlite_file: Path | None) -> 
         ) from exc
     if not found:
         engine.dispose()
-        raise StoreError(f"{url_text} holds no results tables (no sweeps yet). {fix}")
+        raise NoResultsTables(f"{url_text} holds no results tables (no sweeps yet). {fix}")
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -298,8 +298,8 @@ def test_a_big_grid_is_counted_by_dry_run_and_passed_by_yes(clean_env: Path) -> 
     assert _files(clean_env) == before
 
 
-def test_dry_run_warns_about_an_unknown_target(clean_env: Path) -> None:
+def test_dry_run_refuses_an_unknown_target_as_the_submit_does(clean_env: Path) -> None:
     argv = _argv(CASES["unknown-target-offline"], clean_env)
     res = CliRunner().invoke(app, [*argv, "--dry-run"], env={"HF_HUB_OFFLINE": "1"})
-    assert res.exit_code == 0, res.output
-    assert "a real submit would stop here" in res.output and "smollm2-135m" in res.output
+    assert res.exit_code == 2, res.output
+    assert "smollm2-135m" in res.output and "Nothing was run" not in res.output

@@ -325,3 +325,27 @@ def test_trial_runs_kept_when_only_the_parent_was_purged_move_to_the_new_parent(
     for run_id in before:
         assert MlflowClient(uri).get_run(str(run_id)).data.tags[TAG_PARENT] == parent
     store.close()
+
+
+# -- a dry run runs the submit's checks, the resubmit guard included, and writes nothing -------
+
+
+def test_a_dry_run_refuses_a_changed_grid_of_a_recorded_sweep(tmp_path: Path) -> None:
+    run_root, store, _, _ = _sweep(tmp_path)
+    store.close()
+    before = sorted(p.name for p in run_root.iterdir())
+    changed = _spec(tmp_path, SLEEP.format(name="nap").replace("[1, 2]", "[1, 3]"), "nap2.yaml")
+    res = CliRunner().invoke(
+        app, ["submit", str(changed), "--dry-run", "--run-root", str(run_root)]
+    )
+    assert res.exit_code == 2, res.output
+    assert "nap2.yaml:" in res.output and "Fix:" in res.output
+    assert sorted(p.name for p in run_root.iterdir()) == before
+
+
+def test_a_dry_run_of_a_new_sweep_creates_no_results_db(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, SLEEP.format(name="fresh"), "fresh.yaml")
+    run_root = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["submit", str(spec), "--dry-run", "--run-root", str(run_root)])
+    assert res.exit_code == 0, res.output
+    assert "Nothing was run or written" in res.output and not run_root.exists()

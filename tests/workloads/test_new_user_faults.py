@@ -95,11 +95,6 @@ def test_the_checks_a_dry_run_skipped_refuse_with_dry_run(tmp_path: Path) -> Non
     assert err.value.field == ("pretrain", "corpus") and "matches no corpus file" in str(err.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs orchestrator/commands/sweep.py _dry_run to let the preflight's SpecError "
-    "through (exit 2) instead of printing 'a real submit would stop here'",
-)
 @pytest.mark.parametrize(
     "base",
     [
@@ -112,8 +107,11 @@ def test_a_dry_run_refuses_what_a_submit_refuses(tmp_path: Path, base: str) -> N
     from orchestrator.cli import app
 
     spec = _spec(tmp_path, base)
-    res = CliRunner().invoke(app, ["submit", str(spec), "--dry-run", "--run-root", str(tmp_path)])
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["submit", str(spec), "--dry-run", "--run-root", str(run)])
     assert res.exit_code == 2, res.output
+    assert "Fix:" in res.output and "Nothing was run" not in res.output
+    assert not run.exists()
 
 
 # -- 3, 4, 7: the corpus check writes where the trials read, and only when accepted ------------
@@ -301,3 +299,18 @@ def test_cached_features_larger_than_the_free_disk_are_refused(tmp_path: Path) -
     online = _train(features={"mode": "online"}, **huge)  # and auto goes online at this size
     registry.check_feature_disks([online, _train(**huge), _train()], tmp_path)
     assert not (tmp_path / "c").exists()
+
+
+def test_a_dry_run_with_a_local_corpus_writes_nothing(tmp_path: Path) -> None:
+    """Through the CLI: the corpus is tokenised for its exact size, and no cache is left."""
+    from orchestrator.cli import app
+
+    corpus = _corpus(tmp_path)
+    spec = _spec(
+        tmp_path, f"  pretrain: {{tokens: 256, seq_len: 64, corpus: [{{source: {corpus}}}]}}\n"
+    )
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["submit", str(spec), "--dry-run", "--run-root", str(run)])
+    assert res.exit_code == 0, res.output
+    assert "Nothing was run or written" in res.output
+    assert not run.exists()
