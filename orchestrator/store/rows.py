@@ -1,7 +1,7 @@
 """The stored shape of the results: ORM tables, trial states, and the plain data callers get.
 
 The ORM models here must match the newest Alembic migration (``orchestrator/store/migrations``;
-``tests/orchestrator/test_migrate.py`` compares them). They stay inside the package: the store
+``tests/orchestrator/store/test_migrate.py`` compares them). They stay inside the package: the store
 hands callers :class:`SweepInfo` and :class:`TrialInfo` (built by :func:`sweep_info` and
 :func:`trial_info`) and plain dicts.
 

@@ -13,8 +13,8 @@ import pytest
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 from tests.orchestrator import servers
+from tests.orchestrator.driving.test_control import spec, start
 from tests.orchestrator.pg import fresh_schema
-from tests.orchestrator.test_control import spec, start
 
 VALUES = [1, 2, 3, 4]
 

@@ -13,7 +13,7 @@ from orchestrator.errors import SpecError
 from orchestrator.spec.grid import count_trials, expand, trial_key
 from orchestrator.spec.sweep import load_spec
 
-SWEEPS = sorted((Path(__file__).resolve().parents[2] / "sweeps").rglob("*.yaml"))
+SWEEPS = sorted((Path(__file__).resolve().parents[3] / "sweeps").rglob("*.yaml"))
 GOOD = """\
 name: t
 seeds: [0, 1]
@@ -107,7 +107,7 @@ def test_dry_run_lists_trials_and_writes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
-SMOKE = Path(__file__).resolve().parents[2] / "sweeps" / "smoke-tokens.yaml"
+SMOKE = Path(__file__).resolve().parents[3] / "sweeps" / "smoke-tokens.yaml"
 
 
 @pytest.mark.parametrize(

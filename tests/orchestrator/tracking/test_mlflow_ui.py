@@ -20,8 +20,8 @@ import pytest
 from orchestrator.store.results import ResultsStore
 from tests.browser import PageLog, chromium, open_page, require_chromium
 from tests.orchestrator import servers
+from tests.orchestrator.driving.test_submit_e2e import check_store, submit
 from tests.orchestrator.pg import PG_DSN, fresh_schema
-from tests.orchestrator.test_submit_e2e import check_store, submit
 
 SWEEP = "smoke-tokens"
 EXPERIMENT = "specscale"

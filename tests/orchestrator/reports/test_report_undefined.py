@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from orchestrator.reports.fit import fit_sweep
-from tests.orchestrator.test_report_decode import _store
+from tests.orchestrator.reports.test_report_decode import _store
 from workloads.config import DecodeBenchConfig
 from workloads.engine.k_law import K_LAW_FILE, read_sweep_k_law
 from workloads.registry import ConfigError, check_k_laws

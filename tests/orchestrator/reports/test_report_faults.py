@@ -27,7 +27,7 @@ from tests.dashboards.test_escaping import _figure_strings
 from workloads.config import DraftTrainConfig
 from workloads.registry import WORKLOADS
 
-REPORTS = Path(__file__).resolve().parents[2] / "orchestrator" / "reports"
+REPORTS = Path(__file__).resolve().parents[3] / "orchestrator" / "reports"
 TOKENS = [8192, 32768, 131072, 524288]
 
 
@@ -114,7 +114,7 @@ def test_a_constant_response_stores_nan_and_claims_nothing(
 
 
 def test_the_decode_page_shows_the_description(tmp_path: Path) -> None:
-    from tests.orchestrator.test_report_decode import _store as decode_store
+    from tests.orchestrator.reports.test_report_decode import _store as decode_store
 
     results: dict[tuple[int, int], float | None] = {(b, 4): 10.0 * b for b in (1, 2, 4)}
     store, sweep_id = decode_store(tmp_path, results)

@@ -15,7 +15,7 @@ from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import load_spec
 from workloads.config import DraftTrainConfig, TrainConfig
 
-SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+SWEEPS = Path(__file__).resolve().parents[3] / "sweeps"
 
 SMOKE_KEYS = ["3ca3750b3b811418", "d6f39db7fca09802", "1eb8a0265b987753", "6d1ccc45fb07d1a6"]
 """keys of sweeps/smoke-tokens.yaml before train.workers / train.deepspeed existed (golden)"""

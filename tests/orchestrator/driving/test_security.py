@@ -24,7 +24,7 @@ from orchestrator.cli import app
 from orchestrator.errors import OrchestratorError, TrackingError
 from orchestrator.tracking.tracker import Tracker
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
 SOURCE_DIRS = ("orchestrator", "workloads", "analysis", "dashboards", "benchmarks", "tests")
 SECRET = "s3cretZ9"

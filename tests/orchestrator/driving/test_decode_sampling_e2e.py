@@ -25,7 +25,7 @@ from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 from workloads.models.target_source import TOKENIZER_VOCAB
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 UNDEFINED = ("mismatches", "ar_mismatches", "near_ties", "hf_tokens_per_s", "speedup_vs_hf")
 """metrics NaN in both trials: sampling (no token-for-token check) at b = 2 (no HF baseline)"""
 

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
 
 

@@ -24,8 +24,8 @@ from orchestrator.cli import app
 from orchestrator.driving import guards
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
+from tests.orchestrator.driving.test_control import ROOT, cli, running, spec, trials, wait_for
 from tests.orchestrator.pg import fresh_schema
-from tests.orchestrator.test_control import ROOT, cli, running, spec, trials, wait_for
 
 SECRET = "s3cretpw"
 

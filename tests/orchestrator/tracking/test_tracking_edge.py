@@ -33,7 +33,7 @@ from orchestrator.tracking.tracker import (
     mlflow_key,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ENV_SINKS = ("MLFLOW_TRACKING_URI", "SPECSCALE_DB_URL", "RAY_ADDRESS")
 """environment variables the CLI reads as --tracking-uri, --db-url, --address"""
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"

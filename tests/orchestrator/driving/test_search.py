@@ -30,7 +30,7 @@ from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.spec.sweep import SweepSpec, load_spec
 from orchestrator.store.results import ResultsStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -21,7 +21,7 @@ from orchestrator.store.results import ResultsStore, TrialInfo
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 from tests.orchestrator.pg import own_server
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def spec(tmp_path: Path, name: str, body: str) -> Path:

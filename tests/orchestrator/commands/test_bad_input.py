@@ -19,11 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from tests.orchestrator.test_spec import (
+from tests.orchestrator.spec.test_spec import (
     GOOD,  # a valid spec, for the cases whose bad input is a flag
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _bomb(levels: int = 7) -> str:

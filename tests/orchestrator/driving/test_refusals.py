@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 from orchestrator.errors import StoreError
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import default_tracking_uri
+from tests.orchestrator.driving.test_control import cli, spec
 from tests.orchestrator.pg import PG_DSN, PG_URL, fresh_schema
-from tests.orchestrator.test_control import cli, spec
 
 SEARCH = (
     "search:\n  metric: value\n  n_trials: 2\n  sampler: random\n"

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.store.results import ResultsStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPEC = ROOT / "sweeps" / "smoke-workers.yaml"
 TOLERANCE = 1e-4
 """max relative difference of any step's loss, 2 workers vs 1 (see README)"""

@@ -16,9 +16,9 @@ import pytest
 import torch
 import yaml
 
-from tests.orchestrator.test_control import cli
+from tests.orchestrator.driving.test_control import cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _corpus(tmp_path: Path, docs: int = 6) -> Path:
