@@ -49,7 +49,7 @@ OTHER = {"text", "yaml", "python", "json", "toml"}
 
 ALLOWED = {
     "mlflow ui": "MLflow's own CLI (installed with the package): `submit` prints this line; "
-    "tests/orchestrator/tracking/test_mlflow_ui.py drives an `mlflow server` and its web UI",
+    "tests/orchestrator/driving/test_submit_e2e.py drives an `mlflow server` and its web UI",
     "ray job logs": "Ray's CLI against a cluster's job server; "
     "tests/orchestrator/driving/test_cluster.py reads a submitted job's logs through "
     "ray.job_submission.JobSubmissionClient",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workloads import decode_bench
-from workloads.config import DecodeBenchConfig
+from workloads.config import ConfigError, DecodeBenchConfig
 
 
 def _trial(root: Path, key: str, accepted: int, cycles: int) -> Path:
@@ -61,6 +61,8 @@ def test_oracle_run_measures_the_engine(target, cache_dir: Path, tmp_path: Path)
     assert m["speedup"] == pytest.approx(m["tokens_per_s"] / m["ar_tokens_per_s"])
     assert m["hf_tokens_per_s"] != m["hf_tokens_per_s"]  # NaN: HF generate runs at b = 1 only
     assert 0 <= m["bookkeeping_share"] < 1
+    assert m["hw.cached"] in (0.0, 1.0) and m["hw.peak_flops"] > 0  # one profile per cache
+    assert list((cache_dir / "hardware").glob("local-cpu-float32-*.json"))
     batches = json.loads((tmp_path / "per_batch.json").read_text())
     assert [b["prompts"] for b in batches] == [[0, 1], [2, 3]]
 
@@ -84,5 +86,6 @@ def test_preflight_refuses_what_would_fail_every_trial(
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_preflight_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="no CUDA GPU"):
+    with pytest.raises(ConfigError, match="no CUDA GPU") as info:
         decode_bench.preflight(DecodeBenchConfig(device="cuda"), tmp_path)
+    assert info.value.field == ("device",)  # the orchestrator's preflight names the spec line

@@ -76,7 +76,8 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
         yield uri
 
 
-@pytest.mark.slow  # PostgreSQL + mlflow server submits stay in CI via test_mlflow_ui
+# PostgreSQL + mlflow server submits stay in CI: test_submit_e2e (mlflow server), test_control (PG)
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_two_sweeps_at_once_on_postgresql_and_an_mlflow_server(
     tmp_path: Path, mlflow_server: str

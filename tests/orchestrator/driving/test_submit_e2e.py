@@ -1,15 +1,30 @@
-"""The smoke sweep end to end through the CLI: real target, Ray, SQL, MLflow, fit, dashboard."""
+"""The smoke sweep end to end through the CLI: real target, Ray, SQL, MLflow, fit, dashboard.
+
+One smoke sweep per test run (a module fixture): results in SQLite under the run root (the
+default), tracking to an ``mlflow server`` on loopback (PostgreSQL backend), so the same four
+trials are checked in the results DB, the dashboard, the ``status``/``fit``/resubmit commands,
+MLflow's REST API and its web UI. Without PostgreSQL the sweep logs to the default MLflow store
+and only the server and UI check skips. The results DB on PostgreSQL through the CLI is
+:mod:`tests.orchestrator.driving.test_control`'s restart test.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
+from tests.browser import require_chromium
+from tests.orchestrator import servers
+from tests.orchestrator.tracking import mlflow_ui as ui
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "sweeps" / "smoke-tokens.yaml"
@@ -51,10 +66,36 @@ def check_store(store: ResultsStore) -> int:
     return sweep.id
 
 
+@dataclass(frozen=True)
+class Smoke:
+    """The module's one smoke sweep."""
+
+    run_root: Path
+    output: str
+    server: str | None
+    """the mlflow server it logged to; None without PostgreSQL (default MLflow store)"""
+
+    @property
+    def tracking(self) -> list[str]:
+        """The ``--tracking-uri`` option every later command of this sweep passes."""
+        return ["--tracking-uri", self.server] if self.server else []
+
+    @property
+    def tracker(self) -> Tracker:
+        return Tracker(self.server or default_tracking_uri(self.run_root))
+
+
 @pytest.fixture(scope="module")
-def sqlite_run(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> tuple[Path, str]:
-    run_root = tmp_path_factory.mktemp("smoke")
-    return run_root, submit(run_root, cache_dir)
+def smoke(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[Smoke]:
+    root = tmp_path_factory.mktemp("smoke")
+    run_root = root / "run"
+    with contextlib.ExitStack() as stack:
+        try:
+            server: str | None = stack.enter_context(servers.mlflow_server(root / "artifacts"))
+        except pytest.skip.Exception:  # no PostgreSQL: the default MLflow store under the run root
+            server = None
+        extra = ["--tracking-uri", server] if server else []
+        yield Smoke(run_root, submit(run_root, cache_dir, *extra), server)
 
 
 def _constant(store: ResultsStore, sweep_id: int) -> bool:
@@ -64,16 +105,15 @@ def _constant(store: ResultsStore, sweep_id: int) -> bool:
     return fitted.nunique() == 1
 
 
-def test_smoke_sweep_on_sqlite(sqlite_run: tuple[Path, str]) -> None:
-    run_root, output = sqlite_run
+def test_smoke_sweep_on_sqlite(smoke: Smoke) -> None:
+    run_root, output = smoke.run_root, smoke.output
     assert "4 completed, 0 already completed (skipped), 0 failed" in output
     store = ResultsStore.sqlite_under(run_root)
     sweep_id = check_store(store)
     info = store.get_sweep("smoke-tokens")
     assert info is not None
     # MLflow: one parent run, one child per trial with params, metrics and state
-    tracker = Tracker(default_tracking_uri(run_root))
-    children = tracker.child_runs(info.mlflow_run_id)
+    children = smoke.tracker.child_runs(info.mlflow_run_id)
     assert len(children) == 4
     for child in children:
         assert child["status"] == "FINISHED"
@@ -95,20 +135,20 @@ def test_smoke_sweep_on_sqlite(sqlite_run: tuple[Path, str]) -> None:
     assert str(run_root / "smoke-tokens" / "dashboard.html") in output.replace("\n", "")
 
 
-def test_resubmit_starts_no_trial(sqlite_run: tuple[Path, str], cache_dir: Path) -> None:
-    run_root, _ = sqlite_run
-    output = submit(run_root, cache_dir)
+def test_resubmit_starts_no_trial(smoke: Smoke, cache_dir: Path) -> None:
+    run_root = smoke.run_root
+    output = submit(run_root, cache_dir, *smoke.tracking)
     assert "0 completed, 4 already completed (skipped), 0 failed" in output
     assert "started" not in output
     store = ResultsStore.sqlite_under(run_root)
     info = store.get_sweep("smoke-tokens")
     assert info is not None
     assert all(t.attempts == 1 for t in store.trials(info.id))
-    assert len(Tracker(default_tracking_uri(run_root)).child_runs(info.mlflow_run_id)) == 4
+    assert len(smoke.tracker.child_runs(info.mlflow_run_id)) == 4
 
 
-def test_status_prints_the_trial_table(sqlite_run: tuple[Path, str]) -> None:
-    run_root, _ = sqlite_run
+def test_status_prints_the_trial_table(smoke: Smoke) -> None:
+    run_root = smoke.run_root
     res = subprocess.run(
         [
             sys.executable,
@@ -128,11 +168,8 @@ def test_status_prints_the_trial_table(sqlite_run: tuple[Path, str]) -> None:
     assert "4 completed" in res.stdout
 
 
-# The smoke sweep on PostgreSQL (with an mlflow server and its web UI): test_mlflow_ui.py.
-
-
-def test_fit_command_refits_from_the_db(sqlite_run: tuple[Path, str]) -> None:
-    run_root, _ = sqlite_run
+def test_fit_command_refits_from_the_db(smoke: Smoke) -> None:
+    run_root = smoke.run_root
     res = subprocess.run(
         [
             sys.executable,
@@ -142,6 +179,7 @@ def test_fit_command_refits_from_the_db(sqlite_run: tuple[Path, str]) -> None:
             "smoke-tokens",
             "--run-root",
             str(run_root),
+            *smoke.tracking,
         ],
         capture_output=True,
         text=True,
@@ -206,3 +244,56 @@ def test_failing_trial_is_recorded_and_the_sweep_goes_on(tmp_path: Path, cache_d
     }[bad.key]
     assert child["status"] == "FAILED"
     assert "broken-model" in child["tags"]["specscale.error"]
+
+
+@pytest.mark.postgres
+def test_the_smoke_sweep_in_the_mlflow_server_and_its_web_ui(smoke: Smoke, tmp_path: Path) -> None:
+    """MLflow's REST API holds the sweep's parent run and one child run per trial with their
+    params and metrics, and the web UI (headless Chromium) shows them."""
+    if smoke.server is None:
+        pytest.skip("no PostgreSQL at 127.0.0.1:5432 for the mlflow server's backend")
+    require_chromium()
+    uri, output = smoke.server, smoke.output
+    store = ResultsStore.sqlite_under(smoke.run_root)
+    info = store.get_sweep(ui.SWEEP)
+    assert info is not None
+    trials = store.trials(info.id)
+    store.close()
+    experiment = ui.api(
+        uri, "experiments/get-by-name?" + urllib.parse.urlencode({"experiment_name": ui.EXPERIMENT})
+    )["experiment"]
+    exp_id = experiment["experiment_id"]
+    # submit printed where to browse: the runs table of this experiment on the server
+    assert f"browse: {uri}/#/experiments/{exp_id}/runs" in " ".join(output.split())
+    runs = ui.api(uri, "runs/search", {"experiment_ids": [exp_id], "max_results": 100})
+    runs = runs["runs"]
+    by_id = {r["info"]["run_id"]: r for r in runs}
+    parent = by_id[info.mlflow_run_id]
+    assert parent["info"]["run_name"] == ui.SWEEP and parent["info"]["status"] == "FINISHED"
+    assert ui.flat(parent, "tags")["specscale.kind"] == "sweep"
+    assert ui.flat(parent, "params")["name"] == ui.SWEEP
+    assert "fit.tokens.a" in ui.flat(parent, "metrics")  # the law's fit reached MLflow
+    children = [
+        r for r in runs if ui.flat(r, "tags").get("mlflow.parentRunId") == info.mlflow_run_id
+    ]
+    assert len(children) == 4 and len(runs) == 5
+    # child run names: the trial key's first 8 characters and the grid point, e.g.
+    # "3ca3750b tokens=0 seed=0"
+    names = {
+        " ".join([t.key[:8], *(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in t.overrides.items())]): t
+        for t in trials
+    }
+    assert {c["info"]["run_name"] for c in children} == set(names)
+    for child in children:
+        trial = names[child["info"]["run_name"]]
+        params, metrics = ui.flat(child, "params"), ui.flat(child, "metrics")
+        assert child["info"]["status"] == "FINISHED"
+        assert params["pretrain.tokens"] == str(trial.overrides["pretrain.tokens"])
+        assert params["sft.tokens"] == "512"
+        assert 1.0 <= float(metrics["acceptance_length"]) <= 3.0
+    artifacts = ui.api(uri, f"artifacts/list?run_id={info.mlflow_run_id}")
+    assert "dashboard.html" in {f["path"] for f in artifacts.get("files", [])}
+
+    # -- the web UI ----------------------------------------------------------------------------
+    child = max(children, key=lambda c: int(ui.flat(c, "params")["pretrain.tokens"]))
+    ui.check_ui(uri, exp_id, parent, children, child, tmp_path)

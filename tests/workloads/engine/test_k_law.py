@@ -140,7 +140,9 @@ def test_explicit_datasheet_hardware_gives_its_roofline() -> None:
 def test_auto_hardware_on_cpu_is_the_measured_local_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[tuple[str, str | None]] = []
 
-    def fake(name: str, *, dtype: str | None = None, threads: int | None = None):
+    def fake(
+        name: str, *, dtype: str | None = None, threads: int | None = None, cache_dir: object = None
+    ):
         asked.append((name, dtype))
         return CPU
 
@@ -152,6 +154,33 @@ def test_auto_hardware_on_cpu_is_the_measured_local_cpu(monkeypatch: pytest.Monk
     assert asked == [("local-cpu", "float32")]
     assert law(1) == roofline_k_law(shape_of(LLAMA3_8B), CPU, context_len=100)(1)
     assert "local-cpu" in law.description
+
+
+def test_auto_hardware_on_cpu_is_measured_once_per_cache_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workloads.roofline import hardware
+
+    calls: list[str] = []
+
+    def fake(dtype: str = "float32", threads: int | None = None) -> HardwareProfile:
+        calls.append(dtype)
+        return CPU
+
+    hardware._measured.cache_clear()
+    monkeypatch.setattr(hardware, "measure_local_cpu", fake)
+    try:
+        for _ in range(2):  # two trials of one run, in two processes
+            hardware._measured.cache_clear()
+            law = make_k_law(
+                auto(k_max=64), model_config=LLAMA3_8B, device=torch.device("cpu"),
+                dtype="float32", run_root=None, context_len=100, cache_dir=tmp_path,
+            )  # fmt: skip
+            assert law(1) == roofline_k_law(shape_of(LLAMA3_8B), CPU, context_len=100)(1)
+    finally:
+        hardware._measured.cache_clear()
+    assert calls == ["float32"]
+    assert list((tmp_path / "hardware").glob("local-cpu-float32-*.json"))
 
 
 def test_auto_hardware_on_cuda_names_the_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -216,7 +245,7 @@ def test_sweep_law_file_is_json_without_nan(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
-        ("none", "no sweep 'batch' under the run root.*sweeps with an Eq. 4 fit there: other"),
+        ("none", "no sweep 'batch' under the run root.*usable Eq. 4 fit there: other\\)"),
         ("folder", "k_law.json does not exist.*Fix: let it finish"),
         ("few", "not usable \\(status: 'too few points.*Fix"),
         ("garbage", "is not a k-law file.*Fix: refit"),
@@ -241,6 +270,19 @@ def test_sweep_law_refusals_name_the_problem(tmp_path: Path, setup: str, message
             auto(k_law="sweep:batch"), model_config=None, device="cpu", dtype="float32",
             run_root=tmp_path, context_len=10,
         )  # fmt: skip
+
+
+def test_unknown_sweep_lists_only_usable_fits(tmp_path: Path) -> None:
+    write_fit(tmp_path, "good", [1.0, 2.0, 4.0, 8.0, 16.0], [60.0, 31.0, 16.0, 9.0, 5.0])
+    write_fit(tmp_path, "few", [1.0, 2.0], [8.0, 4.0])  # status: too few points
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / K_LAW_FILE).write_text("[1, 2]")
+    with pytest.raises(ValueError) as info:
+        read_sweep_k_law(tmp_path, "typo")
+    text = str(info.value)
+    assert "usable Eq. 4 fit there: good;" in text
+    assert "2 unusable fits left out (few: status 'too few points" in text
+    assert "junk: unreadable" in text
 
 
 def test_sweep_law_without_a_run_root_is_refused() -> None:

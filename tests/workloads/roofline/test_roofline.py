@@ -234,6 +234,55 @@ def test_local_cpu_micro_benchmark() -> None:
         measure_local_cpu(threads=0)
 
 
+@pytest.fixture
+def fake_measure(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int | None]]:
+    """``measure_local_cpu`` replaced by a counter (each call returns other numbers)."""
+    from workloads.roofline import hardware
+
+    calls: list[tuple[str, int | None]] = []
+
+    def fake(dtype: str = "float32", threads: int | None = None) -> hardware.HardwareProfile:
+        calls.append((dtype, threads))
+        return hardware.HardwareProfile(
+            name="local-cpu", peak_flops=1e11 * len(calls), bandwidth=2e10, dtype=dtype,
+            bytes_per_element=hardware.DTYPE_BYTES[dtype], source="fake",
+        )  # fmt: skip
+
+    hardware._measured.cache_clear()
+    monkeypatch.setattr(hardware, "measure_local_cpu", fake)
+    yield calls
+    hardware._measured.cache_clear()
+
+
+def test_local_cpu_profile_is_measured_once_per_cache_dir(
+    tmp_path: Path, fake_measure: list[tuple[str, int | None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workloads.roofline import hardware
+
+    first, cached = hardware.cached_local_cpu(tmp_path, dtype="float32", threads=2)
+    assert not cached and fake_measure == [("float32", 2)]
+    (file,) = (tmp_path / "hardware").glob("local-cpu-float32-2t-*.json")
+    assert json.loads(file.read_text())["cpu"] == hardware.cpu_model_name()
+    hardware._measured.cache_clear()  # another process: reads the file, measures nothing
+    again, cached = hardware.cached_local_cpu(tmp_path, dtype="fp32", threads=2)
+    assert cached and again == first and len(fake_measure) == 1
+    assert get_profile("local-cpu", threads=2, cache_dir=tmp_path) == first
+    assert len(fake_measure) == 1
+    file.write_text("{not json")  # a damaged file is measured over
+    hardware._measured.cache_clear()
+    fresh, cached = hardware.cached_local_cpu(tmp_path, dtype="float32", threads=2)
+    assert not cached and len(fake_measure) == 2 and fresh.peak_flops == 2e11
+    assert json.loads(file.read_text())["profile"]["peak_flops"] == 2e11
+    hardware.cached_local_cpu(tmp_path, dtype="bfloat16", threads=2)  # another dtype: measured
+    assert len(fake_measure) == 3
+    monkeypatch.setattr(hardware, "cpu_model_name", lambda: "Another CPU")
+    hardware._measured.cache_clear()  # a process on another machine sharing the folder
+    _, cached = hardware.cached_local_cpu(tmp_path, dtype="float32", threads=2)
+    assert not cached and len(fake_measure) == 4  # measured anew, in a file of its own
+    assert len(list((tmp_path / "hardware").glob("local-cpu-float32-2t-*.json"))) == 2
+    assert not list((tmp_path / "hardware").glob("*.tmp"))
+
+
 def test_package_import_pulls_in_no_torch() -> None:
     code = (
         "import sys, workloads.roofline\n"

@@ -1,9 +1,6 @@
-"""The smoke sweep on PostgreSQL with an ``mlflow server``, then looked at as a user would: the
-MLflow REST API holds the sweep's parent run and one child run per trial with their params and
-metrics, and the MLflow web UI (headless Chromium) shows them.
-
-One smoke run serves both the PostgreSQL results DB checks and the MLflow checks (it takes about
-two minutes of CPU).
+"""Looking at a sweep in MLflow as a user would: the REST API of an ``mlflow server`` and its
+web UI (headless Chromium). Used by the smoke sweep's test module
+(:mod:`tests.orchestrator.driving.test_submit_e2e`), whose one smoke run logs to such a server.
 """
 
 from __future__ import annotations
@@ -11,17 +8,10 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from orchestrator.store.results import ResultsStore
-from tests.browser import PageLog, chromium, open_page, require_chromium
-from tests.orchestrator import servers
-from tests.orchestrator.driving.test_submit_e2e import check_store, submit
-from tests.orchestrator.pg import PG_DSN, fresh_schema
+from tests.browser import PageLog, chromium, open_page
 
 SWEEP = "smoke-tokens"
 EXPERIMENT = "specscale"
@@ -38,14 +28,7 @@ which Chromium logs as a console error. That one loopback 404 comes from MLflow 
 the only console error of the UI's own origin that the test tolerates."""
 
 
-@pytest.fixture
-def mlflow_server(tmp_path: Path) -> Iterator[str]:
-    """``mlflow server`` on a free loopback port with a PostgreSQL backend (its own schema)."""
-    with servers.mlflow_server(tmp_path / "artifacts") as uri:
-        yield uri
-
-
-def _api(uri: str, endpoint: str, body: dict[str, Any] | None = None) -> Any:
+def api(uri: str, endpoint: str, body: dict[str, Any] | None = None) -> Any:
     """GET (``body`` None, query in ``endpoint``) or POST JSON to the MLflow REST API."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
@@ -55,7 +38,7 @@ def _api(uri: str, endpoint: str, body: dict[str, Any] | None = None) -> Any:
         return json.load(r)
 
 
-def _flat(run: dict[str, Any], part: str) -> dict[str, Any]:
+def flat(run: dict[str, Any], part: str) -> dict[str, Any]:
     """A REST run's params, metrics or tags as a dict."""
     return {kv["key"]: kv["value"] for kv in run["data"].get(part, [])}
 
@@ -75,69 +58,7 @@ def _unexpected_errors(log: PageLog, origin: str) -> list[str]:
     return bad
 
 
-@pytest.mark.postgres
-def test_smoke_sweep_on_postgresql_in_the_mlflow_ui(
-    tmp_path: Path, cache_dir: Path, mlflow_server: str
-) -> None:
-    require_chromium()  # before the two-minute sweep
-    psycopg = pytest.importorskip("psycopg")
-    with fresh_schema("e2e") as (schema, db_url):
-        output = submit(
-            tmp_path / "run", cache_dir, "--db-url", db_url, "--tracking-uri", mlflow_server
-        )
-        assert "4 completed, 0 already completed" in output, output[-3000:]
-        store = ResultsStore(db_url)
-        assert store.dialect == "postgresql"
-        check_store(store)
-        info = store.get_sweep(SWEEP)
-        assert info is not None
-        trials = store.trials(info.id)
-        store.close()
-        with psycopg.connect(PG_DSN, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute(f'SELECT count(*) FROM "{schema}".ss_trials').fetchone()
-        assert row is not None and row[0] == 4
-
-    # -- the REST API: one parent run, four children with params and metrics -------------------
-    experiment = _api(
-        mlflow_server,
-        "experiments/get-by-name?" + urllib.parse.urlencode({"experiment_name": EXPERIMENT}),
-    )["experiment"]
-    exp_id = experiment["experiment_id"]
-    # submit printed where to browse: the runs table of this experiment on the server
-    assert f"browse: {mlflow_server}/#/experiments/{exp_id}/runs" in " ".join(output.split())
-    runs = _api(mlflow_server, "runs/search", {"experiment_ids": [exp_id], "max_results": 100})
-    runs = runs["runs"]
-    by_id = {r["info"]["run_id"]: r for r in runs}
-    parent = by_id[info.mlflow_run_id]
-    assert parent["info"]["run_name"] == SWEEP and parent["info"]["status"] == "FINISHED"
-    assert _flat(parent, "tags")["specscale.kind"] == "sweep"
-    assert _flat(parent, "params")["name"] == SWEEP
-    assert "fit.tokens.a" in _flat(parent, "metrics")  # the law's fit reached MLflow
-    children = [r for r in runs if _flat(r, "tags").get("mlflow.parentRunId") == info.mlflow_run_id]
-    assert len(children) == 4 and len(runs) == 5
-    # child run names: the trial key's first 8 characters and the grid point, e.g.
-    # "3ca3750b tokens=0 seed=0"
-    names = {
-        " ".join([t.key[:8], *(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in t.overrides.items())]): t
-        for t in trials
-    }
-    assert {c["info"]["run_name"] for c in children} == set(names)
-    for child in children:
-        trial = names[child["info"]["run_name"]]
-        params, metrics = _flat(child, "params"), _flat(child, "metrics")
-        assert child["info"]["status"] == "FINISHED"
-        assert params["pretrain.tokens"] == str(trial.overrides["pretrain.tokens"])
-        assert params["sft.tokens"] == "512"
-        assert 1.0 <= float(metrics["acceptance_length"]) <= 3.0
-    artifacts = _api(mlflow_server, f"artifacts/list?run_id={info.mlflow_run_id}")
-    assert "dashboard.html" in {f["path"] for f in artifacts.get("files", [])}
-
-    # -- the web UI ----------------------------------------------------------------------------
-    child = max(children, key=lambda c: int(_flat(c, "params")["pretrain.tokens"]))
-    _check_ui(mlflow_server, exp_id, parent, children, child, tmp_path)
-
-
-def _check_ui(
+def check_ui(
     uri: str,
     exp_id: str,
     parent: dict[str, Any],
@@ -172,8 +93,8 @@ def _check_ui(
             browser, f"{uri}/#/experiments/{exp_id}/runs/{child['info']['run_id']}"
         )
         param, metric = "pretrain.tokens", "acceptance_length"
-        param_value = _flat(child, "params")[param]
-        metric_value = _js_number(_flat(child, "metrics")[metric])  # shown unrounded
+        param_value = flat(child, "params")[param]
+        metric_value = _js_number(flat(child, "metrics")[metric])  # shown unrounded
         run_page.get_by_text(child["info"]["run_name"], exact=True).first.wait_for(
             timeout=UI_TIMEOUT_MS
         )
