@@ -20,10 +20,13 @@ at inference; the loss mask is 1 on the reply.
 
 Cache: ``<cache_dir>/regenerated/<key>.jsonl``, one line per conversation in the order asked,
 written a whole batch at a time under a file lock, so concurrent trials share the work and an
-interrupted run resumes at the next batch. The key covers the target (name, dtype, tokenizer
-fingerprint), the ordered conversation ids and every setting, so a second trial or sweep with the
-same recipe regenerates nothing. Batches are always the same slices of the eligible conversations,
-so a cached prefix equals what a fresh run computes.
+interrupted run resumes at the next batch. Each batch has a lock of its own: while one trial
+generates batch i, another generates batch i + 1 (the two trials of a sweep that reach the SFT
+stage together keep both cores busy), and reads batch i when it is written. The key covers the
+target (name, dtype, tokenizer fingerprint), the ordered conversation ids and every setting, so a
+second trial or sweep with the same recipe regenerates nothing. Batches are always the same slices
+of the eligible conversations, and a batch's sampling seed depends on its index only, so a cached
+batch equals what a fresh run computes, whichever trial generated it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from transformers import PreTrainedModel
 
 from workloads.data import Conversation, chat_prompt_ids
@@ -134,6 +137,8 @@ class ResponseRegenerator:
         self.say = progress or (lambda msg: log.info("%s", msg))
         self.stats = RegenStats()
         self._cached: set[str] = set()
+        self._made: set[str] = set()
+        """conversations whose replies this regenerator generated (not counted as cached)"""
         self._chat_tokens = 0
 
     def chats(
@@ -152,61 +157,102 @@ class ResponseRegenerator:
                 self.stats.skipped += 1
                 continue
             prompts.append((conv.id, ids))
-            if len(prompts) == self.s.batch_size:
-                yield from self._batch(prompts, need_tokens)
-                prompts = []
-        if prompts:
-            yield from self._batch(prompts, need_tokens)
+        size = self.s.batch_size
+        batches = [prompts[i : i + size] for i in range(0, len(prompts), size)]
+        for i, batch in enumerate(batches):
+            replies = self._replies(batches, i, need_tokens)
+            for (_, ids), reply in zip(batch, replies, strict=True):
+                self._chat_tokens += len(ids) + len(reply)
+                yield ids + reply, [0] * len(ids) + [1] * len(reply)
 
-    def _batch(
-        self, prompts: list[tuple[str, list[int]]], need_tokens: int
-    ) -> Iterator[tuple[list[int], list[int]]]:
-        replies = self._replies(prompts, need_tokens)
-        for (_, ids), reply in zip(prompts, replies, strict=True):
-            self._chat_tokens += len(ids) + len(reply)
-            yield ids + reply, [0] * len(ids) + [1] * len(reply)
-
-    def _replies(self, prompts: list[tuple[str, list[int]]], need_tokens: int) -> list[list[int]]:
+    def _replies(
+        self, batches: list[list[tuple[str, list[int]]]], i: int, need_tokens: int
+    ) -> list[list[int]]:
+        """Batch ``i``'s replies: from the cache, else generated here under batch ``i``'s lock.
+        While another trial holds that lock (it generates batch ``i``), this one generates batch
+        ``i + 1`` if nobody has, then reads batch ``i``: two trials that reach the replies at
+        once share the work on both cores instead of one waiting (issue 23)."""
         self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.cache_file) + ".lock"):
-            cached = self._read()
+        prompts = batches[i]
+        while True:
+            cached = self._read_locked()
             if all(cid in cached for cid, _ in prompts):
-                self._cached.update(cid for cid, _ in prompts)
+                self._cached.update(cid for cid, _ in prompts if cid not in self._made)
                 self.stats.cached = len(self._cached)
                 return [cached[cid] for cid, _ in prompts]
-            t0 = time.perf_counter()
-            gen = torch.Generator(device=output_device(self.target))  # beside the logits
-            gen.manual_seed(self.s.seed * 1_000_003 + len(cached))
-            out = ar_generate(
-                self.target,
-                [ids for _, ids in prompts],
-                max_new_tokens=self.s.max_new_tokens,
-                eos_ids=self.eos_ids,
-                temperature=self.s.temperature,
-                generator=gen if self.s.temperature > 0 else None,
-            )
-            with self.cache_file.open("a+b") as f:
-                f.seek(0, 2)
-                if f.tell():  # after a torn line (a killed writer), start on a line of our own
-                    f.seek(-1, 2)
-                    if f.read(1) != b"\n":
-                        f.write(b"\n")
-                for (cid, _), reply in zip(prompts, out.tokens, strict=True):
-                    f.write((json.dumps({"id": cid, "reply": reply}) + "\n").encode())
-            dt = time.perf_counter() - t0
+            lock = self._batch_lock(i)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:  # another trial generates batch i
+                if i + 1 < len(batches):
+                    self._generate_if_free(batches, i + 1, need_tokens)
+                with lock:  # wait for it, then read it from the cache
+                    continue
+            try:
+                if not all(cid in self._read_locked() for cid, _ in prompts):
+                    self._generate(prompts, i, need_tokens)
+            finally:
+                lock.release()
+
+    def _batch_lock(self, i: int) -> FileLock:
+        return FileLock(f"{self.cache_file}.batch{i}.lock")
+
+    def _generate_if_free(
+        self, batches: list[list[tuple[str, list[int]]]], j: int, need_tokens: int
+    ) -> None:
+        """Generate batch ``j`` unless it is cached or another trial is generating it."""
+        lock = self._batch_lock(j)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return
+        try:
+            if not all(cid in self._read_locked() for cid, _ in batches[j]):
+                self._generate(batches[j], j, need_tokens)
+        finally:
+            lock.release()
+
+    def _generate(self, prompts: list[tuple[str, list[int]]], i: int, need_tokens: int) -> None:
+        """Generate batch ``i`` and append it to the cache file. The sampling seed depends on
+        the batch's index only (``i * batch_size`` is the count of replies before it), so the
+        replies do not depend on which trial generates which batch."""
+        t0 = time.perf_counter()
+        gen = torch.Generator(device=output_device(self.target))  # beside the logits
+        gen.manual_seed(self.s.seed * 1_000_003 + i * self.s.batch_size)
+        out = ar_generate(
+            self.target,
+            [ids for _, ids in prompts],
+            max_new_tokens=self.s.max_new_tokens,
+            eos_ids=self.eos_ids,
+            temperature=self.s.temperature,
+            generator=gen if self.s.temperature > 0 else None,
+        )
+        with FileLock(str(self.cache_file) + ".lock"), self.cache_file.open("a+b") as f:
+            f.seek(0, 2)
+            if f.tell():  # after a torn line (a killed writer), start on a line of our own
+                f.seek(-1, 2)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
+            for (cid, _), reply in zip(prompts, out.tokens, strict=True):
+                f.write((json.dumps({"id": cid, "reply": reply}) + "\n").encode())
+        dt = time.perf_counter() - t0
         self.stats.generated += len(prompts)
+        self._made.update(cid for cid, _ in prompts)
         self._cached.difference_update(cid for cid, _ in prompts)
         self.stats.cached = len(self._cached)
         self.stats.tokens += out.generated
         self.stats.seconds += dt
-        done = len(cached) + len(prompts)
+        done = i * self.s.batch_size + len(prompts)
         chat_tokens = self._chat_tokens + sum(len(ids) for _, ids in prompts) + out.generated
         self.say(
             f"regenerating SFT replies with the target {_bar(chat_tokens, need_tokens)} "
             f"{min(chat_tokens, need_tokens):,}/{need_tokens:,} chat tokens, {done} chats, "
             f"{self.stats.tokens:,} new reply tokens ({out.generated / dt:.0f} tokens/s)"
         )
-        return out.tokens
+
+    def _read_locked(self) -> dict[str, list[int]]:
+        with FileLock(str(self.cache_file) + ".lock"):
+            return self._read()
 
     def _read(self) -> dict[str, list[int]]:
         """Replies cached so far by conversation id (a torn last line is ignored: the batch it

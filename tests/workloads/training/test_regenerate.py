@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,46 @@ def test_a_tokenizer_without_a_chat_template_is_refused(
 
     with pytest.raises(ValueError, match="needs a target whose tokenizer has a chat template"):
         _regen(tiny_target, NoTemplate(), tmp_path / "r.jsonl")
+
+
+def test_a_trial_waiting_for_a_batch_generates_the_next_one(
+    tiny_target,
+    tokenizer,
+    tmp_path: Path,  # type: ignore[no-untyped-def]  # noqa: ANN001
+) -> None:
+    """Two trials reach the replies at once: while the other holds batch 0, this one generates
+    batch 1, then reads batch 0 once it is written; the chats equal a run alone."""
+    from filelock import FileLock
+
+    alone = _regen(tiny_target, tokenizer, tmp_path / "alone.jsonl")
+    expected = list(alone.chats(CONVS, need_tokens=100))
+    path = tmp_path / "shared.jsonl"
+    other, this = _regen(tiny_target, tokenizer, path), _regen(tiny_target, tokenizer, path)
+    held, release = threading.Event(), threading.Event()
+    prompts = [(c.id, chat_prompt_ids(tokenizer, c.first_user_text)) for c in CONVS]
+
+    def the_other_trial() -> None:  # holds batch 0's lock until this trial wrote batch 1
+        with FileLock(f"{path}.batch0.lock"):
+            held.set()
+            assert release.wait(timeout=60)
+            other._generate(prompts[:4], 0, 100)
+
+    worker = threading.Thread(target=the_other_trial)
+    worker.start()
+    assert held.wait(timeout=60)
+    watcher = threading.Thread(target=lambda: _release_after_batch_1(path, release))
+    watcher.start()
+    chats = list(this.chats(CONVS, need_tokens=100))
+    worker.join(timeout=60)
+    watcher.join(timeout=60)
+    assert chats == expected
+    assert this.stats.generated == 2 and other.stats.generated == 4  # batch 1 here, 0 there
+
+
+def _release_after_batch_1(path: Path, release: threading.Event) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if path.exists() and '"c5"' in path.read_text():
+            release.set()
+            return
+        time.sleep(0.05)
