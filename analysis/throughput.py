@@ -16,6 +16,11 @@ accepted too, see :func:`decode_table`), and the metrics ``tokens_per_s``, ``ar_
 ``speedup``, ``hf_tokens_per_s``, ``acceptance_length``, ... Only completed trials with a finite
 metric count; failed trials (NaN metrics) are counted, never averaged.
 
+Trials that differ in a condition of the measurement (:data:`CONDITIONS`: the sampling
+``temperature``, the oracle draft's ``oracle_accept``) are never averaged into one (b, k) cell:
+the per-cell functions refuse such a table, and :func:`split_conditions` parts it into one
+table per condition, labelled, to analyse each apart.
+
 Trials with ``num_draft_tokens: auto`` (batch-adaptive k, Scylla Table 5 "Opt. top_k": k chosen
 each cycle from the live batch size) are kept apart: the surface, the best k per b and the
 Thm 1.3 / Eq. 4 fits use numeric k only, and :func:`auto_vs_best` sets each b's auto throughput
@@ -70,6 +75,13 @@ AUTO = "auto"
 
 AUTO_K_METRIC = "num_draft_tokens_mean"
 """metric of an auto trial: mean k over its decoding cycles (verified tokens per sequence)"""
+
+CONDITIONS: dict[str, tuple[str, float]] = {
+    "temperature": ("decode.temperature", 0.0),
+    "oracle_accept": ("draft.oracle_accept", 1.0),
+}
+"""conditions of a measurement that a (b, k) cell must not pool: plain column name -> (its
+dotted override name, the config default that a missing value means)"""
 
 SHAPE_KNOBS = ("depth", "topk")
 """tree-shape knobs that, with (batch_size, num_draft_tokens), make one cell of the grid"""
@@ -262,6 +274,58 @@ def decode_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def split_conditions(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The trial table parted by the conditions it varies (:data:`CONDITIONS`), each part with
+    its label (``"temperature=0.7, oracle_accept=0.8"``: the varying conditions only).
+
+    A condition is read under its plain name (``temperature``) or its dotted override name
+    (``decode.temperature``); a missing value is the config default. A table that varies none
+    (or lacks the columns) comes back whole, labelled ``""``. Parts are ordered with the
+    reference condition first: the lowest temperature, then the highest oracle_accept (greedy
+    decoding with a perfect oracle, when measured). The input is not modified.
+    """
+    values = _condition_values(df)
+    varying = [c for c in values.columns if values[c].nunique() > 1]
+    if not varying:
+        return [("", df)]
+    keys = values[varying].drop_duplicates()
+    order = [c != "oracle_accept" for c in varying]  # oracle_accept: the highest first
+    keys = keys.sort_values(varying, ascending=order, kind="stable")
+    parts: list[tuple[str, pd.DataFrame]] = []
+    for key in keys.itertuples(index=False):
+        mask = np.ones(len(df), dtype=bool)
+        for column, wanted in zip(varying, key, strict=True):
+            mask &= values[column].to_numpy(dtype=float) == float(wanted)
+        label = ", ".join(f"{c}={float(v):g}" for c, v in zip(varying, key, strict=True))
+        parts.append((label, df[mask]))
+    return parts
+
+
+def _condition_values(df: pd.DataFrame) -> pd.DataFrame:
+    """The :data:`CONDITIONS` columns the table has (plain or dotted name), numeric, the
+    config default where missing."""
+    out = pd.DataFrame(index=df.index)
+    for name, (alias, default) in CONDITIONS.items():
+        column = name if name in df.columns else alias if alias in df.columns else None
+        if column is not None:
+            numbers = pd.to_numeric(df[column], errors="coerce").astype("float64")
+            out[name] = numbers.fillna(default)
+    return out
+
+
+def _one_condition(df: pd.DataFrame, what: str) -> None:
+    """Refuse a table whose trials differ in a :data:`CONDITIONS` column: its (b, k) cells
+    would average different measurements."""
+    values = _condition_values(df)
+    varying = {c: sorted(values[c].unique()) for c in values.columns if values[c].nunique() > 1}
+    if varying:
+        said = "; ".join(f"{c} {', '.join(f'{v:g}' for v in vs)}" for c, vs in varying.items())
+        raise ValueError(
+            f"{what}: the trials differ in {said}, and a (batch size, k) cell would average "
+            "them. Fix: analyse each condition apart (split_conditions)"
+        )
+
+
 def throughput_surface(df: pd.DataFrame, value: str = "tokens_per_s") -> pd.DataFrame:
     """Mean ``value`` per (batch size, number of verified tokens): the b x k surface.
 
@@ -273,8 +337,10 @@ def throughput_surface(df: pd.DataFrame, value: str = "tokens_per_s") -> pd.Data
     index ``batch_size`` (int, sequences), columns ``num_draft_tokens`` (int, verified tokens
     per sequence per cycle), cells in the unit of ``value`` (tokens/s for ``tokens_per_s``),
     NaN where no trial completed; sorted ascending both ways. Raises ``ValueError`` when
-    ``value`` or a knob column is missing.
+    ``value`` or a knob column is missing, or when the trials differ in a condition
+    (:func:`split_conditions`).
     """
+    _one_condition(df, "throughput_surface")
     done = _completed(decode_table(df), value)
     grouped = done.groupby(["batch_size", "num_draft_tokens"])[value].mean()
     surface = grouped.unstack("num_draft_tokens") if len(grouped) else _empty_surface()
@@ -306,7 +372,11 @@ def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
     the best cell); ``n_completed`` and ``n_failed`` (fixed-k trials at b); ``n_k`` (distinct k
     measured at b); ``best_k_at_edge`` (True when the best k is the smallest or largest k
     measured at b, so the true optimum may lie outside the grid).
+
+    Raises ``ValueError`` when the trials differ in a condition (temperature, oracle_accept:
+    part the table with :func:`split_conditions` first).
     """
+    _one_condition(df, "best_per_batch")
     table = decode_table(df)
     done = _completed(table, "tokens_per_s")
     shape = [k for k in SHAPE_KNOBS if k in done.columns and done[k].notna().any()]
@@ -382,8 +452,10 @@ def auto_vs_best(df: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataF
     (auto picked a k the grid shows is slow) from a cost of adapting; ``n_auto`` and
     ``n_auto_failed`` (completed and failed auto trials at b). Auto trials are pooled over any
     depth / topk at b. ``best`` defaults to :func:`best_per_batch` of ``df``. Sorted by b;
-    empty (with the columns) when the table has no finished auto trial.
+    empty (with the columns) when the table has no finished auto trial. Raises ``ValueError``
+    when the trials differ in a condition (:func:`split_conditions`).
     """
+    _one_condition(df, "auto_vs_best")
     table = decode_table(df)
     if best is None:
         best = best_per_batch(df)

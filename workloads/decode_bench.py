@@ -20,8 +20,9 @@ from typing import cast
 
 import torch
 
-from workloads.config import DecodeBenchConfig, DraftSourceConfig
+from workloads.config import ConfigError, DecodeBenchConfig, DraftSourceConfig
 from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
+from workloads.data.prompts import check_prompt_room, round_robin
 from workloads.engine.ar_decode import ar_generate
 from workloads.engine.ar_decode import reserve as reserve_ar
 from workloads.engine.k_law import make_k_law
@@ -38,8 +39,8 @@ from workloads.engine.tree_decode import (
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.models.target import Target, load_target, output_device, resolve_device
 from workloads.result import Progress, TrialResult
-from workloads.roofline.hardware import measure_local_cpu
-from workloads.training.evaluation import greedy_reference, near_tie
+from workloads.roofline.hardware import HardwareProfile, cached_local_cpu
+from workloads.training.evaluation import greedy_reference, max_positions, near_tie
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +82,18 @@ def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
 
     Raises:
         ValueError: as :func:`find_trial_draft`; a ``draft.path`` that is not a draft folder;
-            ``device: cuda`` without a GPU; an unknown prompt set or a missing prompt directory.
+            an unknown prompt set or a missing prompt directory.
+        workloads.config.ConfigError: ``device: cuda`` without a GPU (naming ``("device",)``).
     """
     src = cfg.draft
     if src.source == "trial":
         find_trial_draft(run_root, cast(str, src.sweep), cast(str, src.trial_key))
     elif src.source == "path":
         _check_draft_folder(Path(cast(str, src.path)).expanduser())
-    resolve_device(cfg.device)
+    try:
+        resolve_device(cfg.device)
+    except ValueError as exc:  # the spec's ``device:`` line is to blame
+        raise ConfigError(str(exc), ("device",)) from exc
     sets = cfg.prompts.prompt_sets
     if isinstance(sets, Path) and not sets.is_dir():
         raise ValueError(
@@ -156,15 +161,32 @@ def _vocab(draft: DraftModel | None, target: Target) -> int:
     return int(draft.draft_to_target.shape[0])
 
 
-def _prompts(cfg: DecodeBenchConfig, tokenizer: object) -> list[list[int]]:
-    """``num_prompts`` prompts round-robin over the sets, cycled to fill whole batches."""
+def _prompts(cfg: DecodeBenchConfig, target: Target) -> list[list[int]]:
+    """``num_prompts`` prompts round-robin over the sets, cycled to fill whole batches, each
+    checked to fit the target's positions with ``max_new_tokens`` and the tree's depth.
+
+    Raises:
+        workloads.data.prompts.PromptTooLong: the first prompt that does not fit, naming its
+            set and number (the figures past the target's positions would be meaningless).
+    """
     sets = load_prompt_sets(cfg.prompts.prompt_sets, n=cfg.prompts.num_prompts)
-    texts = [t for group in zip(*(s.prompts for s in sets), strict=False) for t in group]
-    texts += [t for s in sets for t in s.prompts if t not in texts]
-    texts = texts[: cfg.prompts.num_prompts]
-    b = cfg.decode.batch_size
-    n = -(-len(texts) // b) * b
-    return [chat_prompt_ids(tokenizer, texts[i % len(texts)]) for i in range(n)]
+    texts = round_robin(sets, cfg.prompts.num_prompts)
+    ids = [chat_prompt_ids(target.tokenizer, t) for t in texts]
+    limit = max_positions(target.model)
+    d = cfg.decode
+    depth = d.depth if d.num_draft_tokens == "auto" else min(d.depth, d.num_draft_tokens - 1)
+    where = {t: (s.name, i) for s in reversed(sets) for i, t in enumerate(s.prompts)}
+    for text, prompt in zip(texts, ids, strict=True):
+        if limit is not None:
+            name, i = where[text]
+            check_prompt_room(
+                len(prompt), where=f"prompts.prompt_sets {name!r} prompt {i + 1}",
+                max_new_tokens=d.max_new_tokens, depth=depth, max_positions=limit,
+                field="decode.max_new_tokens", target=cfg.target.model,
+            )  # fmt: skip
+    b = d.batch_size
+    n = -(-len(ids) // b) * b
+    return [ids[i % len(ids)] for i in range(n)]
 
 
 def _hf_generate(
@@ -213,7 +235,7 @@ def run(
 
     Args:
         cfg: the trial config.
-        cache_dir: shared cache (converted target, greedy references).
+        cache_dir: shared cache (converted target, greedy references, the CPU's roofline).
         out_dir: this trial's artifact folder (``per_batch.json``).
         run_root: where ``draft.source: trial`` looks for draft_train trials.
         progress: called with one-line progress messages.
@@ -231,14 +253,17 @@ def run(
         deepest tree after the cap at num_draft_tokens - 1), ``num_draft_tokens_mean`` (k per
         cycle, averaged over the timed cycles: the fixed k, or what ``auto`` picked), and on
         CPU ``hw.peak_flops`` (FLOP/s) and ``hw.bandwidth`` (bytes/s) measured by the roofline
-        micro-benchmark; ``compile.captures``, ``compile.capture_s``, ``compile.compiles``,
-        ``compile.compile_s``, ``compile.fallbacks`` (shapes whose capture failed: they ran
-        eagerly), ``compile.late`` (shapes first met inside the timers) of the speculative
-        steps (:class:`~workloads.engine.steps.StepStats`; all outside the timed figures), and the
+        micro-benchmark once for all the trials sharing ``cache_dir``, and ``hw.cached`` (1: read
+        from that cache, 0: measured by this trial); ``compile.captures``,
+        ``compile.capture_s``, ``compile.compiles``, ``compile.compile_s``,
+        ``compile.fallbacks`` (shapes whose capture failed: they ran eagerly), ``compile.late``
+        (shapes first met inside the timers) of the speculative steps
+        (:class:`~workloads.engine.steps.StepStats`; all outside the timed figures), and the
         same for the AR loop as ``ar_compile.*``.
 
     Raises:
-        ValueError: a bad draft source, prompt set or device.
+        ValueError: a bad draft source, prompt set or device; a prompt that does not fit the
+            target's positions (:func:`_prompts`).
     """
     say = progress or (lambda msg: log.info("%s", msg))
     d = cfg.decode
@@ -250,8 +275,9 @@ def run(
     if d.attn_implementation != "sdpa":
         target.model.set_attn_implementation(d.attn_implementation)
     draft, where = _draft(cfg.draft, target, run_root, cfg.seed)
-    prompts = _prompts(cfg, target.tokenizer)
-    shape = _tree_shape(cfg, target, prompts, run_root, say)
+    prompts = _prompts(cfg, target)
+    cpu = _cpu_profile(target, cache_dir)
+    shape = _tree_shape(cfg, target, prompts, run_root, cache_dir, say)
     b, greedy = d.batch_size, d.temperature == 0
     oracle = cfg.draft.source == "oracle"  # it proposes from the greedy references
     refs = _references(cfg, target, prompts, cache_dir) if greedy or oracle else []
@@ -262,9 +288,25 @@ def run(
         dec.warm_up([prompts[i] for i in idx], idx)
     timed = _timed_batches(cfg, dec, prompts, batches, say)
     result = _trial_result(cfg, dec, prompts, timed, out_dir)
+    if cpu is not None:  # the roofline of this machine, at this dtype and threads
+        prof, cached = cpu
+        result.metrics.update(
+            {"hw.peak_flops": prof.peak_flops, "hw.bandwidth": prof.bandwidth, "hw.cached": cached}
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "per_batch.json").write_text(json.dumps(timed.per_batch, indent=1))
     return result
+
+
+def _cpu_profile(target: Target, cache_dir: Path) -> tuple[HardwareProfile, float] | None:
+    """On a CPU, this machine's ``local-cpu`` roofline at the target's dtype and torch's threads,
+    measured once for every trial sharing ``cache_dir`` (it is noisy), and 1.0 when it was read
+    from that cache (0.0: measured by this trial); None on a GPU."""
+    if target.model.device.type != "cpu":
+        return None
+    dtype = str(target.model.dtype).removeprefix("torch.")
+    prof, cached = cached_local_cpu(cache_dir, dtype=dtype)
+    return prof, float(cached)
 
 
 def _tree_shape(
@@ -272,6 +314,7 @@ def _tree_shape(
     target: Target,
     prompts: list[list[int]],
     run_root: Path | None,
+    cache_dir: Path,
     say: Progress,
 ) -> TreeShape | ShapePolicy:
     """The tree of every cycle: fixed, or with ``num_draft_tokens: auto`` a k per live batch
@@ -285,6 +328,7 @@ def _tree_shape(
         dtype=str(target.model.dtype),
         run_root=run_root,
         context_len=round(sum(map(len, prompts)) / len(prompts) + d.max_new_tokens / 2),
+        cache_dir=cache_dir,
     )
     shape: TreeShape | ShapePolicy = (
         TreeShape(depth=d.depth, topk=d.topk, num_draft_tokens=d.num_draft_tokens)
@@ -496,9 +540,6 @@ def _trial_result(
     if d.temperature != 0:  # sampled outputs are not compared with greedy ones
         for name in ("mismatches", "near_ties", "ar_mismatches"):
             result.metrics[name] = float("nan")
-    if target.model.device.type == "cpu":  # the roofline of this machine, at this dtype/threads
-        hw = measure_local_cpu(str(target.model.dtype).removeprefix("torch."))
-        result.metrics.update({"hw.peak_flops": hw.peak_flops, "hw.bandwidth": hw.bandwidth})
     return result
 
 

@@ -19,13 +19,13 @@ from typing import Literal
 import torch
 
 from workloads.config import DraftTrainConfig, Resources
-from workloads.data import load_prompt_sets
+from workloads.data import PromptSet, load_prompt_sets
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.models.target import Target, resolve_device
 from workloads.result import MAX_SERIES_POINTS, Progress, TrialResult, downsample
 from workloads.training import distributed
-from workloads.training.evaluation import EvalResult, TreeShape, evaluate
+from workloads.training.evaluation import EvalResult, TreeShape, evaluate, prompt_ids
 from workloads.training.features import FeatureSet
 from workloads.training.loop import StageLog, StageSettings
 from workloads.training.stage_data import (
@@ -213,7 +213,8 @@ def run(
 
     Raises:
         ValueError: a budget larger than the data (the corpus, with both sizes), a bad
-            prompt-set directory, ``device: cuda`` without a GPU.
+            prompt-set directory, ``device: cuda`` without a GPU, an eval prompt longer than
+            the target's positions allow (``PromptTooLong``, right after the target loads).
     """
     say = progress or (lambda msg: log.info("%s", msg))
     t_start = time.perf_counter()
@@ -233,6 +234,7 @@ def run(
         f"target {cfg.target.model} ready on {target.input_device}"
         + (" (random weights: acceptance is meaningless)" if target.random_weights else "")
     )
+    eval_sets = _eval_prompt_sets(cfg, target)  # a prompt too long fails before training
     pre = stage_data(cfg, target, spec, cache_dir, "pretrain", cfg.pretrain.tokens, say)
     sft = stage_data(cfg, target, spec, cache_dir, "sft", cfg.sft.tokens, say)
     m.update(pre.metrics | sft.metrics)
@@ -252,7 +254,7 @@ def run(
     _record_series(logs, result, out_dir)
     draft.set_compute_dtype(target.model.dtype)  # evaluated beside the target, in its dtype
 
-    ev = _evaluate(cfg, target, draft, cache_dir, m)
+    ev = _evaluate(cfg, target, draft, eval_sets, cache_dir, m)
     _measure_speedup(cfg, target, draft, m, say)
     m["wall_s/total"] = time.perf_counter() - t_start
     m["memory.peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -300,18 +302,35 @@ def _new_draft(
     ).to(dev)
 
 
+def _eval_prompt_sets(cfg: DraftTrainConfig, target: Target) -> list[PromptSet]:
+    """The held-out prompt sets of ``cfg.eval``, each prompt checked to fit the target's
+    positions with ``eval.max_new_tokens`` and the tree's depth (:func:`prompt_ids`).
+
+    Raises:
+        workloads.data.prompts.PromptTooLong: the first prompt that does not fit, naming its set
+            and number; ``ValueError``: a bad prompt-set directory.
+    """
+    e = cfg.eval
+    sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=splits()["heldout"])
+    prompt_ids(
+        target.model, target.tokenizer, sets, max_new_tokens=e.max_new_tokens, depth=e.depth,
+        target_name=cfg.target.model,
+    )  # fmt: skip
+    return sets
+
+
 def _evaluate(
     cfg: DraftTrainConfig,
     target: Target,
     draft: DraftModel,
+    sets: list[PromptSet],
     cache_dir: Path,
     m: dict[str, float],
 ) -> EvalResult:
-    """Decode the held-out prompt sets with the trained draft (``cfg.eval``'s tree), checked
-    against the target's greedy output; the acceptance lengths, the lossless check's counts and
-    the tokens per second to ``m``."""
+    """Decode the held-out prompt sets ``sets`` with the trained draft (``cfg.eval``'s tree),
+    checked against the target's greedy output; the acceptance lengths, the lossless check's
+    counts and the tokens per second to ``m``."""
     e = cfg.eval
-    sets = load_prompt_sets(e.prompt_sets, n=e.num_prompts, heldout=splits()["heldout"])
     t0 = time.perf_counter()
     ev = evaluate(
         target.model,

@@ -4,11 +4,19 @@ The roofline (Scylla Sec. 3.2, Appendix C) is evaluated for the sweep's target o
 the trials ran on: on CPU, the peak FLOP/s and bandwidth each trial measured
 (``hw.peak_flops``, ``hw.bandwidth``; the median over trials), at the prompt length the trials
 decoded (``prompt_tokens_mean``). Its k_opt(b) is compared with the measured best k per b.
+
+A sweep whose trials differ in a condition of the measurement (``decode.temperature``,
+``draft.oracle_accept``) is analysed per condition (:func:`analysis.throughput.split_conditions`),
+never pooled into one (b, k) cell: one labelled page and set of console lines per condition; the
+stored fits and ``k_law.json`` are those of the reference condition (the first: the lowest
+temperature, the highest oracle_accept), and say which.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +26,13 @@ from analysis.laws import LogLinearFit
 from analysis.numbers import fmt
 from analysis.throughput import (
     METRICS,
+    KOptFit,
     RooflineData,
     best_per_batch,
     compare_k_opt,
     fit_k_opt,
     fit_peak_throughput,
+    split_conditions,
 )
 from dashboards.decode_page import write_decode_dashboard
 from orchestrator.store.results import ResultsStore
@@ -38,11 +48,21 @@ K_RANGE = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
 
 
 def decode_frame(store: ResultsStore, sweep_id: int) -> pd.DataFrame:
-    """The sweep's trials with the tree knobs of each trial's full config and its error text."""
+    """The sweep's trials with the tree knobs of each trial's full config and its error text,
+    and the conditions ``temperature`` and ``oracle_accept`` where the trials differ in them
+    (columns left out when constant, so such a sweep's table is as before)."""
     df = store.metrics_frame(sweep_id)
     by_key = {t.key: t for t in store.trials(sweep_id)}
     for knob in ("batch_size", "num_draft_tokens", "depth", "topk"):
         df[knob] = df["trial_key"].map(lambda k, n=knob: by_key[k].config["decode"][n])
+    conditions = {
+        "temperature": lambda c: c["decode"].get("temperature", 0.0),
+        "oracle_accept": lambda c: c.get("draft", {}).get("oracle_accept", 1.0),
+    }
+    for name, read in conditions.items():
+        values = df["trial_key"].map(lambda k, r=read: float(r(by_key[k].config)))
+        if values.nunique() > 1:
+            df[name] = values
     df["seed"] = df["trial_key"].map(lambda k: by_key[k].config.get("seed", 0))
     df["error"] = df["trial_key"].map(lambda k: by_key[k].error)
     if "depth_used" in df:  # the engine caps depth at num_draft_tokens - 1
@@ -93,6 +113,38 @@ def local_roofline(df: pd.DataFrame, target_model: str, dtype_bytes: int) -> Roo
     )
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One condition's analysis: its label (``""`` when the sweep varies none), trials, best
+    configuration per b, Thm 1.3 and Eq. 4 fits, roofline, and the page it is drawn on."""
+
+    label: str
+    trials: pd.DataFrame
+    best: pd.DataFrame
+    peak: LogLinearFit
+    kfit: KOptFit
+    roof: RooflineData | None
+    page: Path
+
+
+def _parts(df: pd.DataFrame, cfg: dict[str, Any], dashboard: Path) -> list[_Part]:
+    """The analysis of each condition of the sweep (:func:`split_conditions`), the reference
+    condition first, on ``dashboard``; the others on ``<stem>-<condition>.html`` beside it."""
+    target = cfg.get("target", {})
+    dtype = target.get("dtype", "float32")
+    parts = []
+    for i, (label, trials) in enumerate(split_conditions(df)):
+        best = best_per_batch(trials)
+        slug = re.sub(r"[^A-Za-z0-9.]+", "-", label).strip("-")
+        page = dashboard if i == 0 else dashboard.with_name(f"{dashboard.stem}-{slug}.html")
+        roof = local_roofline(
+            trials, target.get("model", DEFAULT_TARGET), 4 if dtype in ("float32", "auto") else 2
+        )
+        peak, kfit = fit_peak_throughput(best), fit_k_opt(best)
+        parts.append(_Part(label, trials, best, peak, kfit, roof, page))
+    return parts
+
+
 def fit_decode_sweep(
     store: ResultsStore,
     sweep_id: int,
@@ -106,7 +158,10 @@ def fit_decode_sweep(
 ) -> tuple[LogLinearFit, list[str]]:
     """Fit Thm 1.3 and Eq. 4 over completed trials, store them (unless ``persist=False``; stored
     also as ``k_law.json`` beside the dashboard, for ``decode.k_law: sweep:<name>``), write the
-    dashboard (``description``: the sweep's spec ``description``, shown on it).
+    dashboard (``description``: the sweep's spec ``description``, shown on it). Trials that
+    differ in temperature or oracle_accept are analysed per condition (see the module): the
+    fits stored and returned are the reference condition's, and each other condition gets its
+    own page beside ``dashboard``.
 
     Returns:
         The Thm 1.3 fit and summary lines for the console (best k per b, speedups, roofline).
@@ -115,46 +170,77 @@ def fit_decode_sweep(
         StoreError, TrackingError: the DB or MLflow failed.
     """
     df = decode_frame(store, sweep_id)
-    best = best_per_batch(df)
-    peak = fit_peak_throughput(best)
-    kfit = fit_k_opt(best)
     trials = store.trials(sweep_id)
     cfg: dict[str, Any] = trials[0].config if trials else {}
-    dtype = cfg.get("target", {}).get("dtype", "float32")
-    roof = local_roofline(
-        df,
-        cfg.get("target", {}).get("model", DEFAULT_TARGET),
-        4 if dtype in ("float32", "auto") else 2,
-    )
+    parts = _parts(df, cfg, dashboard)
+    ref = parts[0]
     if persist:
-        store.save_fit(sweep_id, fit_record("batch", peak, {"best": best.to_dict("records")}))
-        store.save_fit(sweep_id, fit_record("k_opt", kfit.log2, {"eq4": kfit.eq4.to_dict()}))
+        cond = {"condition": ref.label} if ref.label else {}
+        eq4 = {**ref.kfit.eq4.to_dict(), **cond}
+        best = {"best": ref.best.to_dict("records"), **cond}
+        store.save_fit(sweep_id, fit_record("batch", ref.peak, best))
+        store.save_fit(sweep_id, fit_record("k_opt", ref.kfit.log2, {"eq4": eq4}))
         # for later sweeps' ``decode.k_law: sweep:<name>`` trials, which read no database
         write_sweep_k_law(
             dashboard.parent,
-            kfit.eq4.to_dict(),
+            eq4,
             sweep=sweep_name,
             target=str(cfg.get("target", {}).get("model", DEFAULT_TARGET)),
         )
+    peak = ref.peak
     if tracker is not None and parent_run is not None:
         numbers = {"a": peak.a, "b": peak.b, "r2": peak.r2, "n": float(peak.n)}
         tracker.log_metrics(parent_run, {f"fit.batch.{k}": float(v) for k, v in numbers.items()})
     dashboard.parent.mkdir(parents=True, exist_ok=True)
-    write_decode_dashboard(
-        dashboard,
-        sweep_name=sweep_name,
-        trials=df,
-        best=best,
-        peak_fit=peak,
-        k_fit=kfit,
-        roofline=roof,
-        description=description,
+    for part in parts:
+        write_decode_dashboard(
+            part.page,
+            sweep_name=sweep_name,
+            trials=part.trials,
+            best=part.best,
+            peak_fit=part.peak,
+            k_fit=part.kfit,
+            roofline=part.roof,
+            description=_page_description(description, part, parts),
+        )
+        if tracker is not None and parent_run is not None:
+            tracker.log_artifact(parent_run, part.page)
+    lines = left_out_lines(df) + _conditions_lines(parts)
+    for part in parts:
+        lines += _best_lines(part, prefix=f"{part.label}: " if part.label else "")
+    return peak, lines
+
+
+def _page_description(description: str, part: _Part, parts: list[_Part]) -> str:
+    """The spec's description, and on a sweep of several conditions which one the page shows
+    and the pages of the others."""
+    if len(parts) == 1:
+        return description
+    others = ", ".join(f"{p.label} ({p.page.name})" for p in parts if p is not part)
+    said = (
+        f"This sweep's trials differ in their conditions, analysed apart: this page shows "
+        f"{part.label}; the others: {others}."
     )
-    if tracker is not None and parent_run is not None:
-        tracker.log_artifact(parent_run, dashboard)
-    lines = left_out_lines(df)
-    cmp = compare_k_opt(best, roof.k_opt) if roof is not None else None
-    for _, row in best.iterrows():
+    return f"{description} {said}" if description else said
+
+
+def _conditions_lines(parts: list[_Part]) -> list[str]:
+    """One console line when the sweep has several conditions: which, and what was stored."""
+    if len(parts) == 1:
+        return []
+    return [
+        f"the trials differ in their conditions, analysed apart (never averaged): "
+        f"{'; '.join(p.label for p in parts)}. The stored fits and k_law.json are those of "
+        f"{parts[0].label}; pages: {', '.join(p.page.name for p in parts)}"
+    ]
+
+
+def _best_lines(part: _Part, *, prefix: str) -> list[str]:
+    """The console line of each batch size: best k, tokens/s, speedup, acceptance length and
+    the roofline's k_opt."""
+    cmp = compare_k_opt(part.best, part.roof.k_opt) if part.roof is not None else None
+    lines = []
+    for _, row in part.best.iterrows():
         pred = ""
         if cmp is not None:
             hit = cmp[cmp["batch_size"] == row["batch_size"]]
@@ -162,12 +248,13 @@ def fit_decode_sweep(
                 k_roof = hit.iloc[0].get("predicted_k_opt", math.nan)
                 pred = f", roofline k_opt {fmt(k_roof, '.0f')}"
         lines.append(
-            f"b={int(row['batch_size'])}: best k {fmt(row['best_num_draft_tokens'], '.0f')}, "
+            f"{prefix}b={int(row['batch_size'])}: best k "
+            f"{fmt(row['best_num_draft_tokens'], '.0f')}, "
             f"{fmt(row['peak_tokens_per_s'], '.1f')} tok/s, speedup over AR "
             f"{fmt(row['speedup'], '.2f')}x, acceptance length "
             f"{fmt(row['acceptance_length'], '.2f')}{pred}"
         )
-    return peak, lines
+    return lines
 
 
 def left_out_lines(df: pd.DataFrame) -> list[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.review import LawReview, review_law
-from analysis.throughput import best_per_batch
+from analysis.throughput import best_per_batch, split_conditions
 from orchestrator.errors import OrchestratorError
 from orchestrator.reports.decode import decode_frame
 from orchestrator.reports.fit import Y, find_law_axis, no_law_axis_text, report_kind, trials_frame
@@ -46,7 +46,9 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
     """
     kind = report_kind(info)
     if kind == "throughput":
-        best = best_per_batch(decode_frame(store, info.id)).assign(state="completed")
+        # the reference condition (temperature, oracle_accept), as the stored fits
+        reference = split_conditions(decode_frame(store, info.id))[0][1]
+        best = best_per_batch(reference).assign(state="completed")
         x, y, law, base, unit = "batch_size", "peak_tokens_per_s", "batch", 2, "batch sizes"
         table = best
     elif kind == "law":

@@ -158,6 +158,7 @@ def make_k_law(
     dtype: str,
     run_root: Path | None,
     context_len: int,
+    cache_dir: Path | None = None,
 ) -> KLaw:
     """The trial's k law: b (live batch size, sequences) -> k (verified tokens per sequence).
 
@@ -170,12 +171,16 @@ def make_k_law(
             num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
             intermediate_size, vocab_size (:func:`shape_of`).
         device: where the target runs; with ``hardware: auto`` a CPU gets the measured
-            ``local-cpu`` profile (a ~2 s micro-benchmark, once per process and dtype), a CUDA
-            device the datasheet profile its name matches (:func:`resolve_hardware`).
+            ``local-cpu`` profile (a ~2 s micro-benchmark, once per process and dtype, or once
+            per ``cache_dir``), a CUDA device the datasheet profile its name matches
+            (:func:`resolve_hardware`).
         dtype: the target's dtype (``"bfloat16"``, ``"torch.float32"``, ...): bytes per element.
         run_root: the run root, where ``sweep:NAME`` finds ``NAME/k_law.json``.
         context_len: the roofline's prefix length s, tokens per sequence in the KV cache
             (e.g. the mean prompt length plus half of ``max_new_tokens``).
+        cache_dir: the run's shared cache, where the ``local-cpu`` profile is measured once
+            for every trial (:func:`workloads.roofline.hardware.cached_local_cpu`); None:
+            once per process.
 
     Raises:
         ValueError: an unknown or unsupported hardware profile (GPU without a datasheet,
@@ -191,7 +196,7 @@ def make_k_law(
             "(decode.k_max %d)", k_max, decode.depth, decode.topk, decode.k_max,
         )  # fmt: skip
     if decode.k_law == "roofline":
-        hw = resolve_hardware(decode.hardware, device=device, dtype=dtype)
+        hw = resolve_hardware(decode.hardware, device=device, dtype=dtype, cache_dir=cache_dir)
         return roofline_k_law(shape_of(model_config), hw, context_len=context_len, k_max=k_max)
     name = sweep_of(decode.k_law)
     if run_root is None:
@@ -200,7 +205,10 @@ def make_k_law(
             "Fix: run the trial through the orchestrator (or pass run_root)"
         )
     fit = read_sweep_k_law(run_root, name)
-    return eq4_k_law(fit["A"], fit["B"], fit["C"], k_max=k_max, source=f"fitted on sweep {name}")
+    at = f" at {fit['condition']}" if fit.get("condition") else ""  # a sweep of several
+    return eq4_k_law(
+        fit["A"], fit["B"], fit["C"], k_max=k_max, source=f"fitted on sweep {name}{at}"
+    )
 
 
 def tree_capacity(depth: int, topk: int) -> int:
@@ -257,10 +265,13 @@ def shape_of(model_config: Any) -> ModelShape:
     )
 
 
-def resolve_hardware(name: str, *, device: torch.device | str, dtype: str) -> HardwareProfile:
+def resolve_hardware(
+    name: str, *, device: torch.device | str, dtype: str, cache_dir: Path | None = None
+) -> HardwareProfile:
     """The hardware profile of ``decode.hardware`` for a target on ``device`` at ``dtype``.
 
-    ``auto``: ``local-cpu`` (measured once per process and dtype) on a CPU; on CUDA the
+    ``auto``: ``local-cpu`` (measured once per process and dtype, or with ``cache_dir`` once
+    per run: :func:`workloads.roofline.hardware.cached_local_cpu`) on a CPU; on CUDA the
     datasheet profile whose name (h800, h100, h200, a100) appears as a word in the GPU's name
     (``torch.cuda.get_device_name``; the SXM datasheets); any other device type is refused.
     Otherwise ``name`` is passed to :func:`workloads.roofline.get_profile`.
@@ -294,7 +305,7 @@ def resolve_hardware(name: str, *, device: torch.device | str, dtype: str) -> Ha
     except ValueError as exc:
         said = f" (decode.hardware auto on {dev_type})" if name.strip().lower() == "auto" else ""
         raise ValueError(f"{exc}{said}") from None
-    return get_profile(key, dtype=dt)
+    return get_profile(key, dtype=dt, cache_dir=cache_dir)
 
 
 def gpu_profile_name(gpu_name: str) -> str | None:
@@ -318,18 +329,18 @@ def read_sweep_k_law(run_root: Path, name: str) -> dict[str, Any]:
     (A, B, C, status "ok", the fitted batch sizes ``x`` and best k ``y``, ...).
 
     Raises:
-        ValueError: no folder ``<run_root>/<name>`` (listing the sweeps that have a fit), no
-            ``k_law.json`` in it (the sweep is not a finished, fitted decode_bench sweep), an
-            unreadable file, or a fit whose status is not ok (quoting it); each with a fix.
+        ValueError: no folder ``<run_root>/<name>`` (listing the sweeps with a usable fit, and
+            how many fits were left out as unusable), no ``k_law.json`` in it (the sweep is not a
+            finished, fitted decode_bench sweep), an unreadable file, or a fit whose status is
+            not ok (quoting it); each with a fix.
     """
     folder = Path(run_root) / name
     file = folder / K_LAW_FILE
     if not folder.is_dir():
-        known = sorted(p.parent.name for p in Path(run_root).glob(f"*/{K_LAW_FILE}"))
         raise ValueError(
             f"decode.k_law sweep:{name}: no sweep {name!r} under the run root {run_root} "
-            f"(sweeps with an Eq. 4 fit there: {', '.join(known) or 'none'}). Fix: name a "
-            "finished decode_bench sweep of this run root, or use k_law: roofline"
+            f"({_usable_sweeps_text(Path(run_root))}). Fix: name a finished decode_bench sweep "
+            "of this run root, or use k_law: roofline"
         )
     if not file.is_file():
         raise ValueError(
@@ -338,24 +349,61 @@ def read_sweep_k_law(run_root: Path, name: str) -> dict[str, Any]:
             f"Fix: let it finish (or run `orchestrator fit {name}`), or use k_law: roofline"
         )
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        eq4 = dict(data["eq4"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        eq4 = _read_eq4(file)
+    except ValueError as exc:
         raise ValueError(
             f"decode.k_law sweep:{name}: {file} is not a k-law file ({exc}). "
             f"Fix: refit the sweep (`orchestrator fit {name}`)"
         ) from None
-    values = [eq4.get(p) for p in ("A", "B", "C")]
-    ok = eq4.get("status") == "ok" and all(
-        isinstance(v, int | float) and math.isfinite(v) for v in values
-    )
-    if not ok:
+    if unusable_eq4(eq4):
         raise ValueError(
             f"decode.k_law sweep:{name}: its Eq. 4 fit is not usable (status: "
             f"{eq4.get('status')!r}). Fix: a decode_bench sweep with >= 4 batch sizes whose "
             "best k changes with b, or use k_law: roofline"
         )
     return eq4
+
+
+def unusable_eq4(eq4: Mapping[str, Any]) -> str:
+    """Why an Eq. 4 fit (a ``k_law.json``'s ``eq4`` mapping) cannot drive ``sweep:NAME``, or
+    ``""`` when it can: its status must be ``"ok"`` and A, B, C finite numbers."""
+    if eq4.get("status") != "ok":
+        return f"status {eq4.get('status')!r}"
+    bad = [p for p in ("A", "B", "C") if not _finite_number(eq4.get(p))]
+    return f"{', '.join(bad)} not finite" if bad else ""
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read_eq4(file: Path) -> dict[str, Any]:
+    """The ``eq4`` mapping of a ``k_law.json``; ``ValueError`` when the file is not one."""
+    try:
+        return dict(json.loads(file.read_text(encoding="utf-8"))["eq4"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _usable_sweeps_text(run_root: Path) -> str:
+    """The sweeps of ``run_root`` whose ``k_law.json`` is usable, and how many fits were left
+    out as unusable (with why), for the error of an unknown ``sweep:NAME``."""
+    usable: list[str] = []
+    skipped: list[str] = []
+    for file in sorted(run_root.glob(f"*/{K_LAW_FILE}")):
+        try:
+            why = unusable_eq4(_read_eq4(file))
+        except ValueError:
+            why = "unreadable"
+        if why:
+            skipped.append(f"{file.parent.name}: {why}")
+        else:
+            usable.append(file.parent.name)
+    text = f"sweeps with a usable Eq. 4 fit there: {', '.join(usable) or 'none'}"
+    if skipped:
+        s = "s" if len(skipped) != 1 else ""
+        text += f"; {len(skipped)} unusable fit{s} left out ({'; '.join(skipped)})"
+    return text
 
 
 def write_sweep_k_law(
@@ -366,7 +414,9 @@ def write_sweep_k_law(
     ``folder`` is the sweep's folder under the run root; ``eq4`` is the sweep's Eq. 4 fit as
     plain data (``analysis.throughput.Eq4Fit.to_dict()``: status, A, B, C, x, y, r2, ...),
     written even when its status is not ok (readers then refuse it, quoting the status);
-    ``target`` names the model the sweep decoded. Raises ``OSError`` when it cannot write.
+    ``target`` names the model the sweep decoded; a ``condition`` key in ``eq4`` (e.g.
+    ``"temperature=0"``) says which of a sweep's conditions was fitted. Raises ``OSError`` when
+    it cannot write.
     """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / K_LAW_FILE

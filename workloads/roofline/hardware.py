@@ -3,16 +3,23 @@
 Scylla (arXiv 2505.07858) Sec. 3.2: the critical arithmetic intensity I_crit = peak FLOP/s /
 memory bandwidth separates memory-bound from compute-bound decoding steps. Datasheet profiles
 are dense (no 2:4 sparsity) bf16/fp16 tensor-core peaks; ``local-cpu`` is measured here by a
-short torch micro-benchmark (torch is imported only inside :func:`measure_local_cpu`).
+short torch micro-benchmark (torch is imported only inside :func:`measure_local_cpu` and
+:func:`cached_local_cpu`), once per process, or once per cache folder for all the trials of a
+run (:func:`cached_local_cpu`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import logging
+import os
+import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -119,23 +126,32 @@ def canonical_dtype(dtype: str) -> str:
 
 
 def get_profile(
-    name: str, *, dtype: str | None = None, threads: int | None = None
+    name: str,
+    *,
+    dtype: str | None = None,
+    threads: int | None = None,
+    cache_dir: Path | None = None,
 ) -> HardwareProfile:
     """The hardware profile ``name`` at ``dtype``.
 
     ``name`` is a datasheet profile (``h800``, ``h100``, ``h200``, ``a100``; case-insensitive,
     ``-sxm`` suffixes accepted) or ``local-cpu``, which runs :func:`measure_local_cpu` once per
-    (dtype, threads) in this process and reuses the result. ``dtype`` defaults to ``bfloat16`` for
-    datasheet profiles (``float16`` has the same dense peak; ``float32`` is refused, since the
-    tensor-core peak does not apply) and to ``float32`` for ``local-cpu``. ``threads`` only
-    applies to ``local-cpu`` (default: torch's current thread count).
+    (dtype, threads) in this process and reuses the result; with ``cache_dir`` once per CPU model,
+    dtype, threads and torch version for every process sharing that folder
+    (:func:`cached_local_cpu`). ``dtype`` defaults to ``bfloat16`` for datasheet profiles
+    (``float16`` has the same dense peak; ``float32`` is refused, since the tensor-core peak does
+    not apply) and to ``float32`` for ``local-cpu``. ``threads`` and ``cache_dir`` only apply to
+    ``local-cpu`` (default threads: torch's current thread count).
 
     Raises ``ValueError`` for an unknown name or an unsupported dtype.
     """
     key = name.strip().lower().replace("_", "-")
     key = _HW_ALIASES.get(key, key)
     if key == LOCAL_CPU:
-        return _measured(canonical_dtype(dtype or "float32"), threads)
+        dt = canonical_dtype(dtype or "float32")
+        if cache_dir is not None:
+            return cached_local_cpu(cache_dir, dtype=dt, threads=threads)[0]
+        return _measured(dt, threads)
     if key not in BUILTIN_PROFILES:
         raise ValueError(f"unknown hardware {name!r}. Fix: use one of {', '.join(profile_names())}")
     prof = BUILTIN_PROFILES[key]
@@ -151,6 +167,79 @@ def get_profile(
 @functools.cache
 def _measured(dtype: str, threads: int | None) -> HardwareProfile:
     return measure_local_cpu(dtype=dtype, threads=threads)
+
+
+def cached_local_cpu(
+    cache_dir: Path, *, dtype: str = "float32", threads: int | None = None
+) -> tuple[HardwareProfile, bool]:
+    """The ``local-cpu`` profile shared by every trial with this ``cache_dir``: measured once,
+    then read back, so the trials of a run see one profile (the micro-benchmark is noisy).
+
+    The file is ``<cache_dir>/hardware/local-cpu-<dtype>-<threads>t-<id>.json`` (``id``: a hash
+    of the CPU model name, from ``/proc/cpuinfo`` or :func:`platform.processor`, and of the torch
+    version, so another machine or torch measures anew); it is written atomically (temporary
+    file, then ``os.replace``) under a file lock, so concurrent trials measure once. A file that
+    cannot be read or names another CPU, dtype, thread count or torch is measured over.
+    ``threads`` defaults to torch's current thread count.
+
+    Returns:
+        The profile and whether it was read from the cache (False: measured by this call).
+
+    Raises:
+        ValueError: an unsupported dtype or ``threads < 1``. OSError: the folder is not writable.
+    """
+    import torch
+    from filelock import FileLock
+
+    dt = canonical_dtype(dtype)
+    used = torch.get_num_threads() if threads is None else threads
+    if used < 1:
+        raise ValueError(f"threads={used} must be >= 1. Fix: --threads 2")
+    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": used, "torch": torch.__version__}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    path = Path(cache_dir) / "hardware" / f"{LOCAL_CPU}-{dt}-{used}t-{digest}.json"
+    found = _read_cached(path, key)
+    if found is not None:
+        return found, True
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        found = _read_cached(path, key)  # another trial measured while this one waited
+        if found is not None:
+            return found, True
+        prof = _measured(dt, used)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**key, "profile": dataclasses.asdict(prof)}, indent=1) + "\n")
+        os.replace(tmp, path)
+    logger.info("local-cpu profile cached in %s", path)
+    return prof, False
+
+
+def cpu_model_name() -> str:
+    """This machine's CPU model (``/proc/cpuinfo``'s ``model name``, else
+    :func:`platform.processor` or the machine type)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:  # not Linux: platform's answer below
+        text = ""
+    for line in text.splitlines():
+        field, _, value = line.partition(":")
+        if field.strip().lower() == "model name" and value.strip():
+            return value.strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _read_cached(path: Path, key: dict[str, Any]) -> HardwareProfile | None:
+    """The profile in ``path`` when it was measured under ``key``; None when absent or not."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if {k: data.get(k) for k in key} != key:
+            return None
+        prof = HardwareProfile(**data["profile"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    numbers = (prof.peak_flops, prof.bandwidth)
+    ok = all(isinstance(v, int | float) and 0 < v < float("inf") for v in numbers)
+    return prof if ok and prof.name == LOCAL_CPU and prof.dtype == key["dtype"] else None
 
 
 def measure_local_cpu(

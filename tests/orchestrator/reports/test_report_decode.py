@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -76,3 +77,37 @@ def test_a_sweep_where_every_trial_failed_still_gets_a_report(tmp_path: Path) ->
     assert not rep.fit.ok and rep.lines == []
     page = (tmp_path / "dash.html").read_text()
     assert "no GPU" in page  # the trials' errors are listed
+
+
+def test_trials_at_other_temperatures_are_analysed_apart(tmp_path: Path) -> None:
+    # greedy: k = 4 best, 20*log2(b) + 8; sampled at T = 0.7: k = 2 best, far slower
+    store = ResultsStore.sqlite_under(tmp_path)
+    sweep_id = store.upsert_sweep("b", "decode_bench", "name: b\n", "b.yaml")
+    rows, tps = [], {}
+    for t in (0.0, 0.7):
+        for b in (1, 2, 4, 8):
+            for k in (2, 4):
+                fast = 20 * math.log2(b) + 8 - (0 if k == 4 else 1)
+                key = f"{b:04d}{k:04d}{int(t * 10):02d}000000"
+                tps[key] = fast if t == 0 else fast / 4 + (1 if k == 2 else 0)
+                decode = {"batch_size": b, "num_draft_tokens": k, "temperature": t}
+                cfg = DecodeBenchConfig.model_validate({"decode": decode}).model_dump(mode="json")
+                rows.append((key, cfg, {"decode.batch_size": b, "decode.temperature": t}))
+    store.add_trials(sweep_id, rows)
+    for trial in store.trials(sweep_id):
+        store.log_metrics(trial.id, {"tokens_per_s": tps[trial.key], "prompt_tokens_mean": 9.0})
+        store.mark_completed(trial.id, 1.0)
+    rep = fit_sweep(store, sweep_id, "b", tmp_path / "b" / "dash.html")
+    assert math.isclose(rep.fit.a, 20, rel_tol=1e-9) and math.isclose(rep.fit.b, 8, rel_tol=1e-9)
+    assert "analysed apart (never averaged): temperature=0; temperature=0.7" in rep.lines[0]
+    assert [ln.split(": best")[0] for ln in rep.lines[1:]] == [
+        *(f"temperature=0: b={b}" for b in (1, 2, 4, 8)),
+        *(f"temperature=0.7: b={b}" for b in (1, 2, 4, 8)),
+    ]
+    assert all("best k 4" in ln for ln in rep.lines[1:5])
+    assert all("best k 2" in ln for ln in rep.lines[5:])  # not the pooled k = 4
+    other = tmp_path / "b" / "dash-temperature-0.7.html"
+    assert "this page shows temperature=0.7" in other.read_text()
+    assert "dash-temperature-0.7.html" in (tmp_path / "b" / "dash.html").read_text()
+    law = json.loads((tmp_path / "b" / "k_law.json").read_text())
+    assert law["eq4"]["condition"] == "temperature=0"
