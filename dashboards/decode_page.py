@@ -92,62 +92,15 @@ def write_decode_dashboard(
         best = pd.DataFrame(columns=list(BEST_COLUMNS))
     knobs_ok = {"batch_size", "num_draft_tokens"} <= _knob_columns(trials)
     auto = _auto_frame(trials, best) if knobs_ok else None
-    states = trials["state"].astype(str) if "state" in trials.columns else pd.Series(dtype=str)
-    n_done, n_failed = int((states == "completed").sum()), int((states == "failed").sum())
-    figures: list[tuple[str, go.Figure | None, str]] = [
-        ("surface", _surface_figure(trials) if knobs_ok else None, "No completed trials."),
-        (
-            "speedup",
-            _speedup_figure(trials, best) if knobs_ok else None,
-            "No completed trials with a speedup.",
-        ),
-        ("peak", _peak_figure(best, peak_fit), "No completed trials."),
-        ("k_opt", _k_figure(best, k_fit, roofline, auto), "No measured best k and no roofline."),
-        (
-            "roofline",
-            _roofline_figure(roofline) if roofline is not None else None,
-            (
-                "Skipped: no roofline data was given."
-                if roofline is None
-                else "The roofline table has no rows with positive, finite k and intensity."
-            ),
-        ),
-    ]
-    extra: dict[str, str] = {}
-    if auto is not None:
-        figures.append(
-            ("auto", _auto_figure(auto), "No auto trial has both a throughput and a fixed k.")
-        )
-        extra["auto"] = _auto_html(auto)
+    figures, extra = _figures(trials, best, peak_fit, k_fit, roofline, auto, knobs_ok=knobs_ok)
     titles = {**TITLES, "auto": AUTO_TITLE}
     parts = [
         "<p class='note'><a href='../index.html'>all sweeps</a></p>",
         f"<h1>Decode sweep {html.escape(sweep_name)}</h1>",
         description_html(description),
         random_weights_html(trials),
-        f"<p class='note'>{len(trials)} trials, {n_done} completed, {n_failed} failed. Only "
-        "completed trials are plotted. Throughput is generated tokens/s over the whole batch; "
-        "k (num_draft_tokens) is the number of tokens verified per sequence per cycle, the "
-        "tree root included. Surface cells are means over seeds and any depth/topk at that "
-        "(b, k); the best k at b is the k of the best (b, k, depth, topk) cell.</p>",
+        *_notes(trials, auto, roofline),
     ]
-    if auto is not None:
-        n_auto = int(decode_table(trials)["k_auto"].sum())
-        parts.append(
-            f"<p class='note'>{n_auto} trials ran with num_draft_tokens: auto (k chosen every "
-            "cycle from the live batch size); they are left out of the surface, the best k "
-            f"and the fits, and compared in the section “{html.escape(AUTO_TITLE)}”.</p>"
-        )
-    if roofline is None:
-        parts.append(
-            "<p class='note'>No roofline data was given: the roofline k_opt(b) and the "
-            "arithmetic-intensity figure are skipped.</p>"
-        )
-    else:
-        parts.append(
-            f"<p class='note'>Roofline for {html.escape(roofline.hardware)}: I_crit = "
-            f"{fmt(roofline.i_crit)} FLOP/byte. {html.escape(roofline.note)}</p>"
-        )
     plotly_js_included = False
     for key, fig, empty_note in figures:
         parts.append(f"<h2>{html.escape(titles[key])}</h2>")
@@ -176,6 +129,80 @@ def write_decode_dashboard(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(f"Decode sweep {sweep_name}", parts), encoding="utf-8")
     return path
+
+
+def _figures(
+    trials: pd.DataFrame,
+    best: pd.DataFrame,
+    peak_fit: LogLinearFit | None,
+    k_fit: KOptFit | None,
+    roofline: RooflineData | None,
+    auto: pd.DataFrame | None,
+    *,
+    knobs_ok: bool,
+) -> tuple[list[tuple[str, go.Figure | None, str]], dict[str, str]]:
+    """The page's figures in order, ``(key, figure or None, note when None)``, and the HTML
+    shown after a figure (the auto table)."""
+    figures: list[tuple[str, go.Figure | None, str]] = [
+        ("surface", _surface_figure(trials) if knobs_ok else None, "No completed trials."),
+        (
+            "speedup",
+            _speedup_figure(trials, best) if knobs_ok else None,
+            "No completed trials with a speedup.",
+        ),
+        ("peak", _peak_figure(best, peak_fit), "No completed trials."),
+        ("k_opt", _k_figure(best, k_fit, roofline, auto), "No measured best k and no roofline."),
+        (
+            "roofline",
+            _roofline_figure(roofline) if roofline is not None else None,
+            (
+                "Skipped: no roofline data was given."
+                if roofline is None
+                else "The roofline table has no rows with positive, finite k and intensity."
+            ),
+        ),
+    ]
+    extra: dict[str, str] = {}
+    if auto is not None:
+        figures.append(
+            ("auto", _auto_figure(auto), "No auto trial has both a throughput and a fixed k.")
+        )
+        extra["auto"] = _auto_html(auto)
+    return figures, extra
+
+
+def _notes(
+    trials: pd.DataFrame, auto: pd.DataFrame | None, roofline: RooflineData | None
+) -> list[str]:
+    """The notes under the heading: trial counts and what is plotted, the auto trials, the
+    roofline's hardware."""
+    states = trials["state"].astype(str) if "state" in trials.columns else pd.Series(dtype=str)
+    n_done, n_failed = int((states == "completed").sum()), int((states == "failed").sum())
+    notes = [
+        f"<p class='note'>{len(trials)} trials, {n_done} completed, {n_failed} failed. Only "
+        "completed trials are plotted. Throughput is generated tokens/s over the whole batch; "
+        "k (num_draft_tokens) is the number of tokens verified per sequence per cycle, the "
+        "tree root included. Surface cells are means over seeds and any depth/topk at that "
+        "(b, k); the best k at b is the k of the best (b, k, depth, topk) cell.</p>",
+    ]
+    if auto is not None:
+        n_auto = int(decode_table(trials)["k_auto"].sum())
+        notes.append(
+            f"<p class='note'>{n_auto} trials ran with num_draft_tokens: auto (k chosen every "
+            "cycle from the live batch size); they are left out of the surface, the best k "
+            f"and the fits, and compared in the section “{html.escape(AUTO_TITLE)}”.</p>"
+        )
+    if roofline is None:
+        notes.append(
+            "<p class='note'>No roofline data was given: the roofline k_opt(b) and the "
+            "arithmetic-intensity figure are skipped.</p>"
+        )
+    else:
+        notes.append(
+            f"<p class='note'>Roofline for {html.escape(roofline.hardware)}: I_crit = "
+            f"{fmt(roofline.i_crit)} FLOP/byte. {html.escape(roofline.note)}</p>"
+        )
+    return notes
 
 
 def _knob_columns(trials: pd.DataFrame) -> set[str]:

@@ -124,18 +124,7 @@ def roofline(
 
     Example: orchestrator roofline --model qwen2.5-72b --hardware h800
     """
-    import pandas as pd
-
-    from analysis.throughput import fit_eq4, fit_peak_throughput
-    from workloads.roofline import (
-        LOCAL_CPU,
-        eq4_paper,
-        get_profile,
-        k_opt,
-        load_model_shape,
-        peak_throughput,
-        theoretical_throughput,
-    )
+    from workloads.roofline import LOCAL_CPU, get_profile, load_model_shape
 
     bs = parse_batch_sizes(batch_sizes)
     shape = load_model_shape(model)
@@ -145,6 +134,26 @@ def roofline(
             highlight=False,
         )
     hw = get_profile(hardware, dtype=dtype, threads=threads)
+    rows = _rows(shape, hw, bs, prefix, k_max)
+    _print_table(rows, shape, hw, prefix, k_max)
+    f4, thm = _print_fits(rows)
+    if json_out is not None:
+        payload = {
+            "model": asdict(shape),
+            "hardware": {**asdict(hw), "i_crit": hw.i_crit},
+            "prefix": prefix,
+            "k_max": k_max,
+            "rows": rows,
+            "eq4_fit": f4.to_dict() if f4.ok else None,
+            "thm13_fit": thm.to_dict(),
+        }
+        _write_json(json_out, payload)
+
+
+def _rows(shape: Any, hw: Any, bs: list[int], prefix: int, k_max: int) -> list[dict[str, Any]]:
+    """Per batch size b: k_opt, the paper's Eq. 4, I(b, k_opt), tokens/s at k_opt and at the
+    peak over k (Scylla App. C; :mod:`workloads.roofline`)."""
+    from workloads.roofline import eq4_paper, k_opt, peak_throughput, theoretical_throughput
 
     rows: list[dict[str, Any]] = []
     for b in bs:
@@ -164,7 +173,10 @@ def roofline(
                 "k_at_peak": peak.k,
             }
         )
+    return rows
 
+
+def _print_table(rows: list[dict[str, Any]], shape: Any, hw: Any, prefix: int, k_max: int) -> None:
     table = Table(
         title=f"roofline: {shape.name} on {hw.name} ({hw.dtype}), prefix s = {prefix}",
         caption="k_opt: smallest k with I(b, k) >= I_crit; Eq. 4: the paper's k_opt(b) "
@@ -192,6 +204,13 @@ def roofline(
         highlight=False,
     )
 
+
+def _print_fits(rows: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """The Eq. 4 form over k_opt(b) and Thm 1.3 over the peak tokens/s, printed; both fits."""
+    import pandas as pd
+
+    from analysis.throughput import fit_eq4, fit_peak_throughput
+
     f4 = fit_eq4([r["batch_size"] for r in rows], [r["k_opt"] for r in rows])
     if f4.ok:
         out.print(
@@ -212,26 +231,19 @@ def roofline(
         )
     else:
         out.print(f"Thm 1.3 fit: not fitted ({thm.status})", highlight=False)
+    return f4, thm
 
-    if json_out is not None:
-        payload = {
-            "model": asdict(shape),
-            "hardware": {**asdict(hw), "i_crit": hw.i_crit},
-            "prefix": prefix,
-            "k_max": k_max,
-            "rows": rows,
-            "eq4_fit": f4.to_dict() if f4.ok else None,
-            "thm13_fit": thm.to_dict(),
-        }
-        try:
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(_finite(payload), indent=2) + "\n", encoding="utf-8")
-        except OSError as e:
-            raise ValueError(
-                f"--json-out {str(json_out)!r} cannot be written ({e.strerror}). "
-                "Fix: pass a path in a writable folder"
-            ) from None
-        out.print(f"wrote {json_out}")
+
+def _write_json(json_out: Path, payload: dict[str, Any]) -> None:
+    try:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(_finite(payload), indent=2) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise ValueError(
+            f"--json-out {str(json_out)!r} cannot be written ({e.strerror}). "
+            "Fix: pass a path in a writable folder"
+        ) from None
+    out.print(f"wrote {json_out}")
 
 
 def _finite(value: Any) -> Any:
