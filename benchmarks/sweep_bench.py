@@ -5,7 +5,10 @@ target conversion, feature extraction, greedy references), then with a fresh res
 MLflow store but the same cache (warm: what a second sweep over the same target costs).
 Samples the summed PSS (shared pages counted once) of the driver, the Ray processes and every
 other child once a second and prints the peak, the wall times and the per-phase split recorded
-by the trials.
+by the trials. Also the machine's idle CPU over the run (``idle_core_s``: core-seconds no process
+used, from ``psutil.cpu_times``; ``busy_cores``: the mean cores in use), where a sweep leaves
+cores waiting (e.g. one trial building what the other needs); run it alone, since other work on
+the machine counts as busy.
 
     python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
 """
@@ -61,6 +64,7 @@ def run_once(spec: Path, run_root: Path, cache_dir: Path) -> dict[str, float]:
         str(cache_dir),
     ]
     t0 = time.perf_counter()
+    cpu0 = psutil.cpu_times()
     proc = subprocess.Popen(cmd)
     ps = psutil.Process(proc.pid)
     peak = 0
@@ -80,7 +84,17 @@ def run_once(spec: Path, run_root: Path, cache_dir: Path) -> dict[str, float]:
     th.join()
     if rc != 0:
         raise SystemExit(f"submit failed with exit code {rc}")
-    return {"wall_s": time.perf_counter() - t0, "peak_pss_gib": peak / 2**30}
+    wall = time.perf_counter() - t0
+    cpu1 = psutil.cpu_times()
+    idle = (cpu1.idle - cpu0.idle) + (getattr(cpu1, "iowait", 0.0) - getattr(cpu0, "iowait", 0.0))
+    cores = psutil.cpu_count() or 1
+    return {
+        "wall_s": wall,
+        "peak_pss_gib": peak / 2**30,
+        "idle_core_s": idle,
+        "busy_cores": cores - idle / wall,
+        "cores": cores,
+    }
 
 
 def phases(run_root: Path, sweep: str) -> dict[str, float]:
