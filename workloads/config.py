@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.config import JsonDict
 
+from workloads.names import BUILTIN_PROMPT_SETS
+
 
 def before(value: object) -> JsonDict:
     """Mark of a field added with a new default behaviour: at ``value`` (the behaviour before
@@ -361,7 +363,6 @@ class TrainConfig(_Frozen):
         return self
 
 
-BUILTIN_PROMPT_SETS: tuple[str, ...] = ("humaneval", "sharegpt")
 """prompt sets shipped with the platform (see :mod:`workloads.data.prompts`)"""
 
 

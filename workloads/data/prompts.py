@@ -7,9 +7,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads.config import BUILTIN_PROMPT_SETS
 from workloads.data.encodings import decode_utf8
 from workloads.data.sharegpt import Conversation, read_sharegpt, split_conversations
+from workloads.names import BUILTIN_PROMPT_SETS
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",

@@ -117,16 +117,20 @@ def test_malformed_search_is_one_line_with_file_line_and_a_fix(case: str, tmp_pa
 
 
 def test_dry_run_prints_the_space_and_writes_nothing(tmp_path: Path) -> None:
-    res = CliRunner().invoke(
-        app,
-        [
-            "submit",
-            str(ROOT / "sweeps" / "search-batch.yaml"),
-            "--dry-run",
-            "--run-root",
-            str(tmp_path / "runs"),
-        ],
-    )
+    shipped = ROOT / "sweeps" / "search-batch.yaml"
+
+    def dry_run(spec: Path) -> Any:
+        argv = ["submit", str(spec), "--dry-run", "--run-root", str(tmp_path / "runs")]
+        return CliRunner().invoke(app, argv)
+
+    # as shipped it decodes with the best draft of `make run`: refused, as a submit would be
+    res = dry_run(shipped)
+    assert res.exit_code == 2 and "no finished draft_train trial" in res.output, res.output
+    spec = yaml.safe_load(shipped.read_text())
+    spec["base"]["draft"] = {"source": "oracle"}
+    oracle = tmp_path / "search-oracle.yaml"
+    oracle.write_text(yaml.safe_dump(spec, sort_keys=False))
+    res = dry_run(oracle)
     assert res.exit_code == 0, res.output
     assert "decode.num_draft_tokens" in res.output and "int [2, 64] log" in res.output
     assert "16 trials" in res.output and "maximize tokens_per_s" in res.output

@@ -128,6 +128,12 @@ def test_the_paper_grid_dry_run_with_a_local_corpus(tmp_path: Path) -> None:
     paper["base"]["target"] = {"model": "llama-3-8b", "weights": "random", "dtype": "bfloat16"}
     spec = tmp_path / "paper.yaml"
     spec.write_text(yaml.safe_dump(paper, sort_keys=False))
+    # a dry run runs the submit's checks: 8 CPUs and a GPU per trial do not fit this machine
+    res = cli("submit", str(spec), "--run-root", str(tmp_path / "run"), "--dry-run")
+    assert res.returncode == 2 and "resources." in res.stderr and "Fix:" in res.stderr, res.stderr
+    assert not (tmp_path / "run").exists()
+    paper["resources"] = {"num_cpus": 1, "num_gpus": 0}  # as if on a machine that has them
+    spec.write_text(yaml.safe_dump(paper, sort_keys=False))
     res = cli("submit", str(spec), "--run-root", str(tmp_path / "run"), "--dry-run")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     out = " ".join(res.stdout.split())
