@@ -279,8 +279,11 @@ def _compose(path: Path, text: str) -> yaml.Node:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else 0
+        opened = e.context_mark.line + 1 if e.context_mark else line
+        where = f"line {line}" if opened == line else f"lines {opened}-{line} ({e.context})"
         raise SpecError(
-            f"{path}:{line}: not valid YAML ({e.problem}). Fix the syntax there."
+            f"{path}:{line}: not valid YAML ({e.problem}). Fix: correct the syntax at {where}, "
+            "e.g. a missing closing bracket or quote, or a tab used as indentation"
         ) from None
     except yaml.reader.ReaderError as e:  # a NUL byte or another control character
         line = text.count("\n", 0, max(0, e.position)) + 1
@@ -290,13 +293,13 @@ def _compose(path: Path, text: str) -> yaml.Node:
         ) from None
     except yaml.YAMLError as e:
         said = " ".join(str(e).split())
-        raise SpecError(f"{path}: not valid YAML ({said}). Fix the syntax there.") from None
+        raise SpecError(f"{path}: not valid YAML ({said}). Fix: correct the YAML syntax") from None
     except RecursionError:
         raise SpecError(_TOO_DEEP.format(path=path)) from None
     if node is None or not isinstance(node, yaml.MappingNode):
         raise SpecError(
             f"{path}:1: a sweep spec is a YAML mapping with name, grid, base, ... "
-            "Example: see sweeps/smoke-tokens.yaml"
+            "Fix: write one, e.g. start from sweeps/smoke-tokens.yaml"
         )
     try:
         _check_duplicates(path, node, [MAX_NODES])

@@ -349,3 +349,21 @@ def test_a_dry_run_of_a_new_sweep_creates_no_results_db(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["submit", str(spec), "--dry-run", "--run-root", str(run_root)])
     assert res.exit_code == 0, res.output
     assert "Nothing was run or written" in res.output and not run_root.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "where"),
+    [("name: t\nseeds: [0\nbase: {}\n", 3, "lines 2-3"), ("", 1, "sweeps/smoke-tokens.yaml")],
+    ids=["unclosed-bracket", "empty-file"],
+)
+def test_broken_yaml_and_an_empty_spec_get_a_fix(
+    tmp_path: Path, text: str, line: int, where: str
+) -> None:
+    spec = _spec(tmp_path, text)
+    res = CliRunner().invoke(
+        app, ["submit", str(spec), "--dry-run", "--run-root", str(tmp_path / "r")]
+    )
+    assert res.exit_code == 2
+    said = " ".join(res.output.split())
+    assert f"{spec}:{line}:" in said and "Fix:" in said and where in said, said
+    assert not (tmp_path / "r").exists()
