@@ -8,6 +8,14 @@ with a t-based 95% CI (statsmodels). In a balanced full factorial that coefficie
 difference of the two level means (averaged over the other factors); in a fraction it is aliased
 with interactions of the others. Source: Box, Hunter & Hunter, *Statistics for Experimenters*,
 ch. 5 (factorial designs at two levels).
+
+Across prompt sets (issue 24): a trial measures acceptance length on several prompt sets
+(``acceptance_length/<set>``, each pooled over its verify steps); :func:`effects_across_sets`
+gives each factor's effect on every set and on the trial's **mean over sets**
+(:data:`SET_MEAN`: the unweighted mean of its per-set acceptance lengths, each set weighing
+the same), whose sign names the level the recipe should take. OLS is linear in y, so the
+effect on the mean over sets is the mean of the per-set effects, with its own CI from the
+trials' scatter of that mean.
 """
 
 from __future__ import annotations
@@ -21,6 +29,24 @@ import pandas as pd
 import statsmodels.api as sm
 
 from analysis.variants import VARIANT
+
+__all__ = [
+    "PER_SET_PREFIX",
+    "SET_MEAN",
+    "FactorAcrossSets",
+    "FactorEffect",
+    "effects_across_sets",
+    "factor_effects",
+    "per_set_columns",
+    "two_level_factors",
+    "with_set_mean",
+]
+
+PER_SET_PREFIX = "acceptance_length/"
+"""prefix of a trial's per-prompt-set acceptance lengths (``acceptance_length/<set>``)"""
+SET_MEAN = "acceptance_length_set_mean"
+"""the derived column of :func:`with_set_mean`: a trial's mean over its prompt sets of the
+per-set (pooled) acceptance lengths, tokens per cycle"""
 
 
 @dataclass(frozen=True)
@@ -111,4 +137,108 @@ def factor_effects(
             n=len(y),
         )
         for field, (low, high) in factors.items()
+    ]
+
+
+@dataclass(frozen=True)
+class FactorAcrossSets:
+    """One factor's main effect on every prompt set and on the mean over the sets."""
+
+    factor: str
+    """the dotted config field"""
+    low: str
+    """its level in the first variant"""
+    high: str
+    """its other level"""
+    per_set: tuple[FactorEffect, ...]
+    """the effect on each ``acceptance_length/<set>``, in set order (metric names the set)"""
+    mean: FactorEffect
+    """the effect on :data:`SET_MEAN`, the per-trial mean over the sets"""
+
+    @property
+    def preferred(self) -> str:
+        """The level the mean over sets prefers (the higher acceptance length); "" when the
+        effect is undefined or exactly 0."""
+        sign = _sign(self.mean.effect)
+        return "" if sign == 0 else (self.high if sign > 0 else self.low)
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the 95% CI of the mean-over-sets effect excludes 0 (the preference is
+        more than the trials' scatter)."""
+        return _side(self.mean) != 0
+
+    @property
+    def agreeing_sets(self) -> int:
+        """Prompt sets whose effect's 95% CI excludes 0 on the side of the mean-over-sets
+        effect (the set prefers the same level, beyond its scatter)."""
+        return sum(1 for e in self.per_set if _side(e) == _sign(self.mean.effect) != 0)
+
+    @property
+    def opposing_sets(self) -> int:
+        """Prompt sets whose effect's 95% CI excludes 0 on the other side (the set prefers
+        the other level, beyond its scatter: the recipe does not carry over to it)."""
+        return sum(1 for e in self.per_set if _side(e) == -_sign(self.mean.effect) != 0)
+
+
+def _sign(x: float) -> int:
+    return 0 if not math.isfinite(x) or x == 0 else (1 if x > 0 else -1)
+
+
+def _side(e: FactorEffect) -> int:
+    """+1 / -1 when the effect's CI lies above / below 0; 0 when it holds 0 or is undefined."""
+    lo, hi = e.ci
+    return 1 if lo > 0 else (-1 if hi < 0 else 0)
+
+
+def per_set_columns(trials: pd.DataFrame, prefix: str = PER_SET_PREFIX) -> list[str]:
+    """The per-prompt-set metric columns of ``trials`` (``acceptance_length/<set>``), sorted."""
+    return sorted(str(c) for c in trials.columns if str(c).startswith(prefix))
+
+
+def with_set_mean(trials: pd.DataFrame, prefix: str = PER_SET_PREFIX) -> pd.DataFrame:
+    """``trials`` with the column :data:`SET_MEAN`: each row's mean of its
+    ``acceptance_length/<set>`` values (NaN unless every set's value is finite, so each mean
+    is over the same sets); a copy, the input is left alone. Without per-set columns the
+    table is returned unchanged."""
+    cols = per_set_columns(trials, prefix)
+    if not cols:
+        return trials
+    values = trials[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+    complete = np.isfinite(values).all(axis=1)
+    mean = np.where(complete, np.where(complete[:, None], values, 0.0).mean(axis=1), np.nan)
+    return trials.assign(**{SET_MEAN: mean})
+
+
+def effects_across_sets(
+    trials: pd.DataFrame, variants: dict[str, dict[str, Any]], prefix: str = PER_SET_PREFIX
+) -> list[FactorAcrossSets]:
+    """Each two-level factor's main effect (:func:`factor_effects`) on every prompt set's
+    acceptance length and on the per-trial mean over the sets (:func:`with_set_mean`).
+
+    Args:
+        trials: wide trial table with ``variant``, ``state`` and ``acceptance_length/<set>``
+            columns (tokens per cycle, pooled per set).
+        variants: the spec's variants (name -> dotted overrides), in file order.
+        prefix: the per-set column prefix.
+
+    Returns:
+        One :class:`FactorAcrossSets` per factor, in field order; empty with fewer than two
+        prompt sets or when :func:`factor_effects` gives none for the mean over sets.
+    """
+    cols = per_set_columns(trials, prefix)
+    if len(cols) < 2:
+        return []
+    table = with_set_mean(trials, prefix)
+    mean = {e.factor: e for e in factor_effects(table, variants, SET_MEAN)}
+    by_set = [{e.factor: e for e in factor_effects(table, variants, c)} for c in cols]
+    return [
+        FactorAcrossSets(
+            factor=f,
+            low=e.low,
+            high=e.high,
+            per_set=tuple(s[f] for s in by_set if f in s),
+            mean=e,
+        )
+        for f, e in mean.items()
     ]

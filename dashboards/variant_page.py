@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.factorial import FactorEffect
+from analysis.factorial import SET_MEAN, FactorAcrossSets, FactorEffect
 from analysis.numbers import fmt
 from analysis.paper import table4_ratios
 from analysis.variants import variant_summary
@@ -23,14 +23,20 @@ def write_variant_dashboard(
     trials: pd.DataFrame,
     metrics: list[str],
     effects: list[FactorEffect] | None = None,
+    across_sets: list[FactorAcrossSets] | None = None,
     description: str = "",
 ) -> Path:
     """Write one self-contained HTML page: acceptance length per variant and prompt set (bars:
     mean over completed trials, error bars: sample sd, points: each trial), the main effects of
     two-level factors with their 95% CIs (``effects``, see :mod:`analysis.factorial`), the
     summary table of ``metrics`` (see :func:`analysis.variants.variant_summary`) and every
-    trial. ``description`` is the sweep's spec ``description`` (shown, escaped)."""
+    trial. With ``across_sets`` (:func:`analysis.factorial.effects_across_sets`) a section
+    gives each factor's effect on the mean over the prompt sets (the column
+    :data:`~analysis.factorial.SET_MEAN` of ``trials``, also in the bars), the level it
+    prefers and the effect per set. ``description`` is the sweep's spec ``description``
+    (shown, escaped)."""
     per_set = sorted(c for c in trials.columns if str(c).startswith("acceptance_length/"))
+    per_set += [SET_MEAN] if SET_MEAN in trials.columns else []
     summary = variant_summary(trials, ["acceptance_length", *per_set, *metrics])
     fig = go.Figure()
     shown = summary[summary["metric"].isin(["acceptance_length", *per_set])]
@@ -59,6 +65,7 @@ def write_variant_dashboard(
         f"<p class='note'>{len(trials)} trials, {n_done} completed. Variants are compared "
         "by their completed trials; delta is each variant's mean minus the first's.</p>",
         fig.to_html(full_html=False, include_plotlyjs=True, div_id="variants"),
+        *_across(across_sets or []),
         *_effects(effects or []),
         "<h2>Summary</h2>",
         table(list(summary.columns), rows),
@@ -104,4 +111,46 @@ def _effects(effects: list[FactorEffect]) -> list[str]:
         "variant's level to the other, averaged over the other factors (OLS over the completed "
         "trials, 95% CI; analysis/factorial.py).</p>",
         table(["factor", "levels", "metric", "effect", "CI low", "CI high", "p", "n"], rows),
+    ]
+
+
+def _across(across: list[FactorAcrossSets]) -> list[str]:
+    """The recipe across prompt sets: per factor its effect on the mean over the sets, the
+    level that mean prefers, and its effect on each set (nothing with fewer than two sets)."""
+    if not across:
+        return []
+    sets = [e.metric.removeprefix("acceptance_length/") for e in across[0].per_set]
+    rows = []
+    for a in across:
+        m = a.mean
+        cells = {e.metric.removeprefix("acceptance_length/"): e for e in a.per_set}
+        rows.append(
+            [
+                a.factor,
+                f"{a.low} → {a.high}",
+                m.effect,
+                m.ci[0],
+                m.ci[1],
+                a.preferred or "neither",
+                "yes" if a.resolved else "no",
+                f"{a.agreeing_sets} / {a.opposing_sets}",
+                *(
+                    f"{fmt(cells[s].effect, '+.4f')} [{fmt(cells[s].ci[0], '+.3f')}, "
+                    f"{fmt(cells[s].ci[1], '+.3f')}]"
+                    if s in cells
+                    else "n/a"
+                    for s in sets
+                ),
+            ]
+        )
+    head = ["factor", "levels", "mean over sets", "CI low", "CI high", "prefers"]
+    head += ["CI excludes 0", "sets same / other", *sets]
+    return [
+        "<h2>The recipe across prompt sets</h2>",
+        f"<p class='note'>Each factor's effect on a trial's mean over its {len(sets)} prompt "
+        "sets (each set's acceptance length pooled over its verify steps; every set weighs the "
+        "same), with its 95% CI over the completed trials, and the level that mean prefers; "
+        "'sets same / other' counts the sets whose own CI excludes 0 on the same / the other "
+        "side. Set the recipe by the mean over sets, not by one set.</p>",
+        table(head, rows, table_id="across-sets"),
     ]

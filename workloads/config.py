@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.config import JsonDict
 
-from workloads.names import BUILTIN_PROMPT_SETS
+from workloads.names import is_prompt_dir
 
 
 def before(value: object) -> JsonDict:
@@ -366,31 +366,15 @@ class TrainConfig(_Frozen):
 """prompt sets shipped with the platform (see :mod:`workloads.data.prompts`)"""
 
 
-def _is_path_like(name: str) -> bool:
-    """Whether a prompt set entry names a directory rather than a builtin set."""
-    return name.startswith((".", "~")) or "/" in name or "\\" in name or Path(name).is_dir()
-
-
 def prompt_sets_value(value: list[str] | Path, field: str) -> list[str] | Path:
     """A ``prompt_sets`` value as the trial reads it: a directory written as a one-entry list
-    (``[/data/specbench]``) is that directory; a list mixing a directory with other entries is
-    refused. Unknown builtin names are left to the submit-time check (which lists the known).
-
-    Raises:
-        ValueError: a directory beside other entries, naming ``field`` and the fix.
-    """
-    if not isinstance(value, list):
-        return value
-    dirs = [v for v in value if v not in BUILTIN_PROMPT_SETS and _is_path_like(v)]
-    if dirs and len(value) == 1:
-        return Path(dirs[0])
-    if dirs:
-        raise ValueError(
-            f"{field} {value} mixes a directory ({dirs[0]}) with other entries; a list holds "
-            f"builtin set names only. Fix: either builtin names (e.g. {field}: "
-            f"[{', '.join(BUILTIN_PROMPT_SETS)}]) or one directory of *.jsonl files "
-            f"({field}: {dirs[0]})"
-        )
+    (``[/data/specbench]``) is that directory (the trial key of a plain directory); any other
+    list is kept as written: builtin names and directories mixed, in order
+    (``[humaneval, sharegpt, ../shared/data/specbench]``; see
+    :func:`workloads.data.prompts.load_prompt_sets` for the set names). Unknown builtin names
+    and missing directories are left to the submit-time check (which lists the known)."""
+    if isinstance(value, list) and len(value) == 1 and is_prompt_dir(value[0]):
+        return Path(value[0])
     return value
 
 
@@ -398,7 +382,8 @@ class EvalConfig(_Frozen):
     """Acceptance-length evaluation with tree speculative decoding at temperature 0."""
 
     prompt_sets: list[str] | Path = Field(default_factory=lambda: ["humaneval", "sharegpt"])
-    """builtin sets (humaneval, sharegpt held-out) or a directory of {"turns": [...]} JSONL files"""
+    """builtin sets (humaneval, sharegpt held-out), directories of {"turns": [...]} JSONL files
+    (one set per file), or both mixed in one list"""
     num_prompts: int = Field(default=8, ge=1)
     """prompts per set"""
     max_new_tokens: int = Field(default=48, ge=1, le=4096)
@@ -575,7 +560,8 @@ class BenchPromptsConfig(_Frozen):
     """Prompts of a decode benchmark."""
 
     prompt_sets: list[str] | Path = Field(default_factory=lambda: ["sharegpt"])
-    """builtin sets (humaneval, sharegpt held-out) or a directory of {"turns": [...]} JSONL files"""
+    """builtin sets (humaneval, sharegpt held-out), directories of {"turns": [...]} JSONL files
+    (one set per file), or both mixed in one list"""
     num_prompts: int = Field(default=8, ge=1)
     """prompts in all, taken round-robin over the sets, decoded in batches of batch_size"""
 

@@ -21,8 +21,9 @@ from typing import cast
 import torch
 
 from workloads.config import ConfigError, DecodeBenchConfig, DraftSourceConfig
-from workloads.data import BUILTIN_PROMPT_SETS, chat_prompt_ids, load_prompt_sets
-from workloads.data.prompts import check_prompt_room, round_robin
+from workloads.data import chat_prompt_ids, load_prompt_sets
+from workloads.data.prompts import check_prompt_room, check_prompt_spec, round_robin
+from workloads.engine.acceptance import acceptance_metrics
 from workloads.engine.ar_decode import ar_generate
 from workloads.engine.ar_decode import reserve as reserve_ar
 from workloads.engine.k_law import make_k_law
@@ -94,18 +95,7 @@ def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
         resolve_device(cfg.device)
     except ValueError as exc:  # the spec's ``device:`` line is to blame
         raise ConfigError(str(exc), ("device",)) from exc
-    sets = cfg.prompts.prompt_sets
-    if isinstance(sets, Path) and not sets.is_dir():
-        raise ValueError(
-            f"prompts.prompt_sets {sets} is not a directory. Fix: a directory of "
-            f"*.jsonl files or builtin names {list(BUILTIN_PROMPT_SETS)}"
-        )
-    unknown = [] if isinstance(sets, Path) else [n for n in sets if n not in BUILTIN_PROMPT_SETS]
-    if unknown:
-        raise ValueError(
-            f"prompts.prompt_sets: unknown {unknown}. Fix: use "
-            f"{list(BUILTIN_PROMPT_SETS)} or a directory of *.jsonl files"
-        )
+    check_prompt_spec(cfg.prompts.prompt_sets, field="prompts.prompt_sets")
 
 
 def _check_draft_folder(folder: Path) -> None:
@@ -244,8 +234,13 @@ def run(
         metrics (tokens/s are generated tokens per wall second over the whole batch, prefill
         included; seconds per cycle are batch cycles): ``tokens_per_s``, ``ar_tokens_per_s``,
         ``speedup`` (over the AR loop), ``hf_tokens_per_s`` and ``speedup_vs_hf`` (b = 1, else
-        NaN), ``acceptance_length``, ``cycles``, ``draft_s_per_cycle``, ``verify_s_per_cycle``,
-        ``bookkeeping_s_per_cycle``, ``bookkeeping_share`` (of cycle time),
+        NaN), ``acceptance_length`` (pooled over verify steps: emitted tokens / row-cycles
+        over every decoded row, SGLang's and vLLM's definition) with its 95% bootstrap CI over
+        rows ``acceptance_length_ci_low`` / ``_ci_high``, the mean of per-row means
+        ``acceptance_length_prompt_mean`` (SpecForge's) with ``_ci_low`` / ``_ci_high`` (a
+        prompt cycled to fill the last batch counts once per row; see
+        :mod:`workloads.engine.acceptance`), ``cycles``, ``draft_s_per_cycle``,
+        ``verify_s_per_cycle``, ``bookkeeping_s_per_cycle``, ``bookkeeping_share`` (of cycle time),
         ``ar_s_per_step``, ``break_even_acceptance_length`` (cycle time / AR step time: the
         acceptance length at which speculation matches AR), ``mismatches``, ``near_ties`` (T = 0,
         against the target's greedy output; NaN when sampling), ``generated_tokens``,
@@ -584,4 +579,7 @@ def _metrics(
         "generated_tokens": float(gen),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    # both definitions with CIs, a decoded row (one prompt) the bootstrap's unit; the pooled
+    # value is the acceptance_length above
+    m.update(acceptance_metrics([sum(a) for a in rows], [len(a) for a in rows]))
     return m

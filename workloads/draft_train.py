@@ -20,6 +20,7 @@ import torch
 
 from workloads.config import DraftTrainConfig, Resources
 from workloads.data import PromptSet, load_prompt_sets
+from workloads.engine.acceptance import acceptance_metrics
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.models.target import Target, resolve_device
@@ -197,7 +198,12 @@ def run(
             ``cfg.train.workers > 1`` or ``cfg.train.deepspeed`` is set (default: 1 CPU).
 
     Returns:
-        metrics: ``acceptance_length``, ``acceptance_length/<set>``, ``mismatches``,
+        metrics: ``acceptance_length`` (pooled over verify steps: emitted tokens / cycles
+        over every prompt, SGLang's and vLLM's definition) with its 95% bootstrap CI over
+        prompts ``acceptance_length_ci_low`` / ``_ci_high``, the mean of per-prompt means
+        ``acceptance_length_prompt_mean`` (SpecForge's) with ``_ci_low`` / ``_ci_high``, and
+        each of the six per prompt set with ``/<set>`` appended (``acceptance_length/<set>``,
+        ...; see :mod:`workloads.engine.acceptance`), ``mismatches``,
         ``near_ties``, ``eval.tf32`` (1: the target's float32 matmuls ran in TF32, which widens
         the near-tie threshold), losses, wall seconds per phase (training on workers also
         ``wall_s/train_workers``, their start-up included), token counts, ``draft.params``,
@@ -230,6 +236,7 @@ def run(
     spec = target_spec(cfg, cache_dir, device)
     target = spec.load()
     m["target.random_weights"] = float(target.random_weights)
+    m.update(_hardware_metrics(device))
     say(
         f"target {cfg.target.model} ready on {target.input_device}"
         + (" (random weights: acceptance is meaningless)" if target.random_weights else "")
@@ -266,6 +273,23 @@ def run(
     (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
     say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")
     return result
+
+
+def _hardware_metrics(device: torch.device) -> dict[str, float]:
+    """What the trial runs on, for calibrating predicted seconds on the same hardware:
+    ``hardware.id`` (:func:`~workloads.roofline.hardware.fingerprint_id` of the CPU model and
+    torch threads, or the GPU), ``hardware.threads`` and ``hardware.gpus`` (visible GPUs)."""
+    from workloads.roofline.hardware import fingerprint_id, hardware_fingerprint
+
+    cuda = device.type == "cuda"
+    gpu = torch.cuda.get_device_name(device) if cuda else None
+    threads = torch.get_num_threads()
+    fp = hardware_fingerprint(device=device.type, threads=threads, gpu_name=gpu)
+    return {
+        "hardware.id": fingerprint_id(fp),
+        "hardware.threads": float(threads),
+        "hardware.gpus": float(torch.cuda.device_count() if cuda else 0),
+    }
 
 
 def _new_draft(
@@ -344,9 +368,10 @@ def _evaluate(
         target_name=cfg.target.model,
     )
     m["wall_s/eval"] = time.perf_counter() - t0
-    m["acceptance_length"] = ev.acceptance_length()
+    m.update(_acceptance(ev.per_prompt))
     for ps in sets:
-        m[f"acceptance_length/{ps.name}"] = ev.acceptance_length(ps.name)
+        rows = [r for r in ev.per_prompt if r["set"] == ps.name]
+        m.update(_acceptance(rows, suffix=f"/{ps.name}"))
     generated = sum(int(r["tokens"]) for r in ev.per_prompt)  # type: ignore[call-overload]
     m.update(
         {
@@ -362,6 +387,14 @@ def _evaluate(
         }
     )
     return ev
+
+
+def _acceptance(rows: list[dict[str, object]], suffix: str = "") -> dict[str, float]:
+    """Both acceptance definitions with their CIs over ``rows`` (per-prompt rows of
+    :class:`EvalResult`; :func:`workloads.engine.acceptance.acceptance_metrics`)."""
+    accepted = [int(r["accepted"]) for r in rows]  # type: ignore[call-overload]
+    cycles = [int(r["cycles"]) for r in rows]  # type: ignore[call-overload]
+    return acceptance_metrics(accepted, cycles, suffix=suffix)
 
 
 def _measure_speedup(

@@ -31,6 +31,7 @@ from workloads.config import (
 from workloads.result import Progress, TrialResult
 from workloads.sleep import SleepConfig
 from workloads.sleep import run as run_sleep
+from workloads.trial_cost import DRAFT_TRAIN_COST, CostModel
 
 Report = Literal["law", "throughput", "table"]
 """what a sweep of the workload gets after its trials:
@@ -110,6 +111,10 @@ class Workload:
         example: a shipped sweep of the workload, named by spec errors as an example.
         describe: what the sweep will cost (tokens, disk, ...), for ``--dry-run``; no lines
             when None.
+        cost: how its trials' stages cost before they run (``submit --dry-run``, the submit
+            banner, adaptive designs; :mod:`workloads.trial_cost`); None: their cost is unknown.
+        law_axes: the config fields (dotted) over which the workload's metric follows a
+            log-linear law, the axes a spec's ``design:`` may vary (none: no adaptive design).
     """
 
     name: str
@@ -122,6 +127,8 @@ class Workload:
     report: Report = "table"
     example: str = "sweeps/tokens.yaml"
     describe: Describe | None = None
+    law_axes: tuple[str, ...] = ()
+    cost: CostModel | None = None
 
 
 def _truthy(name: str) -> bool:
@@ -243,9 +250,10 @@ def check_sft_budgets(configs: Sequence[DraftTrainConfig], _run_root: Path, **_:
 
 
 def check_prompt_sets(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
-    """``eval.prompt_sets`` names builtin sets or a directory of ``*.jsonl`` files (as
-    ``decode_bench``'s ``prompts.prompt_sets`` is checked): an unknown name would train the
-    draft, then fail its evaluation.
+    """``eval.prompt_sets`` names builtin sets, directories of ``*.jsonl`` files or both
+    mixed, each directory there and no two sets of one name (as ``decode_bench``'s
+    ``prompts.prompt_sets`` is checked): an unknown name would train the draft, then fail its
+    evaluation.
 
     Raises:
         ConfigError: blaming ``eval.prompt_sets``, with the known names.
@@ -615,9 +623,11 @@ WORKLOADS: dict[str, Workload] = {
                 check_feature_disks,
             ),
             progress=_ACCEPTANCE,
-            status_columns=("acceptance_length",),
+            status_columns=("acceptance_length", "acceptance_length_prompt_mean"),
             report="law",
             describe=_describe_draft_train,
+            law_axes=("pretrain.tokens", "draft.layers"),  # Scylla Thm 1.1 and Thm 1.2
+            cost=DRAFT_TRAIN_COST,
         ),
         Workload(
             name="decode_bench",
@@ -646,6 +656,7 @@ WORKLOADS: dict[str, Workload] = {
             status_columns=("sleep.seconds", "sleep.attempt"),
             report="table",
             example="sweeps/sleep.yaml",
+            law_axes=("law_x",),  # a synthetic law, for testing adaptive designs
         ),
     )
 }

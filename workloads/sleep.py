@@ -11,14 +11,20 @@ Failure modes, for tests: ``fail: error`` raises :class:`RuntimeError` after the
 deterministic Python error: recorded as failed, not retried unless the spec asks);
 ``fail: exit`` ends the worker process with ``os._exit(1)`` on the first ``fail_attempts``
 attempts (a dying worker: Ray retries it up to ``resources.max_retries``).
+A synthetic law, for testing adaptive designs (``design:`` over the axis ``law_x``): with
+``law_x`` set, the trial also reports ``sleep.law_y = 0.1 * log10(law_x) + 1 + e``, where ``e`` is
+Gaussian noise of standard deviation ``law_noise`` drawn from a generator seeded by
+``(seed, law_x)`` (the same trial always draws the same noise).
 It measures nothing about speculative decoding; no figure of this project comes from it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import random
 import socket
 import time
 from pathlib import Path
@@ -26,7 +32,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from workloads.config import _Frozen
+from workloads.config import NEW, _Frozen
 from workloads.result import Progress, TrialResult
 
 _TICK_S = 0.1
@@ -45,6 +51,18 @@ class SleepConfig(_Frozen):
     """never | error: raise RuntimeError after the sleep | exit: the worker process dies"""
     fail_attempts: int = Field(default=1, ge=0)
     """fail: exit kills this many attempts, then an attempt succeeds"""
+    law_x: float | None = Field(default=None, gt=0, json_schema_extra=NEW)
+    """x of the synthetic law (None: no ``sleep.law_y``); the law axis of a design"""
+    law_noise: float = Field(default=0.02, ge=0, json_schema_extra=NEW)
+    """standard deviation of the synthetic law's seeded noise"""
+
+    def law_y(self) -> float | None:
+        """``0.1 * log10(law_x) + 1`` plus the trial's seeded noise; None without ``law_x``."""
+        if self.law_x is None:
+            return None
+        digest = hashlib.sha256(f"{self.seed}:{self.law_x!r}".encode()).digest()
+        noise = random.Random(int.from_bytes(digest[:8], "big")).gauss(0.0, self.law_noise)
+        return 0.1 * math.log10(self.law_x) + 1.0 + noise
 
 
 def _ray_node_id() -> str | None:
@@ -80,11 +98,15 @@ def run(cfg: SleepConfig, *, out_dir: Path, progress: Progress | None = None) ->
         os._exit(1)
     if cfg.fail == "error":
         raise RuntimeError(f"sleep trial failed on purpose (fail: error, attempt {attempt})")
+    metrics = {
+        "sleep.seconds": time.perf_counter() - t0,
+        "sleep.attempt": float(attempt),
+        "value": cfg.value,
+    }
+    law_y = cfg.law_y()
+    if law_y is not None:
+        metrics["sleep.law_y"] = law_y
     return TrialResult(
-        metrics={
-            "sleep.seconds": time.perf_counter() - t0,
-            "sleep.attempt": float(attempt),
-            "value": cfg.value,
-        },
+        metrics=metrics,
         series={"ticks": ticks},
     )

@@ -16,7 +16,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeE
 from rich.table import Table
 
 from analysis.numbers import fmt
-from orchestrator.driving.events import Event, SweepFinished, SweepOpened, TrialEvent
+from orchestrator.driving.events import (
+    CostPredicted,
+    Event,
+    SweepFinished,
+    SweepOpened,
+    TrialEvent,
+)
 from workloads.registry import Workload
 
 out = Console(soft_wrap=True)  # paths and commands stay on one line when piped or logged
@@ -55,6 +61,11 @@ class SweepConsole:
             self._opened(event)
         elif isinstance(event, TrialEvent):
             self._trial(event)
+        elif isinstance(event, CostPredicted):
+            from orchestrator.reports.cost import total_lines
+
+            for line in total_lines(event.cost):
+                out.print(line, markup=False, highlight=False)
 
     def _print(self, text: str) -> None:
         (self.bar.console if self.bar is not None else out).print(text)
@@ -133,9 +144,28 @@ def print_finished(done: SweepFinished, *, metric: str = "", retried: bool = Fal
             f"{t.completed} completed, {t.skipped} {skipped} (skipped), "
             f"{t.failed} failed, {t.cancelled} cancelled."
         )
+        if done.design is not None:
+            print_design(done.design)
         print_fit(done.report)
     out.print(f"dashboard: {done.report.dashboard}")
     print_browse(done.tracking_uri, done.experiment_id)
+
+
+def print_design(d: Any) -> None:
+    """Why an adaptive design stopped (or that it had stopped before), its slope's CI
+    half-width against the goal and its compute against the budget."""
+    if d.stop is None:
+        out.print("design: not finished (cancelled); resubmit to continue it", markup=False)
+        return
+    half = fmt(d.half_width, ".4g")
+    spent = f"{fmt(d.spent_s / 3600, '.3g')} of {fmt(d.budget_s / 3600, '.3g')} h spent"
+    head = "design: done before this submit" if d.already else "design: stopped"
+    out.print(
+        f"{head} ({d.stop}): {d.message} [half-width {half}, goal {fmt(d.goal, 'g')}; "
+        f"{spent}; {d.trials} trials]",
+        markup=False,
+        highlight=False,
+    )
 
 
 def print_best(metric: str, best: Any) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from orchestrator.commands import render
+from orchestrator.commands import cost_view, render
 from orchestrator.commands.options import Address, DbUrl, RunRoot, TrackingUri, flag
 from orchestrator.commands.render import err, out
 from orchestrator.commands.setup import loopback_ray, quiet_env
@@ -57,6 +57,25 @@ def submit(
     yes: Annotated[
         bool, flag("--yes", help=f"run a grid of more than {MAX_TRIALS:,} trials")
     ] = False,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="with --dry-run: cost the trials on this hardware instead of this machine: a "
+            "datasheet GPU (a100, h100, h200, h800) or local-cpu; a GPU skips the checks only "
+            "this machine decides (targets, corpora, devices, disk, what fits here) and prints "
+            "GPU-hours",
+        ),
+    ] = None,
+    devices: Annotated[
+        int | None,
+        typer.Option(
+            "--devices",
+            min=1,
+            help="with --hardware GPU: how many of those GPUs the sweep gets (default 1); "
+            "sets the trials at once and the wall time",
+        ),
+    ] = None,
 ) -> None:
     """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
 
@@ -64,10 +83,13 @@ def submit(
     ``search:`` block runs an Optuna study instead of a grid and resumes it when resubmitted.
     A spec that changes the grid (or search space) of an existing sweep is refused: give it a
     new name. One driver runs a sweep at a time; `orchestrator cancel` stops it. A grid of
-    more than 10,000 trials needs ``--yes``.
+    more than 10,000 trials needs ``--yes``. ``--dry-run`` prints each trial's predicted
+    seconds per stage with its basis (calibrated, modelled or unknown) and the totals;
+    ``--hardware h200 --devices 8`` plans the sweep on 8 H200s instead of this machine.
     """
     quiet_env()
     loopback_ray(address)
+    cost_view.check_planning(hardware, devices, dry_run=dry_run)
     from orchestrator.driving import service
 
     plan = service.plan(spec, expand_all=not dry_run or yes)
@@ -79,7 +101,7 @@ def submit(
         cache_dir=cache_dir,
     )
     if dry_run:
-        _dry_run(plan, dest)
+        _dry_run(plan, dest, hardware, devices)
         return
     service.check_size(plan, yes=yes)
     if ray_job:
@@ -95,10 +117,15 @@ def submit(
     render.print_finished(done, metric=search_metric or "")
     if done.search is not None and done.search.error:
         raise OrchestratorError(done.search.error)
+    if done.design is not None and done.design.error:
+        raise OrchestratorError(done.design.error)
 
 
-def _dry_run(plan: Plan, dest: Destinations) -> None:
-    """List the trials after the checks a submit runs (:func:`service.check`); write nothing."""
+def _dry_run(
+    plan: Plan, dest: Destinations, hardware: str | None = None, devices: int | None = None
+) -> None:
+    """List the trials after the checks a submit runs (:func:`service.check`), with their
+    predicted cost (on ``hardware``, else this machine); write nothing."""
     from orchestrator.driving import service
 
     spec = plan.spec
@@ -109,12 +136,17 @@ def _dry_run(plan: Plan, dest: Destinations) -> None:
             f"--yes); resources per trial: {resources}. Nothing was run or written."
         )
         return
-    service.check(plan, dest, dry_run=True)  # a refusal exits 2, as the submit would
+    here = cost_view.costs_here(hardware)
+    service.check(plan, dest, dry_run=True, here=here)  # a refusal exits 2, as the submit would
     if spec.search:
         render.print_space(spec)
+    elif spec.design:
+        for line in service.design_lines(plan, dest):
+            out.print(line, markup=False, highlight=False)
+        out.print(f"resources per trial: {resources}. Nothing was run or written.")
+        return
     else:
-        rows = [(t.key, "planned", t.overrides, None) for t in plan.trials]
-        render.print_trials(spec.name, rows)  # type: ignore[arg-type]
+        cost_view.print_dry_run_cost(plan, dest, hardware, devices)
     describe = spec.workload_info.describe
     if describe is not None and plan.trials:
         distinct = {t.config.model_dump_json(): t.config for t in plan.trials}

@@ -3,8 +3,10 @@
 A service never prints: it emits :class:`SweepOpened` once, a :class:`TrialEvent` per trial
 transition, and :class:`SweepFinished` at the end, with the counts of the driver loop
 (:class:`Tally`, kept by :func:`~orchestrator.driving.sweep_run.drive`) and of a search's study
-(:class:`SearchSummary`, kept by :class:`~orchestrator.driving.search.SearchProposals`). They live
-here, below both, so the driver loop and the search import this module and it imports neither.
+(:class:`SearchSummary`, kept by :class:`~orchestrator.driving.search.SearchProposals`) or of
+a design (:class:`DesignSummary`, kept by :class:`~orchestrator.driving.design.DesignProposals`).
+They live here, below them all, so the driver loop, the search and the design import this
+module and it imports none of them.
 """
 
 from __future__ import annotations
@@ -67,6 +69,31 @@ class SearchSummary:
     cancelled: int = 0
 
 
+@dataclass
+class DesignSummary:
+    """One submit of an adaptive design (``design:``): why it stopped (``stop``: goal, budget,
+    candidates or error; None: cancelled before a stop), the rule's words for it (``message``),
+    the slope's CI half-width and the compute spent (trial seconds; GPU-seconds for GPU trials)
+    against the budget, and what this submit did.
+
+    ``already`` is set when the design had stopped before this submit and nothing was left to
+    run; ``error`` when it stopped because the metric is not reported.
+    """
+
+    goal: float
+    budget_s: float
+    stop: str | None = None
+    message: str = ""
+    half_width: float | None = None
+    spent_s: float = 0.0
+    trials: int = 0
+    """trials of the design completed (this submit and before)"""
+    decisions: int = 0
+    """decisions recorded by this submit"""
+    already: bool = False
+    error: str | None = None
+
+
 @dataclass(frozen=True)
 class SweepOpened:
     """The sweep is claimed and its parent run open; ``todo`` trials are about to run."""
@@ -107,9 +134,20 @@ class SweepFinished:
     experiment_id: str
     search: SearchSummary | None = None
     """the study's side of a search (counted trials, best trial, stop error)"""
+    design: DesignSummary | None = None
+    """the design's side of an adaptive design (why it stopped, half-width, compute)"""
 
 
-Event = SweepOpened | TrialEvent | SweepFinished
+@dataclass(frozen=True)
+class CostPredicted:
+    """The predicted cost of the trials a submit is about to run, emitted once its checks
+    passed and before the sweep opens (the banner's totals)."""
+
+    cost: Any
+    """an :class:`orchestrator.driving.costing.SweepCost`"""
+
+
+Event = SweepOpened | TrialEvent | SweepFinished | CostPredicted
 Listener = Callable[[Event], None]
 
 

@@ -30,9 +30,11 @@ from orchestrator.spec.sweep import SweepSpec, spec_line, stored_spec
 from orchestrator.store.results import ResultsStore, SweepInfo, mask_url, normalize_db_url
 from orchestrator.tracking.tracker import default_tracking_uri
 
-_IDENTITY = ("workload", "base", "grid", "variants", "seeds", "search")
+_IDENTITY = ("workload", "base", "grid", "variants", "seeds", "search", "design")
 """spec fields that fix which trials a sweep runs; a resubmit may change only the others
-(description, resources) and a search's ``n_trials``"""
+(description, resources), a search's ``n_trials`` and a design's ``goal`` and ``budget_hours``"""
+_DESIGN_FREE = {"goal", "budget_hours"}
+"""what a resubmitted design may change: it continues until the new goal or budget"""
 
 
 def _db(url: str) -> URL | None:
@@ -92,7 +94,8 @@ def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
     """Refuse a spec that changes which trials an existing sweep of its name runs.
 
     A grid is the same experiment when it expands to the same trial keys (values reordered, a
-    default written out); a search when its workload, seed, base config and space (direction
+    default written out); a design when its base, seeds and design (but its goal and budget)
+    are the same; a search when its workload, seed, base config and space (direction
     and sampler included) are the same. A resubmit may change the description, the resources
     and a search's ``n_trials`` and ``metric`` (the study refuses a metric change once a trial
     counted for the old one). Anything else would mix two experiments under one name.
@@ -125,26 +128,41 @@ def _same_experiment(old: SweepSpec, new: SweepSpec) -> bool:
     """Whether two specs of one sweep name run the same trials (see :func:`check_resubmit`)."""
     if old.workload != new.workload or (old.search is None) != (new.search is None):
         return False
+    if (old.design is None) != (new.design is None):
+        return False
+    if old.design is not None and new.design is not None:
+        return (
+            _same_base(old, new)
+            and old.seeds == new.seeds
+            and old.design.model_dump(exclude=_DESIGN_FREE)
+            == new.design.model_dump(exclude=_DESIGN_FREE)
+        )
     if old.search is None or new.search is None:
         return {t.key for t in expand(old)} == {t.key for t in expand(new)}
     keep = {"n_trials", "metric"}
-    try:
-        same_base = old.config_model.model_validate(old.base) == new.config_model.model_validate(
-            new.base
-        )
-    except ValueError:
-        same_base = old.base == new.base
     return (
-        same_base
+        _same_base(old, new)
         and old.seeds == new.seeds
         and old.search.model_dump(exclude=keep) == new.search.model_dump(exclude=keep)
     )
+
+
+def _same_base(old: SweepSpec, new: SweepSpec) -> bool:
+    """Whether two specs' base configs are the same config (defaults written out or not)."""
+    try:
+        return old.config_model.model_validate(old.base) == new.config_model.model_validate(
+            new.base
+        )
+    except ValueError:
+        return old.base == new.base
 
 
 def _identity(spec: SweepSpec, name: str) -> Any:
     value = getattr(spec, name)
     if name == "search" and value is not None:
         return value.model_dump(mode="json", exclude={"n_trials", "metric"})
+    if name == "design" and value is not None:
+        return value.model_dump(mode="json", exclude=_DESIGN_FREE)
     return value
 
 

@@ -286,7 +286,9 @@ class SearchProposals:
             and self.result.before + self.told + in_flight < self.search.n_trials
         )
 
-    def propose(self, run: SweepRun, emit: Listener, tally: Tally) -> tuple[TrialInfo, Any] | None:
+    def propose(
+        self, run: SweepRun, emit: Listener, tally: Tally, *, free: int = 1
+    ) -> tuple[TrialInfo, Any] | None:
         spec = run.spec
         while self._room():
             # 1. ask: a proposal over the whole space (an enqueued retry comes first)

@@ -8,6 +8,7 @@ comes before anything is written (:mod:`orchestrator.driving.preflight`, :mod:`.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,15 @@ from pydantic import BaseModel
 
 from orchestrator.driving import guards, preflight, runner
 from orchestrator.driving.destinations import Destinations
-from orchestrator.driving.events import Listener, SweepFinished, SweepOpened
+from orchestrator.driving.events import CostPredicted, Listener, SweepFinished, SweepOpened
 from orchestrator.errors import NoResultsTables, OrchestratorError, SpecError, StoreError
-from orchestrator.spec.grid import TrialSpec, count_trials, expand
+from orchestrator.spec.grid import TrialSpec, count_trials, design_configs, expand
 from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spec
 from orchestrator.store.access import find_sweep, open_store
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Destinations", "Plan", "check_size", "open_sinks", "plan", "retry", "submit"]
 
@@ -83,22 +86,27 @@ def open_sinks(dest: Destinations, *, must_exist: bool = False) -> tuple[Results
     return store, tracker
 
 
-def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False) -> None:
+def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False, here: bool = True) -> None:
     """Every refusal of a submit before it writes: the workload's preflight checks (corpora,
     prompt sets, targets, budgets, disk), the folders, the Ray address and cluster storage or
     what this machine can hold, the results DB and MLflow kept apart, and (``dry_run``, where a
     results DB exists) a changed grid or search space on resubmit. ``submit --dry-run`` runs the
     same checks as a submit and writes nothing (the corpus check tokenises into a temporary
     folder it removes).
+    ``here=False`` (a dry run costing the sweep on other hardware, ``--hardware``) skips what
+    only this machine decides: the workload's preflight checks and what this machine can hold.
 
     Raises:
         SpecError, OrchestratorError: the first refusal, ``file:line`` and a fix where a spec
             line is to blame.
     """
     spec, path = the_plan.spec, the_plan.path
-    planned = [t.config for t in the_plan.trials]
+    planned = [t.config for t in the_plan.trials] or design_configs(spec)
     cache_dir = dest.paths.cache_dir
-    preflight.preflight(path, spec, planned, dest.run_root, cache_dir=cache_dir, dry_run=dry_run)
+    if here:
+        preflight.preflight(
+            path, spec, planned, dest.run_root, cache_dir=cache_dir, dry_run=dry_run
+        )
     preflight.check_folder("--run-root", dest.run_root)
     if dest.cache_dir is not None:
         preflight.check_folder("--cache-dir", dest.cache_dir)
@@ -106,9 +114,11 @@ def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False) -> None:
         runner.check_ray_address(dest.address)
         runner.init_ray(dest.address)
         guards.check_cluster_storage(dest)
-    else:
+    elif here:
         guards.check_fits_locally(spec, path, extra_gpus=runner.extra_gpus(spec, planned))
     guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
+    if spec.design is not None:  # the budget against the initial design's predicted cost
+        design_lines(the_plan, dest)
     if dry_run:  # the resubmit check reads an existing results DB, never creates one
         try:
             store = open_store(dest.run_root, dest.db_url, must_exist=True)
@@ -121,6 +131,29 @@ def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False) -> None:
         try:
             guards.check_resubmit(store, spec, path)
         finally:
+            store.close()
+
+
+def design_lines(the_plan: Plan, dest: Destinations) -> list[str]:
+    """A design's refusal of a budget below its initial design's predicted cost, and the lines
+    saying what it will cost (:func:`orchestrator.driving.design.check_budget`); the cost is
+    calibrated from the results DB when one exists (nothing is created).
+
+    Raises:
+        SpecError: the budget is too small (``file:line``, both numbers, a fix).
+    """
+    from orchestrator.driving import design
+
+    try:
+        store: ResultsStore | None = open_store(dest.run_root, dest.db_url, must_exist=True)
+    except OrchestratorError:
+        store = None  # no results DB yet: modelled costs
+    try:
+        costs = design.cost_model(store, the_plan.spec, dest.paths.cache_dir)
+        done = design.completed_values(store, the_plan.spec)
+        return design.check_budget(the_plan.path, the_plan.spec, costs(), done=done)
+    finally:
+        if store is not None:
             store.close()
 
 
@@ -145,7 +178,10 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
         study = search.open_study(spec, search.storage_url(dest.db_url, dest.run_root))
     runner.init_ray(dest.address)  # a local Ray: started once the input is accepted
     sweep_id, _ = runner.register(store, spec, path, the_plan.text, the_plan.trials)
+    _predict_cost(store, spec, sweep_id, dest, the_plan.trials, listener)
     what = f"{len(the_plan.trials)} trials"
+    if spec.design:
+        what = spec.design.describe()
     if spec.search:
         s = spec.search
         what = (
@@ -153,6 +189,36 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
         )
     configs = {t.key: t.config for t in the_plan.trials}
     return _drive(store, tracker, spec, sweep_id, dest, listener, what, str(path), study, configs)
+
+
+def _predict_cost(
+    store: ResultsStore,
+    spec: SweepSpec,
+    sweep_id: int,
+    dest: Destinations,
+    trials: list[TrialSpec],
+    listener: Listener,
+) -> None:
+    """The predicted cost of the grid's trials this submit runs (those not completed yet), to
+    the listener (the banner's totals) and to ``<run root>/<sweep>/cost_prediction.json``
+    (the dashboard sets it beside the measured seconds); a workload without a cost model, or a
+    prediction that fails, is left out (logged)."""
+    if not trials or spec.workload_info.cost is None or spec.search or spec.design:
+        return  # a search or a design proposes its trials as it goes (a design prices its own)
+    from orchestrator.driving import costing
+    from orchestrator.reports.cost import write_prediction
+
+    done = {t.key for t in store.trials(sweep_id, {"completed"})}
+    todo = [(t.key, t.config) for t in trials if t.key not in done]
+    if not todo:
+        return
+    try:
+        cost = costing.predictor(store, spec, cache_dir=dest.paths.cache_dir).sweep(todo)
+        write_prediction(dest.paths.dashboard(spec.name).parent, cost)
+    except (OrchestratorError, ValueError, OSError) as exc:
+        log.warning("no cost prediction for sweep %s: %s", spec.name, exc)
+        return
+    listener(CostPredicted(cost))
 
 
 def retry(
@@ -228,6 +294,10 @@ def _drive(
             from orchestrator.driving.search import SearchProposals
 
             proposals = SearchProposals(spec, study)
+        elif spec.design is not None and states is None:
+            from orchestrator.driving.design import DesignProposals
+
+            proposals = DesignProposals(run)
         else:
             proposals = GridProposals(run, states=states, configs=configs)
         listener(
@@ -244,16 +314,19 @@ def _drive(
             )
         )
         tally = drive(run, proposals, listener)
+        designed = proposals.close(run) if spec.design is not None and states is None else None
     searched = proposals.summary() if study is not None else None
     rep = report.fit_sweep(store, sweep_id, spec.name, paths.dashboard(spec.name), tracker, parent)
-    error = searched.error if searched is not None else None
+    error = searched.error if searched is not None else designed.error if designed else None
     ok = tally.bad == 0 and error is None
     tracker.set_state(
         parent,
         "completed" if ok else ("cancelled" if tally.cancelled else "failed"),
         error or (None if ok else f"{tally.failed} trials failed, {tally.cancelled} cancelled"),
     )
-    return SweepFinished(spec.name, tally, rep, tracker.masked_uri, tracker.experiment_id, searched)
+    return SweepFinished(
+        spec.name, tally, rep, tracker.masked_uri, tracker.experiment_id, searched, designed
+    )
 
 
 def check_size(the_plan: Plan, *, yes: bool) -> None:

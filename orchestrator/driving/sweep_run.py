@@ -2,9 +2,10 @@
 
 :func:`drive` keeps as many trials in flight as the Ray cluster has room for; it asks its
 :class:`Proposals` for the next trial (the grid's pending queue, :class:`GridProposals`, or
-Optuna's ask, :class:`~orchestrator.driving.search.SearchProposals`) and tells it how each trial
-ended. Every outcome is recorded through :class:`~orchestrator.sinks.Sinks` (SQL, then MLflow),
-by the driver only. The driver renews its lease on the sweep every :data:`HEARTBEAT_S`; a
+Optuna's ask, :class:`~orchestrator.driving.search.SearchProposals`, or an adaptive design,
+:class:`~orchestrator.driving.design.DesignProposals`) and tells it how each trial ended.
+Every outcome is recorded through :class:`~orchestrator.sinks.Sinks` (SQL, then MLflow), by the
+driver only. The driver renews its lease on the sweep every :data:`HEARTBEAT_S`; a
 cancel request (``orchestrator cancel``) stops the running trials and ends the loop.
 """
 
@@ -186,9 +187,13 @@ class Proposals(Protocol):
     skipped: int
     """trials left alone (completed, or not in the states asked for)"""
 
-    def propose(self, run: SweepRun, emit: Listener, tally: Tally) -> tuple[TrialInfo, Any] | None:
+    def propose(
+        self, run: SweepRun, emit: Listener, tally: Tally, *, free: int = 1
+    ) -> tuple[TrialInfo, Any] | None:
         """The next trial to run and its typed config, or None when nothing more is to run
-        now. May record trials that need no run (refused, reused) and emit their events."""
+        now. ``free``: the slots the cluster has room for now, this one included (a batch
+        design picks that many at once). May record trials that need no run (refused,
+        reused) and emit their events."""
 
     def finished(self, run: SweepRun, flight: Flight, outcome: TaskOutcome | None) -> None:
         """A trial ended (``outcome`` None: cancelled)."""
@@ -221,7 +226,9 @@ class GridProposals:
         self.todo = len(self.queue)
         self.configs = configs or {}
 
-    def propose(self, run: SweepRun, emit: Listener, tally: Tally) -> tuple[TrialInfo, Any] | None:
+    def propose(
+        self, run: SweepRun, emit: Listener, tally: Tally, *, free: int = 1
+    ) -> tuple[TrialInfo, Any] | None:
         if not self.queue:
             return None
         trial = self.queue.pop(0)
@@ -250,7 +257,10 @@ def drive(run: SweepRun, proposals: Proposals, emit: Listener) -> Tally:
     running: dict[ray.ObjectRef, Flight] = {}
     beat = time.monotonic()
     while True:
-        while len(running) < limit and (nxt := proposals.propose(run, emit, tally)) is not None:
+        while (
+            len(running) < limit
+            and (nxt := proposals.propose(run, emit, tally, free=limit - len(running))) is not None
+        ):
             trial, config = nxt
             task, ref = run.submit(trial, config)
             running[task] = Flight(trial, ref, time.perf_counter())

@@ -29,12 +29,14 @@ def spec_description(spec_yaml: str) -> str:
 
 def varied_fields(spec_yaml: str) -> list[str]:
     """Config fields the sweep varies, in the spec's order: its grid axes, then the fields of
-    its search space (a spec has one or the other)."""
+    its search space, then its design's axis (a spec has one of the three)."""
     data = spec_data(spec_yaml)
     search = data.get("search")
     space = search.get("space") if isinstance(search, dict) else None
+    design = data.get("design")
+    axis = design.get("axis") if isinstance(design, dict) else None
     fields: list[str] = []
-    for block in (data.get("grid"), space):
+    for block in (data.get("grid"), space, {axis: None} if isinstance(axis, str) else None):
         if isinstance(block, dict):
             fields += [str(k) for k in block if str(k) not in fields]
     return fields

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.factorial import factor_effects
+from analysis.factorial import (
+    SET_MEAN,
+    effects_across_sets,
+    factor_effects,
+    per_set_columns,
+    with_set_mean,
+)
 from analysis.laws import LogLinearFit, baseline_summary
 from analysis.numbers import fmt
 from analysis.review import LawReview, review_law
@@ -24,7 +30,10 @@ from dashboards.table_page import write_table_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
 from dashboards.variant_page import write_variant_dashboard
 from orchestrator.reports._spec import spec_data, spec_description, varied_fields
+from orchestrator.reports.ablation import across_sets_lines
+from orchestrator.reports.cost import add_cost_section
 from orchestrator.reports.decode import fit_decode_sweep, fit_record
+from orchestrator.reports.design import add_design_section
 from orchestrator.reports.index import write_run_index
 from orchestrator.store.results import ResultsStore, SweepInfo
 from orchestrator.tracking.tracker import Tracker
@@ -135,6 +144,10 @@ def fit_sweep(
         StoreError, TrackingError: the DB or MLflow failed.
     """
     rep = _fit_sweep(store, sweep_id, sweep_name, dashboard, tracker, parent_run, persist)
+    costed = add_cost_section(rep.dashboard, store, sweep_id)
+    designed = add_design_section(rep.dashboard, store, sweep_name)  # a design: its decisions
+    if (costed or designed) and persist and tracker and parent_run:
+        tracker.log_artifact(parent_run, rep.dashboard)  # the page with its cost section
     if not persist:
         return rep
     index = write_run_index(store, dashboard.parent.parent, {sweep_name: rep.fit})
@@ -284,10 +297,15 @@ def _report_variants(
     parent_run: str | None,
 ) -> Report:
     """Variants side by side: summary lines, the main effect of each two-level factor
-    (:mod:`analysis.factorial`), parent-run metrics and the variant dashboard."""
-    summary = variant_summary(df, ["acceptance_length", *VARIANT_METRICS])
+    (:mod:`analysis.factorial`) overall, per prompt set and on the mean over the sets (with
+    the level that mean prefers), parent-run metrics and the variant dashboard."""
+    per_set = per_set_columns(df)
+    df = with_set_mean(df) if len(per_set) > 1 else df  # adds SET_MEAN
+    set_mean = [SET_MEAN] if SET_MEAN in df.columns else []
+    summary = variant_summary(df, ["acceptance_length", *set_mean, *VARIANT_METRICS])
     lines = []
-    for r in summary[summary["metric"].isin(["acceptance_length", "speedup"])].itertuples():
+    shown = ["acceptance_length", *set_mean, "speedup"]
+    for r in summary[summary["metric"].isin(shown)].itertuples():
         delta = "" if math.isnan(r.delta) else f", delta {fmt(r.delta, '+.4f')}"
         lines.append(
             f"{r.variant}: {r.metric} = {fmt(r.mean, '.4f')} ± {fmt(r.sd, '.4f')} "
@@ -295,8 +313,9 @@ def _report_variants(
         )
     raw = spec_data(spec_yaml).get("variants")
     variants = raw if isinstance(raw, dict) else {}
-    per_set = sorted(c for c in df.columns if str(c).startswith("acceptance_length/"))
-    effects = [e for m in ["acceptance_length", *per_set] for e in factor_effects(df, variants, m)]
+    metrics = ["acceptance_length", *per_set, *set_mean]
+    effects = [e for m in metrics for e in factor_effects(df, variants, m)]
+    across = effects_across_sets(df, variants)
     for e in effects:
         if e.metric == "acceptance_length":
             ci = (
@@ -309,6 +328,7 @@ def _report_variants(
                 f"effect of {e.factor} {e.low} -> {e.high} on {e.metric}: "
                 f"{fmt(e.effect, '+.4f')} ({ci}, n = {e.n})"
             )
+    lines += across_sets_lines(across)
     if tracker is not None and parent_run is not None:
         values = {
             f"variant.{r.variant}.{r.metric}.mean": float(r.mean)
@@ -325,6 +345,7 @@ def _report_variants(
         trials=df,
         metrics=VARIANT_METRICS,
         effects=effects,
+        across_sets=across,
         description=spec_description(spec_yaml),
     )
     if tracker is not None and parent_run is not None:

@@ -14,7 +14,9 @@ the Ray ``resources`` of one trial::
     resources: {num_cpus: 1}
 
 Instead of a ``grid``, a spec may have a ``search`` block: an Optuna study over a ``space`` of
-config fields (see :class:`SearchSpec` and ``sweeps/search-batch.yaml``).
+config fields (see :class:`SearchSpec` and ``sweeps/search-batch.yaml``), or a ``design`` block:
+an adaptive design over one law axis (see :mod:`orchestrator.spec.design` and
+``sweeps/tokens-adaptive.yaml``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pydantic import (
 )
 
 from orchestrator.errors import SpecError
+from orchestrator.spec.design import DesignSpec, check_blocks, check_layout
 from workloads.config import NoBoolNumbers, Resources
 from workloads.registry import WORKLOADS, Workload
 
@@ -183,6 +186,8 @@ class SweepSpec(NoBoolNumbers):
     (before the grid point); one trial per variant x grid point x seed"""
     resources: Resources = Resources()
     """Ray resources of one trial"""
+    design: DesignSpec | None = None
+    """an adaptive design over one law axis instead of a grid (see DesignSpec)"""
 
     @field_validator("name", mode="before")
     @classmethod
@@ -256,6 +261,8 @@ class SweepSpec(NoBoolNumbers):
             raise ValueError(_SEARCH_SEEDS)
         if self.search is not None and self.variants:
             raise ValueError("a spec has either variants or a search, not both; split it in two")
+        if self.design is not None and (self.search or self.grid or self.variants):
+            raise ValueError("a spec with design: has no grid:, search: or variants:")
         return self
 
     @property
@@ -447,9 +454,10 @@ def _explain(
         msg = f"{where}: {' or '.join(dict.fromkeys(said))}"
         if "input" in e and not isinstance(e["input"], dict | list):
             msg += f" (got {e['input']!r})"
+    blocks = {("search",): "sweeps/search-batch.yaml", ("design",): "sweeps/tokens-adaptive.yaml"}
     example = (
-        "sweeps/search-batch.yaml"
-        if (prefix + loc)[:1] == ("search",)
+        blocks[(prefix + loc)[:1]]
+        if (prefix + loc)[:1] in blocks
         else next((w.example for w in WORKLOADS.values() if w.config_model is model), "")
         or "sweeps/tokens.yaml"
     )
@@ -570,6 +578,8 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
     if isinstance(data, dict) and "search" in data and isinstance(seeds, list) and len(seeds) > 1:
         line = _key_node(root, ("seeds",)).start_mark.line + 1
         raise SpecError(f"{path}:{line}: {_SEARCH_SEEDS}.")
+    if isinstance(data, dict) and isinstance(data.get("design"), dict):
+        _design_layout(path, root, data)
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
@@ -613,7 +623,42 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
         _check_workers(path, root, spec, variant, variant_node)
     if spec.search is not None:
         _check_space(path, root, spec, spec.search)
+    if spec.design is not None:
+        _check_design_values(path, root, spec, spec.design)
     return spec
+
+
+def _design_layout(path: Path, root: yaml.Node, data: dict[str, Any]) -> None:
+    """A ``design:`` block's refusals that need the workload (its law axes) and the blocks
+    beside it, before the spec is validated as a whole (so they name their own lines)."""
+
+    def line_of(loc: tuple[str, ...]) -> int:
+        return _key_node(root, loc).start_mark.line + 1
+
+    check_blocks(data, line_of, path)
+    try:
+        design = DesignSpec.model_validate(data["design"])
+    except ValidationError as err:
+        raise _explain(path, root, err, prefix=("design",), model=DesignSpec) from None
+    workload = WORKLOADS.get(str(data.get("workload", "draft_train")))
+    if workload is None:
+        return  # refused below, with the registered names
+    check_layout(design, workload, data, line_of, path)
+
+
+def _check_design_values(path: Path, root: yaml.Node, spec: SweepSpec, design: DesignSpec) -> None:
+    """Every candidate value is one the axis's config field accepts (the value's own line)."""
+    for i, value in enumerate(design.values):
+        value_node = _node_at(root, ("design", "values", i))[0]
+        try:
+            point = spec.config_model.model_validate(
+                merge_overrides(spec.base, {design.axis: value})
+            )
+        except ValidationError as err:
+            raise _explain(
+                path, root, err, prefix=(), model=spec.config_model, line_node=value_node
+            ) from None
+        _check_workers(path, root, spec, point, value_node)
 
 
 def _check_workers(

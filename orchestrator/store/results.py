@@ -15,6 +15,7 @@ The package, one concept a module:
 - :mod:`~orchestrator.store.sweeps`, :mod:`~orchestrator.store.trials`,
   :mod:`~orchestrator.store.metrics`, :mod:`~orchestrator.store.fits`: the statements of each
   table, as functions over a session;
+- :mod:`~orchestrator.store.design`: the decisions of an adaptive design (``design:``);
 - :mod:`~orchestrator.store.lease`: which driver runs a sweep (claim, heartbeat, release) and
   cancel requests;
 - :mod:`~orchestrator.store.migrate` and ``migrations/``: the Alembic schema migrations.
@@ -34,7 +35,8 @@ import pandas as pd
 from sqlalchemy.orm import Session, sessionmaker
 
 from orchestrator.errors import StoreError
-from orchestrator.store import fits, lease, metrics, sweeps
+from orchestrator.store import design, fits, history, lease, metrics, sweeps
+from orchestrator.store.design import Decision
 from orchestrator.store.engine import (
     mask_url,
     normalize_db_url,
@@ -42,6 +44,7 @@ from orchestrator.store.engine import (
     reconnecting,
     session_scope,
 )
+from orchestrator.store.history import CompletedTrial
 from orchestrator.store.lease import driver_id, lease_alive
 from orchestrator.store.metrics import metric_row  # log_metrics(metrics=) hides the module
 from orchestrator.store.rows import SweepInfo, TrialInfo, TrialRow, TrialState, _Base, now_utc
@@ -55,6 +58,8 @@ from orchestrator.store.trials import (
 )
 
 __all__ = [
+    "CompletedTrial",
+    "Decision",
     "ResultsStore",
     "SweepInfo",
     "TrialInfo",
@@ -387,6 +392,13 @@ class ResultsStore:
         with self._session() as s:
             return metrics.sweep_frame(s, sweep_id)
 
+    @reconnecting
+    def completed_trials(self, workload: str) -> list[CompletedTrial]:
+        """Every completed trial of every sweep of ``workload`` with its step-0 metrics, oldest
+        first (:mod:`orchestrator.store.history`: what trial costs are calibrated on)."""
+        with self._session() as s:
+            return history.completed_trials(s, workload)
+
     # -- fits (orchestrator.store.fits) -------------------------------------------------------
 
     @reconnecting
@@ -411,3 +423,22 @@ class ResultsStore:
         (UTC); NaN coefficients read back as NaN."""
         with self._session() as s:
             return fits.sweep_fits(s, sweep_id)
+
+    # -- adaptive designs (orchestrator.store.design) ------------------------------------------
+
+    @reconnecting
+    def add_decisions(self, sweep_id: int, decisions: Sequence[Decision]) -> int:
+        """Record design decisions of a sweep; one already recorded (same step and rank) is
+        kept as it is, so a resumed design never duplicates one. Returns how many were new.
+
+        Raises:
+            StoreError: no such sweep, or the write failed.
+        """
+        with self._session() as s:
+            return design.insert(s, self._dialect, sweep_id, decisions)
+
+    @reconnecting
+    def decisions(self, sweep_id: int) -> list[Decision]:
+        """The sweep's design decisions by step, then rank (none for a grid or a search)."""
+        with self._session() as s:
+            return design.sweep_decisions(s, sweep_id)

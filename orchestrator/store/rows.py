@@ -37,6 +37,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 __all__ = [
     "METRIC_NAME_LEN",
     "TRIAL_KEY_LEN",
+    "DesignRow",
     "FitRow",
     "MetricRow",
     "SweepInfo",
@@ -176,6 +177,35 @@ class FitRow(_Base):
     r2: Mapped[float | None] = mapped_column(Float, nullable=True)
     n: Mapped[int] = mapped_column(Integer)
     details_json: Mapped[str] = mapped_column(Text, default="{}")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now_utc)
+
+
+class DesignRow(_Base):
+    """One decision of a sweep's adaptive design (``design:``): a pick (a trial to run, with why)
+    or the stop; one row per (sweep, step, rank). Seconds are trial seconds (GPU-seconds for
+    GPU trials)."""
+
+    __tablename__ = "ss_design_decisions"
+    __table_args__ = (UniqueConstraint("sweep_id", "step", "rank", name="uq_ss_design_step_rank"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(
+        ForeignKey("ss_sweeps.id", ondelete="CASCADE"), index=True
+    )
+    step: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(8))
+    value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    seed: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    trial_key: Mapped[str | None] = mapped_column(String(TRIAL_KEY_LEN), nullable=True)
+    predicted_cost_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cost_basis: Mapped[str | None] = mapped_column(String(250), nullable=True)
+    expected_half_width: Mapped[float | None] = mapped_column(Float, nullable=True)
+    half_width: Mapped[float | None] = mapped_column(Float, nullable=True)
+    spent_s: Mapped[float] = mapped_column(Float)
+    committed_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=now_utc)
 
 

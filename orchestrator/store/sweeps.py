@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from orchestrator.errors import StoreError
 from orchestrator.store.engine import dialect_insert
 from orchestrator.store.rows import (
+    DesignRow,
     FitRow,
     MetricRow,
     SweepInfo,
@@ -79,9 +80,10 @@ def all_sweeps(s: Session) -> list[SweepInfo]:
 
 
 def delete_sweep(s: Session, sweep_id: int) -> None:
-    """Delete a sweep with its trials, metrics and fits."""
+    """Delete a sweep with its trials, metrics, fits and design decisions."""
     trial_ids = select(TrialRow.id).where(TrialRow.sweep_id == sweep_id)
     s.execute(delete(MetricRow).where(MetricRow.trial_id.in_(trial_ids)))
     s.execute(delete(TrialRow).where(TrialRow.sweep_id == sweep_id))
     s.execute(delete(FitRow).where(FitRow.sweep_id == sweep_id))
+    s.execute(delete(DesignRow).where(DesignRow.sweep_id == sweep_id))
     s.execute(delete(SweepRow).where(SweepRow.id == sweep_id))

@@ -527,6 +527,17 @@ class Tracker:
             elif trial_state is TrialState.RUNNING:
                 self._client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
 
+    def set_tags(self, run_id: str, tags: Mapping[str, str]) -> None:
+        """Set tags on a run (keys through :func:`mlflow_key`, values cut to 8000 characters),
+        e.g. ``specscale.design.stop`` on a sweep's parent run.
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        items = [RunTag(mlflow_key(k), _cap(str(v), MAX_TAG_VALUE_LEN)) for k, v in tags.items()]
+        with self._errors(f"set tags on run {run_id}"):
+            self._client.log_batch(run_id, tags=items)
+
     def adopt(self, run_id: str, parent_run_id: str) -> bool:
         """Make the live run ``run_id`` a child of ``parent_run_id`` (a trial's run kept while
         the sweep's parent run was deleted); False when MLflow has no live run ``run_id``.

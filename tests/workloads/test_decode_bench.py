@@ -72,7 +72,7 @@ def test_oracle_run_measures_the_engine(target, cache_dir: Path, tmp_path: Path)
     [
         ({"draft": {"source": "path", "path": "/nonexistent/draft"}}, "does not exist"),
         ({"draft": {"source": "trial", "sweep": "nope", "trial_key": "best"}}, "no finished"),
-        ({"prompts": {"prompt_sets": ["humanevall"]}}, "unknown ['humanevall']"),
+        ({"prompts": {"prompt_sets": ["humanevall"]}}, "unknown prompt sets ['humanevall']"),
         ({"prompts": {"prompt_sets": "/nonexistent/dir"}}, "is not a directory"),
     ],
 )
@@ -89,3 +89,20 @@ def test_preflight_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no CUDA GPU") as info:
         decode_bench.preflight(DecodeBenchConfig(device="cuda"), tmp_path)
     assert info.value.field == ("device",)  # the orchestrator's preflight names the spec line
+
+
+def test_metrics_give_both_acceptance_definitions_with_cis() -> None:
+    """Issue 24: ``acceptance_length`` stays the pooled one; the per-row mean and both CIs
+    come beside it, from fixed per-cycle counts (a long row accepting 4 per cycle, a short one
+    accepting 1)."""
+    from workloads.engine.tree_decode import BatchResult
+
+    batch = BatchResult(
+        tokens=[[1] * 40, [1] * 3], accept_lengths=[[4] * 10, [1] * 3], cycles=10, total_s=1.0
+    )
+    m = decode_bench._metrics([batch], [], 0.0, 0, {})
+    assert m["acceptance_length"] == pytest.approx(43 / 13) == batch.acceptance_length
+    assert m["acceptance_length_prompt_mean"] == pytest.approx(2.5)
+    assert m["acceptance_length_ci_low"] <= m["acceptance_length"] <= m["acceptance_length_ci_high"]
+    lo, hi = m["acceptance_length_prompt_mean_ci_low"], m["acceptance_length_prompt_mean_ci_high"]
+    assert 1.0 <= lo < 2.5 < hi <= 4.0

@@ -68,3 +68,25 @@ def test_wsd_fork_budgets_share_the_trunk(cache_dir: Path, tmp_path: Path) -> No
     assert large.metrics["pretrain.trunk_steps_reused"] == 1
     assert large.metrics["pretrain.tokens_trained"] == 1024 - 256
     assert large.metrics["pretrain.tokens_seen"] == 1024
+
+
+def test_acceptance_metrics_per_set_from_the_per_prompt_rows() -> None:
+    """Issue 24: the trial's acceptance metrics, overall and per set, from ``EvalResult``'s
+    per-prompt rows (fixed counts): pooled under the old names, the per-prompt mean beside."""
+    from workloads.draft_train import _acceptance
+
+    rows: list[dict[str, object]] = [
+        {"set": "humaneval", "cycles": 10, "accepted": 40},
+        {"set": "humaneval", "cycles": 3, "accepted": 3},
+        {"set": "specbench/sum", "cycles": 2, "accepted": 4},
+    ]
+    overall = _acceptance(rows)
+    assert overall["acceptance_length"] == pytest.approx(47 / 15)
+    assert overall["acceptance_length_prompt_mean"] == pytest.approx(7 / 3)
+    one = _acceptance(rows[:2], suffix="/humaneval")
+    assert one["acceptance_length/humaneval"] == pytest.approx(43 / 13)
+    assert one["acceptance_length_prompt_mean/humaneval"] == pytest.approx(2.5)
+    assert (
+        _acceptance(rows[2:], suffix="/specbench/sum")["acceptance_length_ci_low/specbench/sum"]
+        == 2.0
+    )

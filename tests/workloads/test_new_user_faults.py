@@ -188,8 +188,21 @@ def test_a_prompt_directory_written_as_a_list_is_that_directory(tmp_path: Path) 
     assert cfg.prompts.prompt_sets == tmp_path
     registry.check_decode([cfg], tmp_path)
     assert _train(eval={"prompt_sets": [str(tmp_path)]}).eval.prompt_sets == tmp_path
-    with pytest.raises(ValueError, match=r"mixes a directory .* Fix: either builtin names"):
-        DecodeBenchConfig.model_validate({"prompts": {"prompt_sets": ["sharegpt", str(tmp_path)]}})
+
+
+def test_a_list_may_mix_builtin_names_and_directories(tmp_path: Path) -> None:
+    """Issue 24: ``[humaneval, sharegpt, <dir>]`` is kept as written and checked at submit; a
+    missing directory in it is refused, naming the field."""
+    (tmp_path / "q.jsonl").write_text('{"turns": ["Write a haiku."]}\n')
+    mixed = ["humaneval", "sharegpt", str(tmp_path)]
+    cfg = DecodeBenchConfig.model_validate({"prompts": {"prompt_sets": mixed}})
+    assert cfg.prompts.prompt_sets == mixed
+    registry.check_decode([cfg], tmp_path)
+    registry.check_prompt_sets([_train(eval={"prompt_sets": mixed})], tmp_path)
+    with pytest.raises(ConfigError, match="eval.prompt_sets: .* is not a directory") as err:
+        bad = _train(eval={"prompt_sets": ["humaneval", str(tmp_path / "no")]})
+        registry.check_prompt_sets([bad], tmp_path)
+    assert err.value.field == ("eval", "prompt_sets")
 
 
 # -- 8: prompts longer than the target's positions ---------------------------------------------

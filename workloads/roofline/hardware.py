@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import platform
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,6 +227,48 @@ def cpu_model_name() -> str:
         if field.strip().lower() == "model name" and value.strip():
             return value.strip()
     return platform.processor() or platform.machine() or "unknown"
+
+
+def read_local_cpu(
+    cache_dir: Path, *, dtype: str = "float32", threads: int = 1
+) -> HardwareProfile | None:
+    """The ``local-cpu`` profile :func:`cached_local_cpu` measured under ``cache_dir`` for this
+    CPU, dtype, thread count and torch, read only (nothing measured or written); None when
+    there is none. Raises ``ValueError`` for an unsupported dtype."""
+    import torch
+
+    dt = canonical_dtype(dtype)
+    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": threads, "torch": torch.__version__}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return _read_cached(
+        Path(cache_dir) / "hardware" / f"{LOCAL_CPU}-{dt}-{threads}t-{digest}.json", key
+    )
+
+
+def datasheet_name(gpu_name: str) -> str | None:
+    """The datasheet profile a CUDA device name means (``"NVIDIA H200"`` -> ``"h200"``), or
+    None (a GPU without a profile here, e.g. ``"NVIDIA L40S"``)."""
+    low = gpu_name.lower()
+    for key in sorted(BUILTIN_PROFILES):
+        if re.search(rf"(?<![a-z0-9]){key}(?![a-z0-9])", low):
+            return key
+    return None
+
+
+def hardware_fingerprint(*, device: str, threads: int = 1, gpu_name: str | None = None) -> str:
+    """What a trial ran on, as text: ``cpu:<CPU model>:<threads>t`` (:func:`cpu_model_name`,
+    the trial's torch threads) or ``gpu:<profile>`` (the datasheet profile the GPU's name means,
+    else the name in lower case). Trials are matched on it to calibrate predicted seconds."""
+    if device == "cuda":
+        name = gpu_name or "unknown"
+        return f"gpu:{datasheet_name(name) or name.strip().lower()}"
+    return f"cpu:{cpu_model_name()}:{threads}t"
+
+
+def fingerprint_id(fingerprint: str) -> float:
+    """A :func:`hardware_fingerprint` as a number (its SHA-1's first 40 bits, exact in a float
+    and in a metric column): trial metrics are numbers."""
+    return float(int(hashlib.sha1(fingerprint.encode()).hexdigest()[:10], 16))
 
 
 def _read_cached(path: Path, key: dict[str, Any]) -> HardwareProfile | None:

@@ -77,7 +77,8 @@ class EvalResult:
     verify_s: float = 0.0
 
     def acceptance_length(self, prompt_set: str | None = None) -> float:
-        """Mean accepted tokens per cycle over all cycles of the set (or of every set)."""
+        """Emitted tokens per cycle pooled over all cycles of the set (or of every set): the
+        pooled definition of :mod:`workloads.engine.acceptance` (the trial metric)."""
         rows = [r for r in self.per_prompt if prompt_set in (None, r["set"])]
         cycles = sum(int(r["cycles"]) for r in rows)  # type: ignore[call-overload]
         accepted = sum(int(r["accepted"]) for r in rows)  # type: ignore[call-overload]

@@ -120,6 +120,9 @@ def test_smoke_sweep_on_sqlite(smoke: Smoke) -> None:
         assert child["tags"]["specscale.state"] == "completed"
         assert child["params"]["sft.tokens"] == "512"
         assert "acceptance_length" in child["metrics"]
+        # both definitions with their CIs, overall and per set (issue 24)
+        both = {"acceptance_length_prompt_mean", "acceptance_length_ci_low/humaneval"}
+        assert both <= set(child["metrics"])
     keys = {c["tags"]["specscale.trial_key"] for c in children}
     assert keys == {t.key for t in store.trials(sweep_id)}
     # dashboard with the fitted line, or "no variation" when the tiny drafts all accept the

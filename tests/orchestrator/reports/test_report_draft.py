@@ -92,3 +92,39 @@ def test_variant_summary_counts_only_completed_finite_values() -> None:
     assert s["mean"].tolist() == [1.0, 2.0]
     assert math.isnan(s["delta"][0]) and s["delta"][1] == 1.0
     assert variant_summary(df.drop(columns="variant"), ["acceptance_length"]).empty
+
+
+def test_a_recipe_ablation_is_reported_per_prompt_set_and_on_their_mean(tmp_path: Path) -> None:
+    """Issue 24: a 2^2 recipe over two prompt sets, built by hand: target replies help
+    humaneval by 0.3 and hurt sharegpt by 0.1 (the mean over sets, +0.1, prefers them);
+    packing does nothing but noise."""
+    spec = (
+        "name: s\nvariants:\n"
+        "  jd: {pretrain.packing: joined, sft.responses: dataset}\n"
+        "  jt: {pretrain.packing: joined, sft.responses: target}\n"
+        "  id: {pretrain.packing: isolated, sft.responses: dataset}\n"
+        "  it: {pretrain.packing: isolated, sft.responses: target}\n"
+    )
+    noise = [0.004, -0.003, 0.002, -0.001, 0.003, -0.004, 0.001, -0.002]
+    rows: list[tuple[dict[str, object], dict[str, float] | None]] = []
+    for i, (name, seed) in enumerate((v, s) for v in ("jd", "jt", "id", "it") for s in (0, 1)):
+        target = name.endswith("t")
+        he, sg = 1.3 + 0.3 * target + noise[i], 1.4 - 0.1 * target - noise[i] / 2
+        metrics = {"acceptance_length": (he + sg) / 2, "acceptance_length/humaneval": he,
+                   "acceptance_length/sharegpt": sg}  # fmt: skip
+        rows.append(({"variant": name, "seed": seed}, metrics))
+    store, sweep_id = _store(tmp_path, spec, rows)
+    rep = fit_sweep(store, sweep_id, "s", tmp_path / "dash.html")
+    mean_line = next(x for x in rep.lines if "sft.responses" in x and "mean over 2" in x)
+    assert mean_line.startswith(
+        "effect of sft.responses dataset -> target on the mean over 2 prompt sets: +0.1000"
+    )
+    assert "prefers target (the CI excludes 0)" in mean_line
+    assert "1 of 2 sets prefer the same level beyond their scatter, 1 the other" in mean_line
+    per_set = rep.lines[rep.lines.index(mean_line) + 1]
+    assert per_set.startswith("  per set: humaneval +0.3") and "sharegpt -0.1" in per_set
+    packing = next(x for x in rep.lines if "pretrain.packing" in x and "mean over 2" in x)
+    assert "within the trials' scatter" in packing
+    assert any(x.startswith("jt: acceptance_length_set_mean = ") for x in rep.lines)
+    page = (tmp_path / "dash.html").read_text()
+    assert "The recipe across prompt sets" in page and "acceptance_length_set_mean" in page

@@ -21,6 +21,7 @@ from workloads.data import (
     iter_sharegpt_conversations,
     load_prompt_sets,
     pack_documents,
+    prompt_set_sources,
     read_sharegpt,
     render_chat,
     split_conversations,
@@ -262,6 +263,28 @@ def test_specbench_prompt_sets() -> None:
     sets = load_prompt_sets(SPECBENCH, n=10)
     assert {s.name for s in sets} >= {"mt_bench", "humaneval", "alpaca", "sum"}
     assert all(len(s.prompts) == 10 and all(s.prompts) for s in sets)
+
+
+def test_a_mixed_list_names_a_taken_stem_by_its_directory(tmp_path: Path) -> None:
+    """A directory's file whose stem is a builtin in the list (or a set before it) is named
+    ``<directory>/<stem>``; the rest keep their stems; spec order, files sorted."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    for stem in ("sum", "humaneval", "alpaca"):
+        (bench / f"{stem}.jsonl").write_text(json.dumps({"turns": [f"{stem} 1"]}) + "\n")
+    spec = ["humaneval", str(bench)]
+    names = [n for n, _ in prompt_set_sources(spec)]
+    assert names == ["humaneval", "alpaca", "bench/humaneval", "sum"]
+    sets = load_prompt_sets(spec, n=2)
+    assert [s.name for s in sets] == names and sets[2].prompts == ("humaneval 1",)
+    assert sets[0].prompts[0].startswith("Complete the code I provided.")
+    # order does not matter for a builtin: it keeps its own name
+    assert [n for n, _ in prompt_set_sources([str(bench), "humaneval"])][1] == "bench/humaneval"
+    assert [n for n, _ in prompt_set_sources(bench)] == ["alpaca", "humaneval", "sum"]
+    with pytest.raises(ValueError, match="would be named 'bench/humaneval'.*Fix: name each"):
+        prompt_set_sources(["humaneval", str(bench), str(bench)])
+    with pytest.raises(ValueError, match="is not a directory"):
+        prompt_set_sources(["humaneval", str(tmp_path / "nope")])
 
 
 def test_prompt_set_errors(tmp_path: Path) -> None:

@@ -3,9 +3,16 @@ with bootstrap CIs, on fixed per-prompt counts (issue 24, item 2)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from analysis.acceptance import acceptance_cis, per_prompt_mean, pooled
+from workloads.engine.acceptance import (
+    acceptance_cis,
+    acceptance_metrics,
+    per_prompt_mean,
+    pooled,
+)
 
 # (tokens emitted, verify steps) per prompt: a long prompt that accepts well, two short ones
 ACCEPTED, CYCLES = [40, 3, 4], [10, 3, 2]
@@ -51,3 +58,28 @@ def test_one_prompt_has_a_point_interval() -> None:
 def test_bad_counts_are_refused(accepted: list[int], cycles: list[int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         acceptance_cis(accepted, cycles)
+
+
+def test_trial_metrics_name_both_definitions_and_are_reproducible() -> None:
+    """The metric names a trial records; a prompt with no verify step is left out (it adds
+    nothing to the pooled sums and has no per-prompt ratio)."""
+    m = acceptance_metrics([*ACCEPTED, 0], [*CYCLES, 0], suffix="/humaneval")
+    assert m["acceptance_length/humaneval"] == pytest.approx(47 / 15)
+    assert m["acceptance_length_prompt_mean/humaneval"] == pytest.approx(7 / 3)
+    assert set(m) == {
+        f"{name}/humaneval"
+        for name in (
+            "acceptance_length",
+            "acceptance_length_ci_low",
+            "acceptance_length_ci_high",
+            "acceptance_length_prompt_mean",
+            "acceptance_length_prompt_mean_ci_low",
+            "acceptance_length_prompt_mean_ci_high",
+        )
+    }
+    cis = acceptance_cis(ACCEPTED, CYCLES)  # the default seed and resamples
+    assert (m["acceptance_length_ci_low/humaneval"], m["acceptance_length_ci_high/humaneval"]) == (
+        cis.pooled_ci
+    )
+    assert m == acceptance_metrics([*ACCEPTED, 0], [*CYCLES, 0], suffix="/humaneval")
+    assert all(math.isnan(v) for v in acceptance_metrics([0], [0]).values())

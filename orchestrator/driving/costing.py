@@ -1,0 +1,681 @@
+"""What a sweep's trials will cost before they run: seconds per stage, each with its basis.
+
+Every stage figure has a basis:
+
+- ``calibrated``: from completed trials of the same workload, target and hardware in the
+  results DB (matched on the trial metric ``hardware.id``, see
+  :func:`workloads.roofline.hardware.hardware_fingerprint`): the stage's measured seconds
+  (``wall_s/<stage>``) fitted by OLS (statsmodels) linear in the stage's work, which is its
+  tokens (or chats, prompts) times their FLOPs or roofline seconds at utilisation 1
+  (:mod:`workloads.trial_cost`), so linear in tokens at one draft shape; with the fit's R² and
+  the trials used. One trial, or one value of the work, gives a ratio through the origin.
+- ``modelled``: the same work over the hardware's throughput (datasheet, or the measured local
+  CPU) times a stated utilisation (:func:`workloads.roofline.train_cost.utilisation`: MFU 0.35
+  on GPUs until ``benchmarks/gpu_check.py train`` measures it).
+- ``unknown``: no cost model, no shape, no hardware profile; never a guess shown as a figure.
+
+Shared work (cached features, regenerated replies, a wsd-fork trunk, greedy references) costs
+only what is not cached yet: :class:`Predictor` reads the cache folder, and
+:meth:`Predictor.sweep` adds what each earlier trial of the sweep computes. The start-up of a
+trial (loading the target, the draft vocabulary, the step-cost probe) is calibrated as the
+``setup`` stage (measured wall seconds less the stages'), apart for the first trial of each
+slot of a sweep (it starts a Ray worker: imports, data read once per process), and left out when
+nothing calibrates it (the figure is then the stages' only, said in the notes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import heapq
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.spec.sweep import SweepSpec
+from orchestrator.store.history import CompletedTrial
+from orchestrator.store.results import ResultsStore
+from workloads.roofline.hardware import (
+    BUILTIN_PROFILES,
+    LOCAL_CPU,
+    HardwareProfile,
+    canonical_dtype,
+    datasheet_name,
+    fingerprint_id,
+    get_profile,
+    hardware_fingerprint,
+    profile_names,
+    read_local_cpu,
+)
+from workloads.roofline.train_cost import Utilisation, utilisation
+from workloads.trial_cost import CostContext, CostModel, CostUnknown, StageWork
+
+__all__ = [
+    "HARDWARE_NAMES",
+    "Hardware",
+    "Predictor",
+    "StageCost",
+    "StageFit",
+    "SweepCost",
+    "TrialCost",
+    "check_hardware_name",
+    "predictor",
+    "slots_for",
+    "wall_time",
+]
+
+Basis = Literal["calibrated", "modelled", "unknown"]
+
+SETUP = "setup"
+"""the stage of a trial's start-up: its measured wall seconds less its stages' seconds"""
+SETUP_COLD = "setup (cold)"
+"""the start-up of a trial that starts a Ray worker: the first trial of each slot of a sweep
+(imports, the data read once per process, the target converted once per cache)"""
+
+HARDWARE_NAMES = (*profile_names(), "cpu")
+"""names ``--hardware`` accepts (``cpu`` is ``local-cpu``)"""
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage's predicted seconds and where the figure comes from."""
+
+    stage: str
+    seconds: float | None
+    """predicted seconds; None when ``basis`` is ``unknown``"""
+    basis: Basis
+    detail: str
+    """how the figure was made (the fit and its trials, or FLOPs over throughput)"""
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """A trial's predicted seconds, stage by stage."""
+
+    stages: tuple[StageCost, ...]
+
+    @property
+    def total_s(self) -> float | None:
+        """Seconds of all stages; None when any stage is unknown."""
+        if any(s.seconds is None for s in self.stages):
+            return None
+        return sum(s.seconds or 0.0 for s in self.stages)
+
+    @property
+    def basis(self) -> str:
+        """The bases of its stages joined by ``+`` (``calibrated``, ``modelled``,
+        ``calibrated+modelled``, ``unknown``, ...)."""
+        found = {s.basis for s in self.stages}
+        return "+".join(b for b in ("calibrated", "modelled", "unknown") if b in found) or "unknown"
+
+    def stage(self, name: str) -> StageCost | None:
+        """The stage ``name``, or None when the trial does not run it."""
+        return next((s for s in self.stages if s.stage == name), None)
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    """A sweep's trials' costs in run order, and what they add up to on its hardware."""
+
+    trials: tuple[tuple[str, TrialCost], ...]
+    """(trial key, cost) in the order the trials are submitted"""
+    hardware: Hardware
+
+    @property
+    def unknown(self) -> int:
+        """Trials whose total is unknown."""
+        return sum(1 for _, c in self.trials if c.total_s is None)
+
+    @property
+    def serial_s(self) -> float | None:
+        """Seconds of all trials one after another; None when any trial is unknown."""
+        return None if self.unknown else sum(c.total_s or 0.0 for _, c in self.trials)
+
+    @property
+    def wall_s(self) -> float | None:
+        """Wall seconds at :attr:`Hardware.slots` trials at once (:func:`wall_time`)."""
+        totals = [c.total_s for _, c in self.trials]
+        return wall_time(totals, self.hardware.slots)
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """GPU-hours (GPUs per trial x hours, summed) of GPU trials; None on a CPU or when
+        any trial is unknown."""
+        serial = self.serial_s
+        if self.hardware.kind != "gpu" or serial is None:
+            return None
+        return self.hardware.gpus_per_trial * serial / 3600.0
+
+    @property
+    def basis(self) -> str:
+        """The bases of its trials' figures joined by ``+``."""
+        parts = {p for _, c in self.trials for p in c.basis.split("+")}
+        return "+".join(b for b in ("calibrated", "modelled", "unknown") if b in parts) or "unknown"
+
+
+def wall_time(totals: Sequence[float | None], slots: int) -> float | None:
+    """Wall seconds of trials run in order on ``slots`` parallel slots, each starting on the
+    first slot to come free (as the driver submits them); None when any total is unknown."""
+    if any(t is None for t in totals):
+        return None
+    free = [0.0] * max(1, slots)
+    for t in totals:
+        start = heapq.heappop(free)
+        heapq.heappush(free, start + (t or 0.0))
+    return max(free)
+
+
+def slots_for(num_cpus: float, num_gpus: float, *, cpus: float, gpus: float) -> int:
+    """Trials at once on ``cpus`` CPUs and ``gpus`` GPUs when each takes ``num_cpus`` and
+    ``num_gpus``: the rule of :func:`orchestrator.driving.runner.in_flight_limit` (at least 1)."""
+    limits = [int(cpus // num_cpus)]
+    if num_gpus:
+        limits.append(int(gpus // num_gpus))
+    return max(1, min(limits))
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Where the trials are costed: its profile per dtype, its fingerprint and parallelism."""
+
+    label: str
+    """e.g. ``h200`` or ``local-cpu (AMD EPYC 7B13, 1 thread)``"""
+    kind: Literal["cpu", "gpu"]
+    fingerprint: str
+    """:func:`~workloads.roofline.hardware.hardware_fingerprint` of a trial run there"""
+    slots: int
+    """trials at once"""
+    gpus_per_trial: float
+    """GPUs each trial holds (0 on a CPU)"""
+    devices: int
+    """devices of this kind in all (GPUs; CPU cores on a CPU)"""
+    profile_of: Callable[[str], HardwareProfile | None] = field(repr=False)
+    """dtype -> profile (None: no profile, the reason in ``missing``)"""
+    missing: str = ""
+    notes: tuple[str, ...] = ()
+
+
+def check_hardware_name(name: str) -> str:
+    """The profile ``--hardware`` names (``h200``, ``local-cpu``; case-insensitive, ``-sxm``
+    suffixes and ``cpu`` accepted).
+
+    Raises:
+        OrchestratorError: an unknown name, with the closest one and the names known.
+    """
+    key = name.strip().lower().replace("_", "-")
+    try:
+        prof = get_profile(key) if key not in (LOCAL_CPU, "cpu", "local") else None
+    except ValueError:
+        close = difflib.get_close_matches(key, [*BUILTIN_PROFILES, LOCAL_CPU], n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise OrchestratorError(
+            f"--hardware {name!r} is not a hardware profile; {hint}Fix: use one of "
+            f"{', '.join(profile_names())} (datasheet GPUs, or this machine's measured CPU)"
+        ) from None
+    return LOCAL_CPU if prof is None else prof.name
+
+
+def _local_cpu(spec: SweepSpec, cache_dir: Path | None) -> Hardware:
+    threads = max(1, int(spec.resources.num_cpus))
+    cores = os.cpu_count() or 1
+
+    def profile_of(dtype: str) -> HardwareProfile | None:
+        dt = canonical_dtype("float32" if dtype == "auto" else dtype)
+        found = read_local_cpu(cache_dir, dtype=dt, threads=threads) if cache_dir else None
+        return found or get_profile(LOCAL_CPU, dtype=dt, threads=threads)
+
+    fp = hardware_fingerprint(device="cpu", threads=threads)
+    cpu = fp.split(":", 1)[1].rsplit(":", 1)[0]
+    return Hardware(
+        label=f"{LOCAL_CPU} ({cpu}, {threads} thread{'s' if threads != 1 else ''} a trial)",
+        kind="cpu",
+        fingerprint=fp,
+        slots=slots_for(spec.resources.num_cpus, 0, cpus=cores, gpus=0),
+        gpus_per_trial=0.0,
+        devices=cores,
+        profile_of=profile_of,
+    )
+
+
+def _gpu(name: str | None, spec: SweepSpec, devices: int, extra: float) -> Hardware:
+    """GPUs of datasheet profile ``name`` (None: no profile for the GPU found, or none)."""
+    asked = spec.resources.num_gpus
+    per_trial = (asked or 1.0) + extra
+    notes = []
+    if not asked:
+        notes.append(f"resources.num_gpus is 0: each trial costed on one {name or 'GPU'}")
+    if per_trial > devices:
+        notes.append(f"a trial holds {per_trial:g} GPUs, more than the {devices} given")
+
+    def profile_of(dtype: str) -> HardwareProfile | None:
+        if name is None:
+            return None
+        dt = dtype if dtype in ("bfloat16", "float16") else "bfloat16"
+        return get_profile(name, dtype=dt)
+
+    return Hardware(
+        label=name or "GPU",
+        kind="gpu",
+        fingerprint=f"gpu:{name}",
+        slots=max(1, int(devices // per_trial)),
+        gpus_per_trial=per_trial,
+        devices=devices,
+        profile_of=profile_of,
+        missing="" if name else "no GPU with a datasheet profile here: name one with --hardware",
+        notes=tuple(notes),
+    )
+
+
+def _this_machine(spec: SweepSpec, cache_dir: Path | None, extra: float) -> Hardware:
+    if not spec.resources.num_gpus:
+        return _local_cpu(spec, cache_dir)
+    import torch
+
+    if not torch.cuda.is_available():
+        return _gpu(None, spec, 1, extra)
+    gpu = torch.cuda.get_device_name(0)
+    hw = _gpu(datasheet_name(gpu), spec, torch.cuda.device_count(), extra)
+    cores = os.cpu_count() or 1
+    cpu_slots = slots_for(spec.resources.num_cpus, 0, cpus=cores, gpus=0)
+    return dataclasses.replace(hw, slots=min(hw.slots, cpu_slots))
+
+
+def resolve_hardware(
+    spec: SweepSpec,
+    hardware: str | None,
+    devices: int,
+    cache_dir: Path | None,
+    extra_gpus: float = 0.0,
+) -> Hardware:
+    """The hardware trials of ``spec`` are costed on: this machine (``hardware`` None: its CPU,
+    or its GPUs when the spec asks for GPUs; ``devices`` ignored), its CPU (``local-cpu``), or
+    ``devices`` GPUs of a datasheet profile. ``extra_gpus``: GPUs a trial holds beyond
+    ``resources.num_gpus`` (:func:`orchestrator.driving.runner.extra_gpus`).
+
+    Raises:
+        OrchestratorError: an unknown hardware name.
+    """
+    if hardware is None:
+        return _this_machine(spec, cache_dir, extra_gpus)
+    name = check_hardware_name(hardware)
+    if name == LOCAL_CPU:
+        return _local_cpu(spec, cache_dir)
+    return _gpu(name, spec, max(1, devices), extra_gpus)
+
+
+@dataclass(frozen=True)
+class StageFit:
+    """Measured seconds of one stage, linear in its work (seconds at utilisation 1)."""
+
+    stage: str
+    a: float
+    """seconds at zero work (0 for a ratio)"""
+    b: float
+    """seconds per second of work at utilisation 1 (1 / the effective utilisation)"""
+    r2: float | None
+    """R² of the OLS fit (None: a ratio or a mean, no variation to explain)"""
+    n: int
+    """trials used"""
+    method: Literal["ols", "ratio", "mean"]
+    x_max: float
+    """the largest work fitted (a prediction beyond it extrapolates)"""
+    at_zero: float | None = None
+    """mean seconds of the trials that did none of this work (None: no such trial)"""
+
+    def predict(self, x: float) -> float:
+        """Seconds at work ``x`` (at least 0)."""
+        if x <= 0 or self.method == "mean":
+            return self.at_zero if x <= 0 and self.at_zero is not None else max(0.0, self.a)
+        return max(0.0, self.a + self.b * x)
+
+    def detail(self, x: float | None = None) -> str:
+        """The fit in words (and whether ``x`` extrapolates beyond it)."""
+        if self.method == "mean":
+            text = f"mean of {self.n} trials"
+        elif self.method == "ratio":
+            text = f"ratio to the work, {self.n} trial{'s' if self.n != 1 else ''}"
+        else:
+            text = f"OLS on the work, n={self.n}, R² {self.r2:.3f}"
+        if x is not None and self.x_max > 0 and x > 2 * self.x_max:
+            text += f", extrapolated {x / self.x_max:.3g}x beyond the largest"
+        return text
+
+
+def fit_stage(stage: str, points: Sequence[tuple[float, float]]) -> StageFit | None:
+    """The fit of one stage's (work, seconds) points: OLS with an intercept over the points
+    with work when there are at least 3 of them with 2 distinct values and the slope is
+    positive, else a ratio through the origin; None without a point with work. ``at_zero``:
+    the mean seconds of the points without work."""
+    import numpy as np
+    import statsmodels.api as sm
+
+    pts = [(x, y) for x, y in points if math.isfinite(x) and math.isfinite(y) and y >= 0]
+    zero = [y for x, y in pts if x <= 0]
+    work = [(x, y) for x, y in pts if x > 0]
+    at_zero = float(np.mean(zero)) if zero else None
+    if not work:
+        return None
+    xs = np.array([x for x, _ in work])
+    ys = np.array([y for _, y in work])
+    if len(work) >= 3 and len(set(xs.tolist())) >= 2:
+        res = sm.OLS(ys, sm.add_constant(xs)).fit()
+        a, b = float(res.params[0]), float(res.params[1])
+        if b > 0:
+            r2 = float(res.rsquared)
+            return StageFit(stage, a, b, r2, len(work), "ols", float(xs.max()), at_zero)
+    b = float(sm.OLS(ys, xs).fit().params[0])
+    return StageFit(stage, 0.0, b, None, len(work), "ratio", float(xs.max()), at_zero)
+
+
+@dataclass
+class _Group:
+    """The calibration of one group of trials (target, dtype, ...) on the hardware."""
+
+    fits: dict[str, StageFit]
+    tau: dict[str, float]
+    """tau group -> mean measured acceptance length"""
+    n: int
+    """matched trials"""
+
+
+class Predictor:
+    """Predicted seconds of a spec's trials (call it with a trial config): calibrated stages
+    where the results DB has matched trials, modelled ones elsewhere, unknown without a model.
+
+    Made by :func:`predictor`; :meth:`sweep` costs a whole sweep with its shared work.
+    """
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        hardware: Hardware,
+        history: Sequence[CompletedTrial],
+        *,
+        cache_dir: Path | None,
+        match_hardware: bool = True,
+        profile: HardwareProfile | None = None,
+    ) -> None:
+        self.spec = spec
+        self.hardware = hardware
+        self.model: CostModel | None = spec.workload_info.cost
+        self.cache_dir = cache_dir
+        self._profile = profile
+        self._groups: dict[str, _Group] = {}
+        self.notes: list[str] = list(hardware.notes)
+        """what the figures assume and which trials were not used, for the console"""
+        self._history = self._matched(history, match_hardware)
+
+    def _matched(self, history: Sequence[CompletedTrial], match: bool) -> list[Any]:
+        """(config, trial) of the completed trials run on this hardware."""
+        if self.model is None or not history:
+            return []
+        want = fingerprint_id(self.hardware.fingerprint)
+        found, unmarked, elsewhere, invalid = [], 0, 0, 0
+        for t in history:
+            hw_id = t.metrics.get("hardware.id")
+            if match and hw_id is None:
+                unmarked += 1
+                continue
+            if match and hw_id != want:
+                elsewhere += 1
+                continue
+            try:
+                found.append((self.spec.config_model.model_validate(t.config), t))
+            except ValueError:
+                invalid += 1
+        if unmarked:
+            self.notes.append(
+                f"{unmarked} completed trials in the results DB record no hardware "
+                "(hardware.id, recorded since issue 24): not used for calibration"
+            )
+        if elsewhere:
+            self.notes.append(f"{elsewhere} completed trials ran on other hardware: not used")
+        if invalid:
+            self.notes.append(f"{invalid} completed trials no longer validate: not used")
+        if not match:
+            self.notes.append("calibrated on trials of any hardware (hardware not matched)")
+        return found
+
+    def profile(self, config: BaseModel) -> HardwareProfile | None:
+        """The hardware profile a trial computes on (its dtype's)."""
+        if self._profile is not None:
+            return self._profile
+        if self.model is None:
+            return None
+        return self.hardware.profile_of(self.model.dtype(config))
+
+    def utilisation(self, config: BaseModel) -> Utilisation | None:
+        """The utilisation assumed for a trial's modelled figures."""
+        prof = self.profile(config)
+        return None if prof is None else utilisation(prof)
+
+    def _group(self, config: BaseModel, prof: HardwareProfile) -> _Group:
+        """The calibration of the trials of ``config``'s group (fitted once)."""
+        assert self.model is not None
+        key = _calibration_key(config)
+        if key in self._groups:
+            return self._groups[key]
+        points: dict[str, list[tuple[float, float]]] = {}
+        taus: dict[str, list[float]] = {}
+        n = 0
+        mine = [(cfg, t) for cfg, t in self._history if _calibration_key(cfg) == key]
+        cold = _cold_trials([t for _, t in mine])
+        for cfg, t in mine:
+            try:
+                done = self.model.done(cfg, t.metrics, prof)
+            except CostUnknown:
+                continue
+            n += 1
+            measured = 0.0
+            for stage in self.model.stages:
+                y = t.metrics.get(f"wall_s/{stage}")
+                if y is None or not math.isfinite(y):
+                    continue
+                measured += y
+                if stage in done:
+                    points.setdefault(stage, []).append((done[stage], y))
+            wall = t.wall_s if t.wall_s is not None else t.metrics.get("wall_s/total")
+            if wall is not None and math.isfinite(wall):
+                which = SETUP_COLD if (t.sweep, t.key) in cold else SETUP
+                points.setdefault(which, []).append((0.0, max(0.0, wall - measured)))
+            tau = t.metrics.get(self.model.tau_metric)
+            if tau is not None and math.isfinite(tau) and tau >= 1:
+                taus.setdefault(self.model.tau_group(cfg), []).append(tau)
+        setups = {s: [y for _, y in points.pop(s, [])] for s in (SETUP, SETUP_COLD)}
+        fits = {s: f for s, pts in points.items() if (f := fit_stage(s, pts)) is not None}
+        for stage, other in ((SETUP, SETUP_COLD), (SETUP_COLD, SETUP)):
+            ys = setups[stage] or setups[other]  # one kind only: it stands for both
+            if ys:
+                mean = sum(ys) / len(ys)
+                fits[stage] = StageFit(stage, mean, 0.0, None, len(ys), "mean", 0.0, mean)
+        group = _Group(fits, {g: sum(v) / len(v) for g, v in taus.items()}, n)
+        self._groups[key] = group
+        return group
+
+    def __call__(self, config: BaseModel) -> TrialCost:
+        """The cost of one trial run now alone (what the cache holds now is shared), on a Ray
+        worker already started (the start-up of a trial that follows another)."""
+        return self.cost(config, {})
+
+    def cost(self, config: BaseModel, shared: dict[str, float], *, cold: bool = False) -> TrialCost:
+        """The cost of one trial after the shared work in ``shared`` (key -> units computed by
+        earlier trials of the sweep), which it updates with its own; ``cold``: it starts a Ray
+        worker (the first trial of a slot)."""
+        if self.model is None:
+            why = f"no cost model for workload {self.spec.workload}"
+            return TrialCost((StageCost("trial", None, "unknown", why),))
+        prof = self.profile(config)
+        if prof is None:
+            return _unknown(self.model, self.hardware.missing or "no hardware profile")
+        group = self._group(config, prof)
+        tau_measured = group.tau.get(self.model.tau_group(config))
+        tau = tau_measured or 1.0
+        ctx = CostContext(
+            hw=prof, cache_dir=self.cache_dir, tau=tau, devices=self.hardware.gpus_per_trial or 1
+        )
+        try:
+            works = self.model.plan(config, ctx)
+        except CostUnknown as exc:
+            return _unknown(self.model, str(exc))
+        util = utilisation(prof)
+        stages = []
+        for stage in self.model.stages:
+            mine = [w for w in works if w.stage == stage]
+            if mine:
+                stages.append(_stage_cost(stage, mine, shared, group.fits.get(stage), util))
+        setup = group.fits.get(SETUP_COLD if cold else SETUP)
+        if setup is not None:
+            which = "trials that started a Ray worker" if cold else "trials after the first"
+            detail = f"{setup.detail()} ({which} of a slot)"
+            stages.append(StageCost(SETUP, setup.a, "calibrated", detail))
+        if tau_measured is not None:
+            self._note(
+                f"evaluation at the acceptance length measured by matched trials ({tau:.3g})"
+            )
+        else:
+            self._note(
+                "evaluation at acceptance length 1 (no matched trial measured it): an upper bound"
+            )
+        if setup is None:
+            self._note(
+                "trial start-up (target load, draft vocabulary, step-cost probe) not modelled"
+            )
+        return TrialCost(tuple(stages))
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def sweep(self, trials: Sequence[tuple[str, BaseModel]]) -> SweepCost:
+        """The cost of ``(key, config)`` trials run in this order: each trial's shared work
+        (features, replies, trunk, greedy references) counted once, by the first that needs
+        it, the cache folder's content counted as done."""
+        shared: dict[str, float] = {}
+        slots = self.hardware.slots
+        costs = tuple(
+            (key, self.cost(cfg, shared, cold=i < slots)) for i, (key, cfg) in enumerate(trials)
+        )
+        return SweepCost(costs, self.hardware)
+
+    def fits(self) -> dict[str, dict[str, StageFit]]:
+        """The calibrations made so far: group -> stage -> fit."""
+        return {k: g.fits for k, g in self._groups.items()}
+
+    def matched(self) -> int:
+        """Completed trials in the results DB run on this hardware (any group)."""
+        return len(self._history)
+
+
+def _cold_trials(trials: Sequence[CompletedTrial]) -> set[tuple[str, str]]:
+    """(sweep, key) of the trials that started before any trial of their sweep finished: each
+    started a Ray worker of its own (start-up, once per process); without times, none."""
+    first: dict[str, Any] = {}
+    for t in trials:
+        if t.finished_at is not None and (t.sweep not in first or t.finished_at < first[t.sweep]):
+            first[t.sweep] = t.finished_at
+    return {
+        (t.sweep, t.key)
+        for t in trials
+        if t.started_at is not None and t.sweep in first and t.started_at < first[t.sweep]
+    }
+
+
+def _calibration_key(config: BaseModel) -> str:
+    """Trials that calibrate each other: the same target (model, dtype, weights) and device."""
+    target = getattr(config, "target", None)
+    parts = [str(getattr(target, k, "")) for k in ("model", "dtype", "weights")]
+    return "|".join([*parts, str(getattr(config, "device", ""))])
+
+
+def _unknown(model: CostModel, why: str) -> TrialCost:
+    return TrialCost(tuple(StageCost(s, None, "unknown", why) for s in model.stages))
+
+
+def _stage_cost(
+    stage: str,
+    works: Sequence[StageWork],
+    shared: dict[str, float],
+    fit: StageFit | None,
+    util: Utilisation,
+) -> StageCost:
+    """A stage's seconds from its works: the units not cached yet (updating ``shared``),
+    through the stage's fit when there is one, else over the utilisation."""
+    ideal = modelled = 0.0
+    cached_all = True
+    for w in works:
+        units = w.units
+        if w.shared is not None:
+            have = max(w.cached, shared.get(w.shared, 0.0))
+            units = max(0.0, w.units - have)
+            shared[w.shared] = max(have, w.units)
+        cached_all = cached_all and units == 0 and w.units > 0
+        x = w.ideal_of(units)
+        ideal += x
+        modelled += x / util.share(w.kind)
+    why = "; done already (the cache, or an earlier trial)" if cached_all else ""
+    if fit is not None:
+        return StageCost(stage, fit.predict(ideal), "calibrated", fit.detail(ideal) + why)
+    kinds = sorted({w.kind for w in works})
+    shares = ", ".join(f"{k} {util.share(k):g}" for k in kinds)  # type: ignore[arg-type]
+    return StageCost(
+        stage, modelled, "modelled", f"{ideal:.3g} s at peak / utilisation {shares}{why}"
+    )
+
+
+def _extra_gpus(spec: SweepSpec) -> float:
+    """The GPU a trial training on workers keeps beside them (as
+    :func:`orchestrator.driving.runner.extra_gpus`), read from the base config and the grid."""
+    if not spec.resources.num_gpus or spec.search is not None:
+        return 0.0
+    try:
+        base = spec.config_model.model_validate(spec.base)
+    except ValueError:
+        return 0.0
+    train = getattr(base, "train", None)
+    workers = [getattr(train, "workers", 1), *spec.grid.get("train.workers", [])]
+    on = bool(getattr(train, "deepspeed", None)) or any(
+        isinstance(w, int) and w > 1 for w in workers
+    )
+    return min(1.0, spec.resources.num_gpus) if on else 0.0
+
+
+def predictor(
+    store: ResultsStore | None,
+    spec: SweepSpec,
+    *,
+    cache_dir: Path | None = None,
+    hardware: str | None = None,
+    devices: int = 1,
+    match_hardware: bool = True,
+    profile: HardwareProfile | None = None,
+) -> Predictor:
+    """The cost of ``spec``'s trials, a callable ``config -> TrialCost``.
+
+    Args:
+        store: the results DB whose completed trials calibrate the figures (None: modelled
+            only).
+        spec: the sweep (its workload's cost model, its resources).
+        cache_dir: the cache the trials will use (what it holds costs nothing); None: nothing
+            cached.
+        hardware: a profile name (``h200``, ``local-cpu``, ...; None: this machine).
+        devices: GPUs of ``hardware`` (a datasheet GPU) for the sweep's parallelism; ignored
+            for this machine and its CPU.
+        match_hardware: calibrate only on trials that recorded this hardware (``hardware.id``);
+            False: on every trial of the workload and target (said in the notes).
+        profile: the hardware profile to use instead of ``hardware``'s (tests).
+
+    Raises:
+        OrchestratorError: an unknown hardware name (with the closest one).
+        StoreError: the results DB cannot be read.
+    """
+    hw = resolve_hardware(spec, hardware, devices, cache_dir, _extra_gpus(spec))
+    history = store.completed_trials(spec.workload) if store is not None else []
+    return Predictor(
+        spec, hw, history, cache_dir=cache_dir, match_hardware=match_hardware, profile=profile
+    )

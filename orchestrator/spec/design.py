@@ -1,0 +1,190 @@
+"""The ``design:`` block of a sweep spec: an adaptive design over one law axis, instead of a grid.
+
+Instead of running every value of a grid, the driver runs a small initial design, fits the
+workload's log-linear law (``metric = a * log10(axis) + b``) and proposes each next trial
+(value, seed) where it shrinks the slope's confidence interval most per predicted cost, until
+the interval is as narrow as ``goal``, the compute ``budget_hours`` is spent, or the candidates
+run out (the rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.driving.design`)::
+
+    design:
+      axis: pretrain.tokens              # a law axis of the workload
+      values: [8192, 16384, 32768, 65536, 131072]
+      goal: 0.07                         # the slope's 95% CI half-width to reach
+      budget_hours: 0.8                  # trial hours (GPU trials: GPU-hours)
+      max_seeds: 3                       # seeds 0, 1, 2 per value at most
+
+Each trial is an ordinary trial (its key the hash of its full config, its grid point the axis
+value and the seed). A spec with ``design:`` has no ``grid:``, ``search:`` or ``variants:``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.errors import SpecError
+from workloads.config import NoBoolNumbers
+from workloads.registry import Workload
+
+__all__ = ["DesignSpec", "check_blocks", "check_layout", "design_seeds"]
+
+MAX_SEEDS = 100
+"""repeats per value at most"""
+
+
+class DesignSpec(NoBoolNumbers):
+    """An adaptive design over one law axis (see the module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    axis: str = Field(min_length=1, max_length=250)
+    """the law axis the design varies: a dotted config field of the workload's ``law_axes``
+    (``draft_train``: pretrain.tokens or draft.layers)"""
+    values: list[int | float] = Field(min_length=1, max_length=10_000)
+    """candidate values of the axis (> 0: the law is in log10 of them), at least 3 distinct"""
+    goal: float
+    """the slope's 95% CI half-width to reach, in metric units per decade of the axis"""
+    budget_hours: float
+    """compute budget, hours of trial wall time (GPU trials: GPU-hours), spent plus committed"""
+    max_seeds: int | None = Field(default=None, ge=1, le=MAX_SEEDS)
+    """repeats per value at most, seeds 0..max_seeds-1 (None: the spec's ``seeds:``)"""
+    initial: int = Field(default=3, ge=3)
+    """distinct values of the initial design, spread in log space (at least 3)"""
+    min_distinct: int = Field(default=4, ge=3)
+    """distinct values the design keeps, so the log-linear form itself can be checked (lack of
+    fit, the saturating alternative)"""
+    metric: str = Field(default="acceptance_length", min_length=1, max_length=250)
+    """the metric of the law (a metric the workload reports)"""
+
+    @field_validator("values")
+    @classmethod
+    def _positive(cls, v: list[int | float]) -> list[int | float]:
+        for x in v:
+            if not (math.isfinite(x) and x > 0):
+                raise ValueError(
+                    f"candidate value {x!r} is not a positive number: the law is in log10 of the "
+                    "axis. Fix: list values > 0 (an x = 0 baseline is a grid trial of its own)"
+                )
+        distinct = sorted(set(v))
+        if len(distinct) < 3:
+            raise ValueError(
+                f"{len(distinct)} distinct candidate value(s) {distinct}: a slope and its check "
+                "need at least 3. Fix: list at least 3 distinct values, e.g. [8192, 32768, 131072]"
+            )
+        return v
+
+    @field_validator("goal")
+    @classmethod
+    def _goal(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(
+                f"goal {v!r} must be a positive half-width (the slope's 95% CI, metric units per "
+                "decade). Fix: e.g. goal: 0.05"
+            )
+        return v
+
+    @field_validator("budget_hours")
+    @classmethod
+    def _budget(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(
+                f"budget_hours {v!r} must be a positive number of trial hours. Fix: e.g. "
+                "budget_hours: 0.5"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _sizes(self) -> DesignSpec:
+        n = len(set(self.values))
+        if self.initial > n:
+            raise ValueError(
+                f"initial {self.initial} is more than the {n} distinct candidate values. "
+                f"Fix: initial: {min(3, n)}, or list more values"
+            )
+        if "min_distinct" in self.model_fields_set and self.min_distinct > n:
+            raise ValueError(
+                f"min_distinct {self.min_distinct} is more than the {n} distinct candidate "
+                f"values. Fix: min_distinct: {n}, or list more values"
+            )
+        return self
+
+    @property
+    def kept_distinct(self) -> int:
+        """Distinct values the design keeps: ``min_distinct``, at most the candidates'."""
+        return min(self.min_distinct, len(set(self.values)))
+
+    @property
+    def budget_s(self) -> float:
+        """The budget in trial seconds (GPU trials: GPU-seconds)."""
+        return self.budget_hours * 3600.0
+
+    def describe(self) -> str:
+        """Short text, e.g. ``design over pretrain.tokens: 9 values, goal 0.05, budget 0.45 h``."""
+        return (
+            f"adaptive design over {self.axis}: {len(set(self.values))} values, goal half-width "
+            f"{self.goal:g} ({self.metric} per decade), budget {self.budget_hours:g} h"
+        )
+
+
+def design_seeds(design: DesignSpec, seeds: Sequence[int]) -> list[int]:
+    """The seeds a design may repeat a value with: ``0..max_seeds-1``, else the spec's."""
+    return list(range(design.max_seeds)) if design.max_seeds is not None else list(seeds)
+
+
+def check_blocks(data: dict[str, Any], line_of: Callable[..., int], path: object) -> None:
+    """Refuse a ``grid:`` (on the design's axis or another), a ``search:`` or ``variants:``
+    beside a ``design:`` block. ``data`` is the spec's raw mapping; ``line_of(loc)`` the line of
+    the key path ``loc``.
+
+    Raises:
+        SpecError: ``file:line`` and a fix.
+    """
+    grid = data.get("grid") or {}
+    axis = (data.get("design") or {}).get("axis")
+    if isinstance(grid, dict) and isinstance(axis, str) and axis in grid:
+        raise SpecError(
+            f"{path}:{line_of(('grid', axis))}: grid axis {axis!r} is also the "
+            "design's axis: the design chooses its values. Fix: remove it from grid: (the "
+            "design's values are the candidates), or remove design: to run the grid"
+        )
+    for block, what in (("grid", "a grid"), ("search", "an Optuna search"), ("variants", "")):
+        if not data.get(block):
+            continue
+        what = what or "variants"
+        raise SpecError(
+            f"{path}:{line_of((block,))}: a spec has either design: (one adaptive law) or "
+            f"{what}, not both. Fix: remove {block}: (fix those fields in base:), or write one "
+            "spec per setting"
+        )
+
+
+def check_layout(
+    design: DesignSpec,
+    workload: Workload,
+    data: dict[str, Any],
+    line_of: Callable[..., int],
+    path: object,
+) -> None:
+    """Refuse a design the workload cannot run: the axis is not one of its ``law_axes``, or
+    both ``seeds:`` and ``max_seeds`` are given (``data``, ``line_of``: as :func:`check_blocks`).
+
+    Raises:
+        SpecError: ``file:line`` and a fix.
+    """
+    if design.axis not in workload.law_axes:
+        axes = ", ".join(workload.law_axes)
+        has = f"its law axes are {axes}" if axes else "it declares no law axis"
+        first = workload.law_axes[0] if workload.law_axes else ""
+        raise SpecError(
+            f"{path}:{line_of(('design', 'axis'))}: design.axis {design.axis!r} is not a law "
+            f"axis of {workload.name} ({has}; workloads/registry.py law_axes). "
+            + (f"Fix: axis: {first}" if first else "Fix: remove design:, or use a grid:")
+        )
+    if design.max_seeds is not None and "seeds" in data:
+        raise SpecError(
+            f"{path}:{line_of(('design', 'max_seeds'))}: design.max_seeds and seeds: both say "
+            "which seeds the design repeats a value with. Fix: keep one of them"
+        )

@@ -1,0 +1,65 @@
+"""benchmarks/cost_bench.py on two hand-built run roots: calibrated on one, compared with the
+other's measured trials (same seconds law: the calibrated error is ~0), modelled beside it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from orchestrator.store.results import ResultsStore
+from tests.orchestrator.driving.test_costing import _record, _spec
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "cost_bench.py"
+
+
+def _load() -> ModuleType:
+    if "cost_bench" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("cost_bench", SCRIPT)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["cost_bench"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["cost_bench"]
+
+
+def test_calibrated_on_one_root_and_compared_with_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calib, measured = tmp_path / "calib", tmp_path / "measured"
+    store = ResultsStore.sqlite_under(calib)
+    _record(store, _spec(tmp_path, "small", [1024, 2048, 4096]))
+    store.close()
+    spec = _spec(tmp_path, "tok", [2048, 8192])
+    store = ResultsStore.sqlite_under(measured)
+    _record(store, spec)
+    store.close()
+    out_json = tmp_path / "cmp.json"
+    rc = _load().main(
+        ["--calibrate", str(calib), "--spec", str(tmp_path / "tok.yaml"), "--measured",
+         str(measured), "--json", str(out_json)]
+    )  # fmt: skip
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "calibrated" in text and "modelled" in text and "goals (calibrated)" in text
+    data = json.loads(out_json.read_text())
+    assert data["totals"]["trials_measured"] == 2
+    for row in data["trials"]:
+        assert row["calibrated_basis"] == "calibrated+modelled"
+        assert row["modelled_error_pct"] is not None
+    # pretraining, SFT and setup follow the measured law; the evaluation is modelled in both
+    assert data["totals"]["calibrated_error_pct"] is not None
+    assert "fit pretrain: OLS on the work, n=3" in text
+
+
+def test_a_missing_root_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no results DB"):
+        _load().main(
+            ["--calibrate", str(tmp_path / "none"), "--spec", "sweeps/smoke-tokens.yaml",
+             "--measured", str(tmp_path / "none")]
+        )  # fmt: skip

@@ -1,0 +1,64 @@
+"""The predicted cost a submit records beside the sweep and the dashboard's section comparing it
+with the measured seconds (orchestrator/reports/cost.py), through the real fit report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.driving import costing
+from orchestrator.reports import cost as report
+from orchestrator.reports.fit import fit_sweep
+from orchestrator.spec.grid import expand
+from orchestrator.store.results import ResultsStore
+from tests.orchestrator.driving.test_costing import HW, _record, _spec
+
+
+def test_the_dashboard_sets_predicted_beside_measured(tmp_path: Path) -> None:
+    store = ResultsStore(f"sqlite:///{tmp_path / 'results.db'}")
+    spec = _spec(tmp_path, "tok", [1024, 2048])
+    trials = expand(spec)
+    predicted = costing.predictor(None, spec, profile=HW).sweep([(t.key, t.config) for t in trials])
+    folder = tmp_path / "run" / "tok"
+    path = report.write_prediction(folder, predicted)
+    data = json.loads(path.read_text())
+    assert set(data["trials"]) == {t.key for t in trials}
+    first = data["trials"][trials[0].key]
+    assert first["basis"] == "modelled" and first["stages"]["pretrain"]["basis"] == "modelled"
+    # a resubmit's prediction keeps the one made before a trial ran
+    later = costing.predictor(None, spec, profile=HW).sweep([(trials[0].key, trials[1].config)])
+    report.write_prediction(folder, later)
+    kept = json.loads(path.read_text())["trials"][trials[0].key]
+    assert kept["total_s"] == first["total_s"]
+
+    _record(store, spec)
+    sweep_id = store.get_sweep("tok").id  # type: ignore[union-attr]
+    rep = fit_sweep(store, sweep_id, "tok", folder / "dashboard.html")
+    page = rep.dashboard.read_text()
+    assert "<h2 id='cost'>Cost: predicted and measured seconds</h2>" in page
+    assert page.count("id='cost-table'") == 1
+    for t in trials:
+        assert t.key in page.split("id='cost'")[1]
+    headers, rows, (pred, meas, n) = report.cost_rows(store, sweep_id, report.read_prediction(path))
+    assert headers[:6] == ["trial_key", "state", "predicted", "measured", "error %", "basis"]
+    assert "pretrain predicted / measured" in headers and n == 2
+    info = {t.key: t for t in store.trials(sweep_id)}
+    assert meas == sum(info[t.key].wall_s or 0 for t in trials)
+    assert pred == sum(data["trials"][t.key]["total_s"] for t in trials)
+    err = float(rows[0][4])
+    wall = info[rows[0][0]].wall_s
+    total = data["trials"][rows[0][0]]["total_s"]
+    assert wall is not None and abs(err - 100 * (total - wall) / wall) < 0.06
+    assert report.add_cost_section(rep.dashboard, store, sweep_id)  # a refit: replaced, not added
+    assert rep.dashboard.read_text().count("id='cost-table'") == 1
+    store.close()
+
+
+def test_no_prediction_no_section(tmp_path: Path) -> None:
+    store = ResultsStore(f"sqlite:///{tmp_path / 'results.db'}")
+    page = tmp_path / "dashboard.html"
+    page.write_text("<html><body><script></script></body></html>")
+    assert not report.add_cost_section(page, store, 1)
+    assert report.duration(None) == "n/a" and report.duration(90) == "90 s"
+    assert report.duration(7200) == "2 h" and report.duration(5.55e6) == "64.2 d"
+    store.close()
