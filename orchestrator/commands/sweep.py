@@ -141,7 +141,7 @@ def _dry_run(
     if spec.search:
         render.print_space(spec)
     elif spec.design:
-        for line in service.design_lines(plan, dest):
+        for line in service.design_lines(plan, dest, hardware=hardware, devices=devices):
             out.print(line, markup=False, highlight=False)
         out.print(f"resources per trial: {resources}. Nothing was run or written.")
         return

@@ -131,19 +131,31 @@ class _Predicted:
         return [self._cost(c) for _, c in swept.trials]
 
 
-def cost_model(store: ResultsStore | None, spec: SweepSpec, cache_dir: Path | None) -> Costs:
+def cost_model(
+    store: ResultsStore | None,
+    spec: SweepSpec,
+    cache_dir: Path | None,
+    *,
+    hardware: str | None = None,
+    devices: int = 1,
+) -> Costs:
     """The design's cost model: :func:`orchestrator.driving.costing.predictor` on this machine
-    (calibrated from the results DB's completed trials, else modelled, else unknown), in trial
-    seconds times :func:`units`; rebuilt on each call, so it sees the wsd-fork trunks, features
-    and trials there are now.
+    (or ``hardware``, ``devices`` GPUs of it: a dry run's ``--hardware``), calibrated from the
+    results DB's completed trials, else modelled, else unknown, in trial seconds times
+    :func:`units`; rebuilt on each call, so it sees the wsd-fork trunks, features and trials
+    there are now.
 
     Raises (when called):
+        OrchestratorError: an unknown hardware name.
         StoreError: the results DB cannot be read.
     """
     factor = units(spec)
 
     def make() -> CostFn:
-        return _Predicted(costing.predictor(store, spec, cache_dir=cache_dir), factor)
+        predict = costing.predictor(
+            store, spec, cache_dir=cache_dir, hardware=hardware, devices=devices
+        )
+        return _Predicted(predict, factor)
 
     return make
 

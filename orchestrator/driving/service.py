@@ -117,7 +117,7 @@ def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False, here: bo
     elif here:
         guards.check_fits_locally(spec, path, extra_gpus=runner.extra_gpus(spec, planned))
     guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
-    if spec.design is not None:  # the budget against the initial design's predicted cost
+    if spec.design is not None and here:  # the budget against the initial design's cost
         design_lines(the_plan, dest)
     if dry_run:  # the resubmit check reads an existing results DB, never creates one
         try:
@@ -134,10 +134,13 @@ def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False, here: bo
             store.close()
 
 
-def design_lines(the_plan: Plan, dest: Destinations) -> list[str]:
+def design_lines(
+    the_plan: Plan, dest: Destinations, *, hardware: str | None = None, devices: int | None = None
+) -> list[str]:
     """A design's refusal of a budget below its initial design's predicted cost, and the lines
-    saying what it will cost (:func:`orchestrator.driving.design.check_budget`); the cost is
-    calibrated from the results DB when one exists (nothing is created).
+    saying what it will cost (:func:`orchestrator.driving.design.check_budget`) on this machine
+    or ``hardware`` (``devices`` of it); the cost is calibrated from the results DB when one
+    exists (nothing is created).
 
     Raises:
         SpecError: the budget is too small (``file:line``, both numbers, a fix).
@@ -149,7 +152,9 @@ def design_lines(the_plan: Plan, dest: Destinations) -> list[str]:
     except OrchestratorError:
         store = None  # no results DB yet: modelled costs
     try:
-        costs = design.cost_model(store, the_plan.spec, dest.paths.cache_dir)
+        costs = design.cost_model(
+            store, the_plan.spec, dest.paths.cache_dir, hardware=hardware, devices=devices or 1
+        )
         done = design.completed_values(store, the_plan.spec)
         return design.check_budget(the_plan.path, the_plan.spec, costs(), done=done)
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,24 @@ def test_fail_error_raises_after_the_sleep(tmp_path: Path) -> None:
 def test_config_refuses_negative_seconds() -> None:
     with pytest.raises(ValueError, match="greater than or equal to 0"):
         SleepConfig(seconds=-1)
+
+
+def test_the_synthetic_law_is_seeded_and_leaves_old_trial_keys_alone(tmp_path: Path) -> None:
+    from orchestrator.spec.grid import _key_dump
+
+    assert "sleep.law_y" not in run(SleepConfig(seconds=0), out_dir=tmp_path / "a").metrics
+    cfg = SleepConfig(seconds=0, law_x=1000, law_noise=0.0, seed=3)
+    assert run(cfg, out_dir=tmp_path / "b").metrics["sleep.law_y"] == pytest.approx(1.3)
+    noisy = [SleepConfig(law_x=1000, seed=s).law_y() for s in range(200)]
+    assert noisy == [SleepConfig(law_x=1000, seed=s).law_y() for s in range(200)]
+    values = [y for y in noisy if y is not None]
+    sd = statistics.stdev(values)
+    assert 0.015 < sd < 0.025 and len(set(values)) == 200
+    # fields added after sleep shipped: at their defaults they are not in the trial key
+    assert set(_key_dump(SleepConfig(value=2))) == {
+        "seed",
+        "seconds",
+        "value",
+        "fail",
+        "fail_attempts",
+    }
