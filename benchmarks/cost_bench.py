@@ -3,7 +3,9 @@
 Calibrates the cost model on one run root's results DB (``--calibrate``, e.g. a smoke sweep's
 root), predicts every trial of a sweep spec as a submit would before running it (on this
 machine's CPU or GPUs, with the cache of ``--cache-dir``; default: an empty cache, as a cold
-run), and compares with the trials of that sweep measured in another run root (``--measured``).
+run; in the sweep's schedule, so trials running at once split or wait for the shared work
+another is building: ``orchestrator.driving.costing.simulate``), and compares with the trials
+of that sweep measured in another run root (``--measured``).
 Prints per trial the measured seconds (the trial's wall seconds), the calibrated prediction and
 the modelled-only prediction (no results DB: FLOPs over the hardware's throughput times the
 stated utilisation) with their errors in %, then the totals (serial seconds, and the sweep's

@@ -17,6 +17,13 @@ Shared work: cached features, regenerated replies, wsd-fork trunks and greedy re
 computed once and shared by every trial and sweep with the same recipe, and nested budgets
 share their prefix, so a :class:`StageWork` with a ``shared`` key costs only the units beyond
 what is cached (``cached``: read from the cache folder; a sweep's earlier trials add theirs).
+Trials running at once share it as its locks say (``split``): feature chunks and batches of
+replies each have a lock of their own, taken without waiting, so trials that need them together
+split them (each builds the next chunk or batch nobody is building, then waits for the rest:
+``workloads.training.feature_cache``, ``workloads.training.regenerate``); a wsd-fork trunk is
+built under one lock and a greedy reference under its prompt's, so the others wait for it (the
+evaluation of two trials goes in step: each waits for the reference of the prompt the other
+computes).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from workloads.roofline.hardware import HardwareProfile
 from workloads.roofline.models import ModelShape, load_model_shape
 from workloads.roofline.train_cost import (
     EVAL_PROMPT_TOKENS,
+    REGEN_BATCH,
     ar_decode_s,
     draft_train_flops,
     regen_chat_s,
@@ -84,6 +92,14 @@ class StageWork:
     units under one key are nested prefixes (a larger budget's first tokens are a smaller's)"""
     cached: float = 0.0
     """units under ``shared`` already on disk"""
+    split: bool = False
+    """how trials running at once share the units under ``shared``: True, they split them
+    (each builds the next chunk nobody is building); False, one builds them under a lock and the
+    others wait until it is done"""
+    lookahead: float = 0.0
+    """split work: units a trial builds beyond the prefix while it waits for the last ones
+    another builds (a batch of replies: ``workloads.training.regenerate`` generates batch
+    i + 1 while another trial generates batch i)"""
     note: str = ""
     """what the count assumes"""
 
@@ -122,7 +138,11 @@ class CostModel:
     dtype: Callable[[Any], str]
     """the dtype a trial computes in (picks the hardware profile)"""
     tau_group: Callable[[Any], str]
-    """trials whose measured acceptance length says what this one's evaluation will see"""
+    """trials whose measured acceptance length says what this one's evaluation will see (the
+    same target, draft and tree; the prompt sets apart, see ``tau_sets``)"""
+    tau_sets: Callable[[Any], tuple[str, ...]] = lambda cfg: ()
+    """the names of the prompt sets a trial evaluates (each measured as
+    ``<tau_metric>/<name>``); () when the workload does not say"""
     tau_metric: str = "acceptance_length"
     """the metric of the measured acceptance length (tokens per cycle)"""
 
@@ -336,6 +356,7 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
                     shared=f"features:{tkey}:{stage}:L{seq_len}:{cfg.pretrain.packing}"
                     + (f":regen-{cfg.sft.responses}" if stage == "sft" else ""),
                     cached=cached_feature_tokens(ctx.cache_dir, cfg, stage),
+                    split=True,
                     note="target forward into the feature cache (nested budgets share it)",
                 )  # fmt: skip
             )
@@ -343,7 +364,7 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
         works += _training_works(cfg, ctx, shape, stage, trained, online, spread)
     if cfg.sft.responses == "target" and cfg.sft.tokens:
         cap = cfg.sft.regen_reply_tokens
-        chats = regen_chats(cfg.sft.tokens, cap)
+        chats = math.ceil(regen_chats(cfg.sft.tokens, cap) / REGEN_BATCH) * REGEN_BATCH
         works.append(
             StageWork(
                 stage="regenerate",
@@ -353,7 +374,9 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
                 kind="decode",
                 shared=f"regen:{tkey}:{cap}:{cfg.sft.regen_temperature}:{cfg.sft.seq_len}",
                 cached=cached_regen_chats(ctx.cache_dir),
-                note=f"target decoding, {cap}-token replies in batches of 16",
+                split=True,
+                lookahead=REGEN_BATCH,
+                note=f"target decoding, {cap}-token replies in whole batches of {REGEN_BATCH}",
             )  # fmt: skip
         )
     prompts = _eval_prompts(cfg)
@@ -508,12 +531,39 @@ def _eval_done(
 
 
 def _tau_group(cfg: DraftTrainConfig) -> str:
-    """Trials with the same target, draft and evaluation see comparable acceptance lengths."""
+    """Trials with the same target, draft and tree see comparable acceptance lengths on the
+    same prompt sets (:func:`_prompt_set_names`)."""
     e = cfg.eval
     return json.dumps(
         [cfg.target.model, cfg.draft.layers, cfg.draft.vocab_size, e.depth, e.topk,
-         e.num_draft_tokens, str(e.prompt_sets)]
+         e.num_draft_tokens]
     )  # fmt: skip
+
+
+def _prompt_set_names(cfg: DraftTrainConfig) -> tuple[str, ...]:
+    """The names the evaluation gives its prompt sets (the suffixes of its per-set metrics
+    ``acceptance_length/<name>``), as ``workloads.data.prompts.prompt_set_sources`` names them
+    without importing it (torch): a builtin by its name, a directory's ``*.jsonl`` files by
+    their stems sorted, ``<directory>/<stem>`` where the stem is taken; () for a directory not
+    on this machine."""
+    sets = cfg.eval.prompt_sets
+    entries = [str(sets)] if isinstance(sets, Path) else list(sets)
+    builtins = {e for e in entries if not isinstance(sets, Path) and not is_prompt_dir(e)}
+    names: list[str] = []
+    for entry in entries:
+        if entry in builtins:
+            names.append(entry)
+            continue
+        folder = Path(entry).expanduser()
+        files = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+        if not files:
+            return ()
+        for f in files:
+            name = f.stem
+            if name in builtins or name in names:
+                name = f"{folder.resolve().name}/{f.stem}"
+            names.append(name)
+    return tuple(names)
 
 
 DRAFT_TRAIN_COST = CostModel(
@@ -522,5 +572,6 @@ DRAFT_TRAIN_COST = CostModel(
     done=done_draft_train,
     dtype=lambda cfg: cfg.target.dtype,
     tau_group=_tau_group,
+    tau_sets=_prompt_set_names,
 )
 """the cost model of ``draft_train`` trials"""

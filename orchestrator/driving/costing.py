@@ -15,12 +15,21 @@ Every stage figure has a basis:
 - ``unknown``: no cost model, no shape, no hardware profile; never a guess shown as a figure.
 
 Shared work (cached features, regenerated replies, a wsd-fork trunk, greedy references) costs
-only what is not cached yet: :class:`Predictor` reads the cache folder, and
-:meth:`Predictor.sweep` adds what each earlier trial of the sweep computes. The start-up of a
-trial (loading the target, the draft vocabulary, the step-cost probe) is calibrated as the
-``setup`` stage (measured wall seconds less the stages'), apart for the first trial of each
-slot of a sweep (it starts a Ray worker: imports, data read once per process), and left out when
-nothing calibrates it (the figure is then the stages' only, said in the notes).
+only what is not cached yet: :class:`Predictor` reads the cache folder. :meth:`Predictor.sweep`
+runs the sweep's schedule as the driver does (:func:`simulate`: trials in order, ``slots`` at a
+time, each starting when a slot frees): a trial that needs shared work another running trial is
+building splits it (feature chunks, batches of replies: a lock per chunk, taken without waiting)
+or waits for it (a wsd-fork trunk, greedy references), so both seeds of a budget that run at
+once pay the build in their wall seconds, and a trial after them finds it built. A trial's
+figure is then its own work plus its waits; the sweep's serial seconds (their sum) and wall
+seconds come from the same schedule. Called with one config, the predictor costs the trial run
+alone now (the adaptive design prices candidates so). The start-up of a trial (loading the
+target, the draft vocabulary, the step-cost probe) is calibrated as the ``setup`` stage
+(measured wall seconds less the stages'), apart for the first trial of each slot of a sweep (it
+starts a Ray worker: imports, data read once per process), and left out when nothing calibrates
+it (the figure is then the stages' only, said in the notes). The evaluation is costed at the
+acceptance length matched trials measured: on the same prompt sets, else the mean of each of
+its sets' own (``acceptance_length/<set>``), else theirs on other sets, else 1 (an upper bound).
 """
 
 from __future__ import annotations
@@ -62,10 +71,13 @@ __all__ = [
     "Predictor",
     "StageCost",
     "StageFit",
+    "StageRun",
+    "Step",
     "SweepCost",
     "TrialCost",
     "check_hardware_name",
     "predictor",
+    "simulate",
     "slots_for",
     "wall_time",
 ]
@@ -126,6 +138,9 @@ class SweepCost:
     trials: tuple[tuple[str, TrialCost], ...]
     """(trial key, cost) in the order the trials are submitted"""
     hardware: Hardware
+    schedule_wall_s: float | None = None
+    """wall seconds of the schedule that made the trials' costs (:func:`simulate`); None: the
+    costs were made apart, :func:`wall_time` of their totals"""
 
     @property
     def unknown(self) -> int:
@@ -139,8 +154,12 @@ class SweepCost:
 
     @property
     def wall_s(self) -> float | None:
-        """Wall seconds at :attr:`Hardware.slots` trials at once (:func:`wall_time`)."""
+        """Wall seconds at :attr:`Hardware.slots` trials at once: the schedule's
+        (:meth:`Predictor.sweep`), else :func:`wall_time` of the totals; None when any trial
+        is unknown."""
         totals = [c.total_s for _, c in self.trials]
+        if self.schedule_wall_s is not None and None not in totals:
+            return self.schedule_wall_s
         return wall_time(totals, self.hardware.slots)
 
     @property
@@ -374,21 +393,242 @@ def fit_stage(stage: str, points: Sequence[tuple[float, float]]) -> StageFit | N
 
 
 @dataclass
+class _Taus:
+    """Acceptance lengths measured by the matched trials of one tau group (target, draft,
+    tree)."""
+
+    by_sets: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
+    """the prompt sets evaluated -> pooled acceptance lengths"""
+    per_set: dict[str, list[float]] = field(default_factory=dict)
+    """a prompt set's name -> its own acceptance lengths (``<tau_metric>/<name>``)"""
+
+
+@dataclass
 class _Group:
     """The calibration of one group of trials (target, dtype, ...) on the hardware."""
 
     fits: dict[str, StageFit]
-    tau: dict[str, float]
-    """tau group -> mean measured acceptance length"""
+    taus: dict[str, _Taus]
+    """tau group -> the acceptance lengths its trials measured"""
     n: int
     """matched trials"""
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value >= 1
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a trial in the schedule of :func:`simulate`: seconds of its own, or shared
+    units under a key."""
+
+    stage: str
+    seconds: float = 0.0
+    """its own seconds (a step without ``key``)"""
+    idle: float | None = None
+    """its own seconds when the trial found all of the stage's shared work done, neither built
+    nor waited for (None: ``seconds``)"""
+    key: str | None = None
+    """the shared work's key (:attr:`workloads.trial_cost.StageWork.shared`)"""
+    units: float = 0.0
+    """the prefix of the shared units this trial needs"""
+    per_unit: float = 0.0
+    """seconds a unit takes one trial building it"""
+    split: bool = False
+    """trials at this step together split the units (else one builds, the others wait)"""
+    lookahead: float = 0.0
+    """split: units a trial builds beyond the prefix while it waits for another's last ones
+    (:attr:`workloads.trial_cost.StageWork.lookahead`)"""
+
+
+@dataclass(frozen=True)
+class _StagePlan:
+    stage: str
+    basis: Basis
+    detail: str
+    steps: tuple[Step, ...]
+    what: str = ""
+    """its shared work in words (``features``, ``replies``, ...), for the detail"""
+
+
+@dataclass
+class StageRun:
+    """What the schedule made of one stage of one trial."""
+
+    spent: float = 0.0
+    """seconds from the stage's start to its end"""
+    waited: float = 0.0
+    """of them, seconds waiting for shared work another trial was building"""
+    company: int = 0
+    """most trials building its shared units at once, itself included"""
+    touched: bool = False
+    """it built or waited for some of its shared units"""
+
+
+SHARED_WORK = {"features": "features", "regen": "replies", "trunk": "trunk", "greedy": "greedy"}
+"""a shared key's prefix -> the work in words"""
+
+
+def simulate(
+    trials: Sequence[Sequence[Step]], slots: int, have: dict[str, float]
+) -> tuple[list[float], list[float], list[dict[str, StageRun]]]:
+    """Run ``trials`` (each its steps in order) as the driver does: in order, ``slots`` at a
+    time, each starting when a slot frees. ``have``: shared units done before the sweep (the
+    cache), by key. Returns each trial's start and end seconds and what each of its stages
+    spent.
+
+    The rule of shared work (a step with a key; units under one key are nested prefixes, built
+    from the first):
+
+    - ``split`` (feature chunks, batches of replies: a lock per chunk, taken without waiting):
+      every trial at such a step whose prefix is not built yet builds, the prefix growing at the
+      sum of their rates; each leaves when the prefix it needs is built, so trials that need it
+      together split it and each pays its share plus the wait for the last chunk, about the
+      time all of it takes them together. Where the work looks ahead (``lookahead``: replies,
+      whose waiting trial generates the batch after the one it waits for), ``k`` trials that
+      built it together need ``k - 1`` lookaheads more.
+    - else (a wsd-fork trunk: one lock for the whole trunk, ``workloads.training.stages``;
+      greedy references: a blocking lock per prompt, taken just before the prompt's own
+      decoding, so two evaluations go in step, each waiting for the reference the other
+      computes): the first trial to need units not built yet builds them and holds the work
+      until it has built the prefix it needs; a trial that needs it meanwhile waits until then
+      (whether or not it needs less), then builds what it needs beyond it, if anything, and
+      goes on with its own work.
+
+    A trial's stage lasts from its first step to its last, waits included, so the stage
+    seconds of a trial add up to its wall seconds; a stage's own seconds come after its shared
+    steps. Each trial computes at its own calibrated rate (one slot each; a waiting trial's
+    slot idles), chunks are continuous (the wait for another's last chunk is not counted).
+    """
+    n = len(trials)
+    done = dict(have)
+    owner: dict[str, int] = {}
+    """key -> the trial building it (wait rule)"""
+    arrived: dict[int, float] = {}
+    """trial -> when it reached the shared step it is at (who builds next under the wait rule)"""
+    pos: list[int] = [0] * n
+    company: list[int] = [1] * n
+    """most trials building the shared work of a trial's step with it, itself included"""
+    left: list[float | None] = [None] * n
+    """seconds left of a trial's own step (None: not begun)"""
+    start, end = [0.0] * n, [0.0] * n
+    tracks: list[dict[str, StageRun]] = [{} for _ in range(n)]
+    queue = list(range(n))[::-1]
+    running: list[int] = []
+    t = 0.0
+
+    def track(i: int, stage: str) -> StageRun:
+        return tracks[i].setdefault(stage, StageRun())
+
+    def near(x: float, y: float) -> bool:
+        return x >= y - 1e-9 * max(1.0, abs(y))
+
+    def need(i: int) -> float:
+        s = trials[i][pos[i]]
+        return s.units + s.lookahead * (company[i] - 1)
+
+    def settle(i: int) -> bool:
+        """Move trial i past the steps that are complete now; True when it has finished."""
+        steps = trials[i]
+        while pos[i] < len(steps):
+            s = steps[pos[i]]
+            tr = track(i, s.stage)
+            if s.key is None:
+                if left[i] is None:
+                    left[i] = s.seconds if tr.touched or s.idle is None else s.idle
+                if (left[i] or 0.0) > 1e-9:
+                    return False
+                left[i] = None
+            else:
+                k = s.key
+                holder = owner.get(k)
+                free = s.split or holder is None or holder == i
+                if free and s.per_unit <= 0 and not near(done.setdefault(k, 0.0), need(i)):
+                    done[k] = need(i)  # it takes no time
+                    tr.touched = True
+                got = done.setdefault(k, 0.0)
+                if holder == i and near(got, need(i)):
+                    del owner[k]  # built what it needs: the lock is free
+                elif not free or not near(got, need(i)):
+                    arrived.setdefault(i, t)
+                    if not s.split and holder is None:
+                        owner[k] = i
+                    return False
+                arrived.pop(i, None)
+            pos[i] += 1
+            company[i] = 1
+        return True
+
+    def advance_all() -> None:
+        """Settle every running trial (those waiting first by when they came), start the next
+        trials in the slots that free, until nothing changes."""
+        while True:
+            before = (tuple(pos), tuple(running), tuple(sorted(owner.items())))
+            for i in sorted(running, key=lambda j: (arrived.get(j, t), j)):
+                if settle(i):
+                    end[i] = t
+                    running.remove(i)
+                    if queue:
+                        j = queue.pop()
+                        start[j] = t
+                        running.append(j)
+            if (tuple(pos), tuple(running), tuple(sorted(owner.items()))) == before:
+                return
+
+    for _ in range(min(max(1, slots), n)):
+        running.append(queue.pop())
+    advance_all()
+    while running:
+        builders: dict[str, list[int]] = {}
+        for i in running:
+            s = trials[i][pos[i]]
+            if s.key is None:
+                continue
+            if s.split or owner.get(s.key) == i:
+                builders.setdefault(s.key, []).append(i)
+        for b in builders.values():
+            for i in b:
+                company[i] = max(company[i], len(b))
+        rate = {k: sum(1.0 / trials[i][pos[i]].per_unit for i in b) for k, b in builders.items()}
+        dt = math.inf
+        for i in running:
+            s = trials[i][pos[i]]
+            if s.key is None:
+                dt = min(dt, left[i] or 0.0)
+            elif s.key in rate and i in builders[s.key]:
+                dt = min(dt, max(0.0, need(i) - done[s.key]) / rate[s.key])
+        if not math.isfinite(dt):
+            raise RuntimeError("cost schedule: no trial can move (a bug in the simulation)")
+        for i in running:
+            s = trials[i][pos[i]]
+            tr = track(i, s.stage)
+            tr.spent += dt
+            if s.key is None:
+                left[i] = (left[i] or 0.0) - dt
+                continue
+            tr.touched = True
+            if i in builders.get(s.key, ()):
+                tr.company = max(tr.company, len(builders[s.key]))
+            else:
+                tr.waited += dt
+        for k, b in builders.items():
+            done[k] = min(max(need(i) for i in b), done[k] + rate[k] * dt)
+        t += dt
+        advance_all()
+    return start, end, tracks
 
 
 class Predictor:
     """Predicted seconds of a spec's trials (call it with a trial config): calibrated stages
     where the results DB has matched trials, modelled ones elsewhere, unknown without a model.
 
-    Made by :func:`predictor`; :meth:`sweep` costs a whole sweep with its shared work.
+    Made by :func:`predictor`; :meth:`sweep` costs a whole sweep as the driver runs it (its
+    shared work built once, trials running at once sharing it, see :func:`simulate`).
     """
 
     def __init__(
@@ -458,22 +698,23 @@ class Predictor:
     def _group(self, config: BaseModel, prof: HardwareProfile) -> _Group:
         """The calibration of the trials of ``config``'s group (fitted once)."""
         assert self.model is not None
+        model = self.model
         key = _calibration_key(config)
         if key in self._groups:
             return self._groups[key]
         points: dict[str, list[tuple[float, float]]] = {}
-        taus: dict[str, list[float]] = {}
+        taus: dict[str, _Taus] = {}
         n = 0
         mine = [(cfg, t) for cfg, t in self._history if _calibration_key(cfg) == key]
         cold = _cold_trials([t for _, t in mine])
         for cfg, t in mine:
             try:
-                done = self.model.done(cfg, t.metrics, prof)
+                done = model.done(cfg, t.metrics, prof)
             except CostUnknown:
                 continue
             n += 1
             measured = 0.0
-            for stage in self.model.stages:
+            for stage in model.stages:
                 y = t.metrics.get(f"wall_s/{stage}")
                 if y is None or not math.isfinite(y):
                     continue
@@ -484,9 +725,17 @@ class Predictor:
             if wall is not None and math.isfinite(wall):
                 which = SETUP_COLD if (t.sweep, t.key) in cold else SETUP
                 points.setdefault(which, []).append((0.0, max(0.0, wall - measured)))
-            tau = t.metrics.get(self.model.tau_metric)
-            if tau is not None and math.isfinite(tau) and tau >= 1:
-                taus.setdefault(self.model.tau_group(cfg), []).append(tau)
+            tau = t.metrics.get(model.tau_metric)
+            if _finite(tau):
+                assert tau is not None
+                found = taus.setdefault(model.tau_group(cfg), _Taus())
+                sets = model.tau_sets(cfg)
+                found.by_sets.setdefault(sets, []).append(tau)
+                for name in sets:
+                    one = t.metrics.get(f"{model.tau_metric}/{name}")
+                    if _finite(one):
+                        assert one is not None
+                        found.per_set.setdefault(name, []).append(one)
         setups = {s: [y for _, y in points.pop(s, [])] for s in (SETUP, SETUP_COLD)}
         fits = {s: f for s, pts in points.items() if (f := fit_stage(s, pts)) is not None}
         for stage, other in ((SETUP, SETUP_COLD), (SETUP_COLD, SETUP)):
@@ -494,27 +743,47 @@ class Predictor:
             if ys:
                 mean = sum(ys) / len(ys)
                 fits[stage] = StageFit(stage, mean, 0.0, None, len(ys), "mean", 0.0, mean)
-        group = _Group(fits, {g: sum(v) / len(v) for g, v in taus.items()}, n)
+        group = _Group(fits, taus, n)
         self._groups[key] = group
         return group
 
-    def __call__(self, config: BaseModel) -> TrialCost:
-        """The cost of one trial run now alone (what the cache holds now is shared), on a Ray
-        worker already started (the start-up of a trial that follows another)."""
-        return self.cost(config, {})
+    def _tau(self, config: BaseModel, group: _Group) -> tuple[float | None, str]:
+        """The acceptance length the trial's evaluation is costed at, and where it comes from:
+        the mean of matched trials with the same target, draft and tree on the same prompt
+        sets; else the mean over the trial's prompt sets of each set's own acceptance length
+        (``acceptance_length/<set>``) measured by matched trials that evaluated it among
+        others; else their pooled mean on other sets; else None (acceptance length 1)."""
+        assert self.model is not None
+        found = group.taus.get(self.model.tau_group(config))
+        if found is None:
+            return None, "no matched trial with this target, draft and tree measured it"
+        sets = self.model.tau_sets(config)
+        if sets in found.by_sets:
+            same = found.by_sets[sets]
+            return _mean(same), f"measured by {len(same)} matched trials on the same prompt sets"
+        if sets and all(s in found.per_set for s in sets):
+            tau = _mean([_mean(found.per_set[s]) for s in sets])
+            return tau, (
+                f"the mean over its prompt sets ({', '.join(sets)}) of each one's acceptance "
+                "length measured by matched trials that evaluated more sets"
+            )
+        every = [v for vs in found.by_sets.values() for v in vs]
+        return _mean(every), f"measured by {len(every)} matched trials on other prompt sets"
 
-    def cost(self, config: BaseModel, shared: dict[str, float], *, cold: bool = False) -> TrialCost:
-        """The cost of one trial after the shared work in ``shared`` (key -> units computed by
-        earlier trials of the sweep), which it updates with its own; ``cold``: it starts a Ray
-        worker (the first trial of a slot)."""
+    def plan(self, config: BaseModel, *, cold: bool = False) -> _Plan:
+        """One trial's steps in the order it runs them (start-up, then each stage's shared work
+        and its own), or its cost when unknown; ``cold``: it starts a Ray worker (the first
+        trial of a slot)."""
         if self.model is None:
             why = f"no cost model for workload {self.spec.workload}"
-            return TrialCost((StageCost("trial", None, "unknown", why),))
+            return _Plan(unknown=TrialCost((StageCost("trial", None, "unknown", why),)))
         prof = self.profile(config)
         if prof is None:
-            return _unknown(self.model, self.hardware.missing or "no hardware profile")
+            return _Plan(
+                unknown=_unknown(self.model, self.hardware.missing or "no hardware profile")
+            )
         group = self._group(config, prof)
-        tau_measured = group.tau.get(self.model.tau_group(config))
+        tau_measured, how = self._tau(config, group)
         tau = tau_measured or 1.0
         ctx = CostContext(
             hw=prof, cache_dir=self.cache_dir, tau=tau, devices=self.hardware.gpus_per_trial or 1
@@ -522,46 +791,72 @@ class Predictor:
         try:
             works = self.model.plan(config, ctx)
         except CostUnknown as exc:
-            return _unknown(self.model, str(exc))
+            return _Plan(unknown=_unknown(self.model, str(exc)))
         util = utilisation(prof)
         stages = []
-        for stage in self.model.stages:
-            mine = [w for w in works if w.stage == stage]
-            if mine:
-                stages.append(_stage_cost(stage, mine, shared, group.fits.get(stage), util))
         setup = group.fits.get(SETUP_COLD if cold else SETUP)
         if setup is not None:
             which = "trials that started a Ray worker" if cold else "trials after the first"
             detail = f"{setup.detail()} ({which} of a slot)"
-            stages.append(StageCost(SETUP, setup.a, "calibrated", detail))
+            stages.append(_StagePlan(SETUP, "calibrated", detail, (Step(SETUP, seconds=setup.a),)))
+        for stage in self.model.stages:
+            mine = [w for w in works if w.stage == stage]
+            if mine:
+                stages.append(_stage_plan(stage, mine, group.fits.get(stage), util))
         if tau_measured is not None:
-            self._note(
-                f"evaluation at the acceptance length measured by matched trials ({tau:.3g})"
-            )
+            self._note(f"evaluation at acceptance length {tau:.3g}: {how}")
         else:
-            self._note(
-                "evaluation at acceptance length 1 (no matched trial measured it): an upper bound"
-            )
+            self._note(f"evaluation at acceptance length 1 ({how}): an upper bound")
         if setup is None:
             self._note(
                 "trial start-up (target load, draft vocabulary, step-cost probe) not modelled"
             )
-        return TrialCost(tuple(stages))
+        have = {w.shared: w.cached for w in works if w.shared is not None}
+        return _Plan(tuple(stages), have)
+
+    def __call__(self, config: BaseModel) -> TrialCost:
+        """The cost of one trial run now alone (what the cache holds now is shared), on a Ray
+        worker already started (the start-up of a trial that follows another)."""
+        costs, _ = self._schedule([self.plan(config)], 1)
+        return costs[0]
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
 
     def sweep(self, trials: Sequence[tuple[str, BaseModel]]) -> SweepCost:
-        """The cost of ``(key, config)`` trials run in this order: each trial's shared work
-        (features, replies, trunk, greedy references) counted once, by the first that needs
-        it, the cache folder's content counted as done."""
-        shared: dict[str, float] = {}
+        """The cost of ``(key, config)`` trials run in this order as the driver runs them:
+        :attr:`Hardware.slots` at a time, each starting when a slot frees, the first of each
+        slot starting a Ray worker; shared work (features, replies, trunk, greedy references)
+        built once, the cache folder's content counted as done, and trials running at once
+        sharing it by the rule of :func:`simulate` (each trial's seconds include its waits)."""
         slots = self.hardware.slots
-        costs = tuple(
-            (key, self.cost(cfg, shared, cold=i < slots)) for i, (key, cfg) in enumerate(trials)
+        plans = [self.plan(cfg, cold=i < slots) for i, (_, cfg) in enumerate(trials)]
+        costs, wall = self._schedule(plans, slots)
+        return SweepCost(
+            tuple((key, c) for (key, _), c in zip(trials, costs, strict=True)),
+            self.hardware,
+            schedule_wall_s=wall,
         )
-        return SweepCost(costs, self.hardware)
+
+    def _schedule(self, plans: Sequence[_Plan], slots: int) -> tuple[list[TrialCost], float]:
+        """Each plan's cost in the schedule of :func:`simulate`, and the schedule's wall
+        seconds (trials of unknown cost take no time in it)."""
+        have: dict[str, float] = {}
+        for p in plans:
+            for k, v in p.have.items():
+                have[k] = max(have.get(k, 0.0), v)
+        steps = [[s for sp in p.stages for s in sp.steps] for p in plans]
+        start, end, tracks = simulate(steps, slots, have)
+        costs = []
+        for p, track in zip(plans, tracks, strict=True):
+            if p.unknown is not None:
+                costs.append(p.unknown)
+                continue
+            order = [sp for sp in p.stages if sp.stage != SETUP]
+            order += [sp for sp in p.stages if sp.stage == SETUP]  # start-up last, as shown
+            costs.append(TrialCost(tuple(_stage_cost(sp, track.get(sp.stage)) for sp in order)))
+        return costs, max(end, default=0.0) - min(start, default=0.0)
 
     def fits(self) -> dict[str, dict[str, StageFit]]:
         """The calibrations made so far: group -> stage -> fit."""
@@ -570,6 +865,16 @@ class Predictor:
     def matched(self) -> int:
         """Completed trials in the results DB run on this hardware (any group)."""
         return len(self._history)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A trial's stages in the order it runs them, and the shared units its cache holds; or,
+    when its cost is unknown, that cost."""
+
+    stages: tuple[_StagePlan, ...] = ()
+    have: dict[str, float] = field(default_factory=dict)
+    unknown: TrialCost | None = None
 
 
 def _cold_trials(trials: Sequence[CompletedTrial]) -> set[tuple[str, str]]:
@@ -597,35 +902,73 @@ def _unknown(model: CostModel, why: str) -> TrialCost:
     return TrialCost(tuple(StageCost(s, None, "unknown", why) for s in model.stages))
 
 
-def _stage_cost(
-    stage: str,
-    works: Sequence[StageWork],
-    shared: dict[str, float],
-    fit: StageFit | None,
-    util: Utilisation,
-) -> StageCost:
-    """A stage's seconds from its works: the units not cached yet (updating ``shared``),
-    through the stage's fit when there is one, else over the utilisation."""
-    ideal = modelled = 0.0
-    cached_all = True
-    for w in works:
-        units = w.units
-        if w.shared is not None:
-            have = max(w.cached, shared.get(w.shared, 0.0))
-            units = max(0.0, w.units - have)
-            shared[w.shared] = max(have, w.units)
-        cached_all = cached_all and units == 0 and w.units > 0
-        x = w.ideal_of(units)
-        ideal += x
-        modelled += x / util.share(w.kind)
-    why = "; done already (the cache, or an earlier trial)" if cached_all else ""
-    if fit is not None:
-        return StageCost(stage, fit.predict(ideal), "calibrated", fit.detail(ideal) + why)
-    kinds = sorted({w.kind for w in works})
-    shares = ", ".join(f"{k} {util.share(k):g}" for k in kinds)  # type: ignore[arg-type]
-    return StageCost(
-        stage, modelled, "modelled", f"{ideal:.3g} s at peak / utilisation {shares}{why}"
+def _stage_plan(
+    stage: str, works: Sequence[StageWork], fit: StageFit | None, util: Utilisation
+) -> _StagePlan:
+    """A stage's steps from its works: one per shared work (its units beyond the cache, at the
+    seconds per unit of the stage's fit, else over the utilisation), then its own seconds.
+
+    Calibrated, the stage alone costs ``fit.predict(x)`` for its work ``x`` at utilisation 1
+    beyond the cache (as a trial run alone): its shared work ``b`` seconds per second of work
+    (the fit's slope), its own work and the fit's intercept the rest (when that rest would be
+    negative, the shared work takes all of ``fit.predict(x)``); own seconds ``fit.predict``
+    of its own work when the trial finds its shared work done."""
+    shared = [w for w in works if w.shared is not None]
+    own = [w for w in works if w.shared is None]
+    x_shared = sum(w.ideal_of(max(0.0, w.units - w.cached)) for w in shared)
+    x_own = sum(w.ideal_of(w.units) for w in own)
+    what = ", ".join(
+        dict.fromkeys(SHARED_WORK.get((w.shared or "").split(":")[0], "work") for w in shared)
     )
+    if fit is not None:
+        alone = fit.predict(x_shared + x_own)
+        rate = fit.b
+        rest = alone - rate * x_shared
+        if rest < 0:
+            rate, rest = (alone / x_shared if x_shared > 0 else 0.0), 0.0
+        per_ideal = {id(w): rate for w in shared}
+        mine, idle = rest, fit.predict(x_own)
+        basis: Basis = "calibrated"
+        detail = fit.detail(x_shared + x_own)
+    else:
+        per_ideal = {id(w): 1.0 / util.share(w.kind) for w in shared}
+        mine = sum(w.ideal_of(w.units) / util.share(w.kind) for w in own)
+        idle = None
+        basis = "modelled"
+        kinds = sorted({w.kind for w in works})
+        shares = ", ".join(f"{k} {util.share(k):g}" for k in kinds)  # type: ignore[arg-type]
+        detail = f"{x_shared + x_own:.3g} s at peak / utilisation {shares}"
+    steps = [
+        Step(
+            stage,
+            key=w.shared,
+            units=w.units,
+            per_unit=per_ideal[id(w)] * w.ideal_s / w.units if w.units else 0.0,
+            split=w.split,
+            lookahead=w.lookahead,
+        )
+        for w in shared
+    ]
+    steps.append(Step(stage, seconds=mine, idle=idle))
+    return _StagePlan(stage, basis, detail, tuple(steps), what)
+
+
+def _stage_cost(plan: _StagePlan, track: StageRun | None) -> StageCost:
+    """A stage's seconds in the schedule (waits included), its basis and detail: the fit or
+    the model, and what the schedule made of its shared work."""
+    tr = track or StageRun()
+    detail = plan.detail
+    if plan.what and not tr.touched:
+        detail += f"; its {plan.what} done already (the cache, or an earlier trial)"
+    if tr.company > 1:
+        others = tr.company - 1
+        detail += (
+            f"; {plan.what} split with {others} trial{'s' if others != 1 else ''} "
+            "building it at once"
+        )
+    if tr.waited > 0:
+        detail += f"; {tr.waited:.3g} s of it waiting for another trial's {plan.what}"
+    return StageCost(plan.stage, tr.spent, plan.basis, detail)
 
 
 def _extra_gpus(spec: SweepSpec) -> float:

@@ -147,3 +147,37 @@ def test_an_unknown_target_shape_is_unknown(tmp_path: Path) -> None:
     cfg = _cfg(target__model=str(tmp_path / "no-such-model"))
     with pytest.raises(CostUnknown, match="not known here"):
         plan_draft_train(cfg, CostContext(hw=HW))
+
+
+def test_how_trials_at_once_share_the_work() -> None:
+    """Feature chunks and batches of replies are split between trials building them at once
+    (a lock per chunk or batch, taken without waiting), replies in whole batches with one batch
+    of look-ahead; a wsd-fork trunk and the greedy references are waited for (one lock)."""
+    works = _by_stage(plan_draft_train(_cfg(sft__tokens=5000), CostContext(hw=HW)))
+    assert works["features_pretrain"][0].split and works["features_sft"][0].split
+    (regen,) = works["regenerate"]
+    assert regen.split and regen.lookahead == 16 and regen.units == 32  # 19.5 chats: 2 batches
+    spec_part, greedy = works["eval"]
+    assert greedy.shared and not greedy.split and spec_part.shared is None
+    wsd = _cfg(pretrain__schedule="wsd-fork", draft__vocab_tokens=8192)
+    fork = _by_stage(plan_draft_train(wsd, CostContext(hw=HW)))
+    trunk, _ = fork["pretrain"]
+    assert trunk.shared and not trunk.split
+
+
+def test_the_prompt_sets_of_the_acceptance_lengths(tmp_path: Path) -> None:
+    from workloads.trial_cost import DRAFT_TRAIN_COST
+
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    for stem in ("sum", "humaneval", "alpaca"):
+        (folder / f"{stem}.jsonl").write_text('{"turns": ["hi"]}\n')
+    cfg = _cfg(eval__prompt_sets=["humaneval", "sharegpt", str(folder)])
+    assert DRAFT_TRAIN_COST.tau_sets(cfg) == (
+        "humaneval", "sharegpt", "alpaca", "bench/humaneval", "sum"
+    )  # fmt: skip
+    assert DRAFT_TRAIN_COST.tau_sets(_cfg(eval__prompt_sets=folder)) == (
+        "alpaca", "humaneval", "sum"
+    )  # fmt: skip
+    other = _cfg(eval__prompt_sets=["sharegpt"])
+    assert DRAFT_TRAIN_COST.tau_group(other) == DRAFT_TRAIN_COST.tau_group(cfg)  # sets apart

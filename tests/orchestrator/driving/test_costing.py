@@ -5,7 +5,9 @@ a sweep's shared work counted once; wall time, GPU-hours, hardware names."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +17,7 @@ from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import SweepSpec, load_spec
 from orchestrator.store.results import ResultsStore
 from workloads.roofline.hardware import HardwareProfile, fingerprint_id, hardware_fingerprint
-from workloads.trial_cost import DRAFT_TRAIN_COST
+from workloads.trial_cost import DRAFT_TRAIN_COST, CostContext
 
 HW = HardwareProfile(
     name="local-cpu", peak_flops=1e11, bandwidth=2e10, dtype="float32", bytes_per_element=4,
@@ -49,6 +51,7 @@ def _record(
     a: float = 3.0,
     b: float = 2.0,
     setup: float = 5.0,
+    extra: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """Completed trials of ``spec`` whose pretraining took a + b * work seconds (work: its
     seconds at utilisation 1 on HW), SFT 2 x work, and ``setup`` seconds beside the stages."""
@@ -69,6 +72,7 @@ def _record(
         m["wall_s/sft"] = 2.0 * done["sft"]
         if hw_id is not None:
             m["hardware.id"] = hw_id
+        m.update(extra or {})
         info = store.trial(sweep_id, t.key)
         assert info is not None
         store.mark_running(info.id, None)
@@ -147,9 +151,15 @@ def test_unknown_where_nothing_models_the_trial(tmp_path: Path, store: ResultsSt
     assert "not known here" in cost.stages[0].detail
 
 
+def _slots(pred: costing.Predictor, n: int) -> costing.Predictor:
+    """``pred`` with ``n`` trials at once (whatever this machine's cores)."""
+    pred.hardware = dataclasses.replace(pred.hardware, slots=n)
+    return pred
+
+
 def test_a_sweep_counts_its_shared_work_once(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "nested", [4096, 8192])
-    pred = costing.predictor(None, spec, profile=HW)
+    pred = _slots(costing.predictor(None, spec, profile=HW), 1)
     small, large = (t.config for t in expand(spec))
     alone = pred(large).stage("features_pretrain")
     sweep = pred.sweep([("a", small), ("b", large)])
@@ -159,8 +169,137 @@ def test_a_sweep_counts_its_shared_work_once(tmp_path: Path) -> None:
     again = pred.sweep([("a", large), ("b", small)]).trials[1][1].stage("features_pretrain")
     assert again is not None and again.seconds == 0 and "done already" in again.detail
     assert sweep.serial_s == pytest.approx(sum(c.total_s or 0 for _, c in sweep.trials))
-    assert sweep.wall_s is not None and sweep.wall_s <= sweep.serial_s
+    assert sweep.wall_s == pytest.approx(sweep.serial_s)  # one at a time
     assert sweep.gpu_hours is None and sweep.hardware.kind == "cpu"
+    # at once, the two split the first 4096 tokens, then the larger builds the rest alone
+    both = _slots(pred, 2).sweep([("a", small), ("b", large)])
+    first, second = (c.stage("features_pretrain") for _, c in both.trials)
+    assert first is not None and second is not None and alone.seconds
+    assert first.seconds == pytest.approx(alone.seconds / 4)
+    assert second.seconds == pytest.approx(alone.seconds * 3 / 4)
+    assert "split with 1 trial" in first.detail
+    assert both.wall_s is not None and both.serial_s is not None
+    assert both.wall_s < both.serial_s
+
+
+def _two_seeds(tmp_path: Path, store: ResultsStore, extra: str = "") -> tuple[SweepSpec, Any]:
+    """A calibrated spec of one budget and two seeds, and its trials' configs."""
+    _record(store, _spec(tmp_path, "calib", [1024, 2048, 4096]))
+    path = tmp_path / "seeds.yaml"
+    path.write_text(
+        "name: seeds\nworkload: draft_train\nseeds: [0, 1]\n"
+        "grid:\n  pretrain.tokens: [4096]\n" + BASE + extra
+    )
+    spec = load_spec(path)
+    return spec, [(t.key, t.config) for t in expand(spec)]
+
+
+def test_trials_at_once_both_pay_a_shared_build_and_sequential_ones_do_not(
+    tmp_path: Path, store: ResultsStore
+) -> None:
+    """The wait rule: two seeds of a budget running at once both spend the greedy references'
+    seconds in their evaluation (one computes each reference while the other waits for it) and
+    split the features (a lock per chunk); one after the other, the second finds them built."""
+    spec, trials = _two_seeds(tmp_path, store)
+    pred = _slots(costing.predictor(store, spec, profile=HW), 2)
+    alone = pred(trials[0][1])
+    a_eval, a_feat = alone.stage("eval"), alone.stage("features_pretrain")
+    assert a_eval is not None and a_feat is not None and a_eval.seconds and a_feat.seconds
+    par = pred.sweep(trials)
+    (_, p0), (_, p1) = par.trials
+    for cost in (p0, p1):
+        ev, feat = cost.stage("eval"), cost.stage("features_pretrain")
+        assert ev is not None and feat is not None
+        assert ev.seconds == pytest.approx(a_eval.seconds)  # both pay the references
+        assert feat.seconds == pytest.approx(a_feat.seconds / 2)  # the chunks split
+    ev1 = p1.stage("eval")
+    assert ev1 is not None and "waiting for another trial's greedy" in ev1.detail
+    assert p0.total_s == pytest.approx(p1.total_s)  # seeds of a budget cost alike
+    assert par.wall_s == pytest.approx(p0.total_s)
+    assert par.serial_s == pytest.approx((p0.total_s or 0) + (p1.total_s or 0))
+
+    seq = _slots(costing.predictor(store, spec, profile=HW), 1).sweep(trials)
+    (_, s0), (_, s1) = seq.trials
+    ev0, ev1 = s0.stage("eval"), s1.stage("eval")
+    f1 = s1.stage("features_pretrain")
+    assert ev0 is not None and ev1 is not None and f1 is not None
+    assert ev0.seconds == pytest.approx(a_eval.seconds)
+    util = pred.utilisation(trials[1][1])
+    assert util is not None
+    spec_part, _greedy = (w for w in DRAFT_TRAIN_COST.plan(trials[1][1], CostContext(hw=HW))
+                          if w.stage == "eval")  # fmt: skip
+    assert ev1.seconds == pytest.approx(spec_part.ideal_s / util.share("decode"))
+    assert f1.seconds == 0 and "done already" in f1.detail
+    assert seq.wall_s == pytest.approx(seq.serial_s)
+
+
+def test_replies_built_together_cost_one_batch_more(tmp_path: Path, store: ResultsStore) -> None:
+    """Regenerated replies are split too, and the trial that waits for the other's last batch
+    generates the next one meanwhile (regenerate.py's look-ahead): 16 chats more in all."""
+    spec, trials = _two_seeds(tmp_path, store, "")
+    path = tmp_path / "regen.yaml"
+    path.write_text(path.with_name("seeds.yaml").read_text().replace("dataset", "target"))
+    spec = load_spec(path)
+    trials = [(t.key, t.config) for t in expand(spec)]
+    pred = _slots(costing.predictor(store, spec, profile=HW), 2)
+    alone = pred(trials[0][1]).stage("regenerate")
+    plan = DRAFT_TRAIN_COST.plan(trials[0][1], CostContext(hw=HW))
+    (regen,) = [w for w in plan if w.stage == "regenerate"]
+    assert regen.split and regen.lookahead == 16
+    assert alone is not None and alone.seconds
+    for _, cost in pred.sweep(trials).trials:
+        both = cost.stage("regenerate")
+        assert both is not None
+        assert both.seconds == pytest.approx(alone.seconds * (regen.units + 16) / regen.units / 2)
+
+
+def test_the_wait_rule_of_the_schedule() -> None:
+    """One lock (a wsd-fork trunk): a trial that needs less waits for the builder to finish;
+    one that needs more waits, then builds the rest; a trial after them finds it built."""
+    k = "trunk:x"
+
+    def trunk(units: float) -> list[costing.Step]:
+        return [costing.Step("pretrain", key=k, units=units, per_unit=1.0),
+                costing.Step("pretrain", seconds=2.0)]  # fmt: skip
+
+    start, end, runs = costing.simulate([trunk(10), trunk(5), trunk(15)], 3, {})
+    assert end == pytest.approx([12.0, 12.0, 17.0])  # 10 s built; 5 s more by the third
+    assert runs[1]["pretrain"].waited == pytest.approx(10.0)
+    assert runs[2]["pretrain"].waited == pytest.approx(10.0)
+    start, end, runs = costing.simulate([trunk(10), trunk(10)], 1, {k: 4.0})
+    assert start == [0.0, 8.0] and end == pytest.approx([8.0, 10.0])  # the cache held 4
+    assert runs[1]["pretrain"].touched is False
+
+    def feats(units: float) -> list[costing.Step]:
+        return [costing.Step("features", key="f", units=units, per_unit=1.0, split=True)]
+
+    _, end, runs = costing.simulate([feats(8), feats(8), feats(4)], 2, {})
+    assert end == pytest.approx([4.0, 4.0, 4.0])  # split in two; the third finds it built
+    assert runs[0]["features"].company == 2 and runs[2]["features"].touched is False
+
+
+def test_the_acceptance_length_of_other_prompt_sets(tmp_path: Path, store: ResultsStore) -> None:
+    """Matched trials on other prompt sets: each set's own acceptance length, or their pooled
+    one, rather than 1."""
+    calib = _spec(tmp_path, "calib", [1024, 2048])
+    _record(store, calib, extra={"acceptance_length": 2.0, "acceptance_length/humaneval": 1.5,
+                                 "acceptance_length/sharegpt": 2.5})  # fmt: skip
+
+    def note_for(sets: str) -> str:
+        path = tmp_path / "other.yaml"
+        path.write_text(
+            "name: other\nworkload: draft_train\ngrid:\n  pretrain.tokens: [4096]\n"
+            + BASE.replace("eval: {", f"eval: {{prompt_sets: {sets}, ")
+        )
+        spec = load_spec(path)
+        pred = costing.predictor(store, spec, profile=HW)
+        pred(expand(spec)[0].config)
+        return next(n for n in pred.notes if n.startswith("evaluation at"))
+
+    assert note_for("[humaneval, sharegpt]").startswith("evaluation at acceptance length 2:")
+    assert "same prompt sets" in note_for("[humaneval, sharegpt]")
+    only = note_for("[sharegpt]")
+    assert only.startswith("evaluation at acceptance length 2.5:") and "(sharegpt)" in only
 
 
 def test_wall_time_and_slots() -> None:
