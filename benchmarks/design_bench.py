@@ -17,16 +17,18 @@ The simulation (every figure from docs/results.md, none tuned to this benchmark)
   plus the pretraining features 508 s for 131,072 tokens (0.003876 s/token) for the tokens
   beyond the largest budget run so far only (the feature cache holds prefixes, shared by every
   trial and seed), plus 416 s once for the first trial (regeneration 328 + SFT features 88).
-- candidates: 8,192 to 1,048,576 tokens in powers of 2 (8 values) x ``--seeds`` seeds (4).
+- candidates: 8,192 to ``--max-tokens`` (1,048,576) tokens in powers of 2 (8 values by
+  default; at least 3, so ``--max-tokens`` >= 32,768) x ``--seeds`` seeds (4).
 - each repetition draws one y per (value, seed), shared by the three designs (common random
   numbers): (a) the adaptive design (:func:`analysis.design.propose`, one slot, goal = the
   grid's final half-width of that repetition, budget = the grid's compute, candidate costs
   predicted exactly or, with ``--costs estimated``, left to the rule's estimate); (b) the grid in
   its expansion order (values ascending, seeds innermost); (c) a random order. For each: the
-  compute until the half-width first reaches the grid's final one with >= 4 distinct values.
+  compute until the half-width first reaches the grid's final one with >= 4 distinct values
+  (all of them when there are only 3).
 
     python benchmarks/design_bench.py [--reps 200] [--seeds 4] [--costs exact|estimated]
-        [--slots 1] [--quick]
+        [--slots 1] [--design-seeds N] [--max-tokens 1048576] [--quick]
 """
 
 from __future__ import annotations
@@ -64,15 +66,33 @@ FEATURES_S_PER_TOKEN = 508 / 131072
 """pretraining-feature seconds per token not cached yet (issue 23: 508 s up to 131K tokens)"""
 ONE_OFF_S = 328 + 88
 """regeneration and SFT features, paid once by the first trial of a run root (issue 23)"""
-VALUES = tuple(float(2**k) for k in range(13, 21))
-"""candidate pretraining budgets, tokens: 8,192 .. 1,048,576"""
+MIN_TOKENS = 8192
+"""the smallest candidate pretraining budget, tokens"""
+MAX_TOKENS = 1048576
+"""the largest candidate pretraining budget by default (``--max-tokens``), tokens"""
+LEAST_MAX_TOKENS = 32768
+"""the smallest ``--max-tokens``: three candidates, the fewest a slope's CI needs"""
 MIN_DISTINCT = 4
-"""distinct values a half-width counts from (the design's floor)"""
+"""distinct values a half-width counts from (the design's floor; all of them when fewer)"""
 RTOL = 1e-9
 """relative slack of "reached the target": the same trials fitted in another order differ in
 the last bits"""
 GOAL_RATIO = 0.5
 """issue 24's goal: adaptive compute / grid compute, median"""
+
+
+def candidate_values(max_tokens: int = MAX_TOKENS) -> tuple[float, ...]:
+    """Candidate pretraining budgets, tokens: the powers of 2 from 8,192 to ``max_tokens``."""
+    values, v = [], MIN_TOKENS
+    while v <= max_tokens:
+        values.append(float(v))
+        v *= 2
+    return tuple(values)
+
+
+def min_distinct(values: Sequence[float]) -> int:
+    """Distinct values a half-width counts from: ``MIN_DISTINCT``, or all of ``values``."""
+    return min(MIN_DISTINCT, len(values))
 
 
 def seed_sd() -> float:
@@ -136,12 +156,15 @@ def _outcome(points: Sequence[Point], reached: bool, sd: float) -> Outcome:
     )
 
 
-def run_order(order: Sequence[tuple[float, int]], ys: dict, target: float, sd: float) -> Outcome:
-    """Run trials in ``order`` until the half-width is <= ``target`` (>= 4 distinct values)."""
+def run_order(
+    order: Sequence[tuple[float, int]], ys: dict, target: float, sd: float, floor: int
+) -> Outcome:
+    """Run trials in ``order`` until the half-width is <= ``target`` (>= ``floor`` distinct
+    values)."""
     cost, points = Cost(), []
     for value, seed in order:
         points.append(Point(value, seed, ys[value, seed], cost.run(value)))
-        if len({p.value for p in points}) < MIN_DISTINCT:
+        if len({p.value for p in points}) < floor:
             continue
         hw = slope_half_width(points)
         if hw is not None and hw <= target * (1 + RTOL):
@@ -173,27 +196,35 @@ def run_adaptive(
 
 
 def repetition(
-    rep: int, seeds: int, sd: float, exact_costs: bool, slots: int, design_seeds: int
+    rep: int,
+    seeds: int,
+    sd: float,
+    exact_costs: bool,
+    slots: int,
+    design_seeds: int,
+    values: Sequence[float],
 ) -> dict:
     """One repetition: the grid, the adaptive design and a random order on one draw of y
-    (the adaptive design may repeat a value ``design_seeds`` times)."""
-    noise = np.random.default_rng([rep, 0]).normal(0.0, sd, (max(seeds, design_seeds), len(VALUES)))
+    (the candidates ``values``; the adaptive design may repeat a value ``design_seeds``
+    times)."""
+    noise = np.random.default_rng([rep, 0]).normal(0.0, sd, (max(seeds, design_seeds), len(values)))
     ys = {  # row s is seed s, the same draw whatever the number of seeds
         (v, s): A * math.log10(v) + B + float(noise[s, i])
         for s in range(len(noise))
-        for i, v in enumerate(VALUES)
+        for i, v in enumerate(values)
     }
-    pairs = [(v, s) for v in VALUES for s in range(seeds)]
+    floor = min_distinct(values)
+    pairs = [(v, s) for v in values for s in range(seeds)]
     grid_cost = Cost()
     grid_points = [Point(v, s, ys[v, s], grid_cost.run(v)) for v, s in pairs]
     target = slope_half_width(grid_points)
     assert target is not None
     grid_total = sum(p.cost_s for p in grid_points)
-    grid = run_order(pairs, ys, target, sd)
+    grid = run_order(pairs, ys, target, sd, floor)
     full = _outcome(grid_points, True, sd)
     shuffled = [pairs[i] for i in np.random.default_rng([rep, 1]).permutation(len(pairs))]
-    rand = run_order(shuffled, ys, target, sd)
-    design_pairs = [(v, s) for v in VALUES for s in range(design_seeds)]
+    rand = run_order(shuffled, ys, target, sd, floor)
+    design_pairs = [(v, s) for v in values for s in range(design_seeds)]
     adaptive, stop = run_adaptive(
         design_pairs, ys, target, grid_total * (1 + 1e-9), sd, exact_costs=exact_costs, slots=slots
     )
@@ -208,13 +239,15 @@ def repetition(
     }
 
 
-def best_possible(seeds: int, design_seeds: int) -> tuple[float, list[int], str]:
-    """The cheapest design of the candidates (``design_seeds`` repeats per value at most) whose
-    expected OLS half-width ``t_{n-2} * sd / sqrt(Sxx)`` is at most the grid's (every value x
-    ``seeds``): its compute as a fraction of the grid's, its repeats per value, and how it was
-    searched (every count vector when there are <= 6 million, else every design on exactly
-    ``MIN_DISTINCT`` values). The noise sd cancels; costs as :class:`Cost`."""
-    k, xs = len(VALUES), np.log10(VALUES)
+def best_possible(
+    seeds: int, design_seeds: int, values: Sequence[float]
+) -> tuple[float, list[int], str]:
+    """The cheapest design of the candidates ``values`` (``design_seeds`` repeats per value at
+    most) whose expected OLS half-width ``t_{n-2} * sd / sqrt(Sxx)`` is at most the grid's (every
+    value x ``seeds``): its compute as a fraction of the grid's, its repeats per value, and how it
+    was searched (every count vector when there are <= 6 million, else every design on exactly
+    :func:`min_distinct` values). The noise sd cancels; costs as :class:`Cost`."""
+    k, xs, floor = len(values), np.log10(values), min_distinct(values)
     grid_sxx = seeds * float(np.sum((xs - xs.mean()) ** 2))
     grid_hw = float(stats.t.ppf(0.975, k * seeds - 2)) / math.sqrt(grid_sxx)
     if (design_seeds + 1) ** k <= 6_000_000:
@@ -223,23 +256,23 @@ def best_possible(seeds: int, design_seeds: int) -> tuple[float, list[int], str]
         how = "every design"
     else:
         inner = np.stack(
-            np.meshgrid(*[np.arange(1, design_seeds + 1)] * MIN_DISTINCT, indexing="ij"), axis=-1
-        ).reshape(-1, MIN_DISTINCT)
+            np.meshgrid(*[np.arange(1, design_seeds + 1)] * floor, indexing="ij"), axis=-1
+        ).reshape(-1, floor)
         blocks = []
-        for support in itertools.combinations(range(k), MIN_DISTINCT):
+        for support in itertools.combinations(range(k), floor):
             block = np.zeros((len(inner), k), dtype=int)
             block[:, list(support)] = inner
             blocks.append(block)
         counts = np.concatenate(blocks)
-        how = f"every design on {MIN_DISTINCT} values"
-    counts = counts[(counts > 0).sum(axis=1) >= MIN_DISTINCT]
+        how = f"every design on {floor} values"
+    counts = counts[(counts > 0).sum(axis=1) >= floor]
     n = counts.sum(axis=1)
     sxx = counts @ xs**2 - (counts @ xs) ** 2 / n
     hw = stats.t.ppf(0.975, n - 2) / np.sqrt(np.maximum(sxx, 1e-300))
-    per_trial = FIXED_S + PRETRAIN_S_PER_TOKEN * np.asarray(VALUES)
-    top = np.asarray(VALUES)[k - 1 - np.argmax(counts[:, ::-1] > 0, axis=1)]  # largest run
+    per_trial = FIXED_S + PRETRAIN_S_PER_TOKEN * np.asarray(values)
+    top = np.asarray(values)[k - 1 - np.argmax(counts[:, ::-1] > 0, axis=1)]  # largest run
     cost = counts @ per_trial + FEATURES_S_PER_TOKEN * top + ONE_OFF_S
-    grid_cost = seeds * float(per_trial.sum()) + FEATURES_S_PER_TOKEN * VALUES[-1] + ONE_OFF_S
+    grid_cost = seeds * float(per_trial.sum()) + FEATURES_S_PER_TOKEN * values[-1] + ONE_OFF_S
     i = int(np.argmin(np.where(hw <= grid_hw * (1 + 1e-12), cost, np.inf)))
     return float(cost[i] / grid_cost), [int(c) for c in counts[i]], how
 
@@ -273,22 +306,38 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     p.add_argument("--slots", type=int, default=1, help="trials proposed at once (default 1)")
     p.add_argument("--design-seeds", type=int, default=None,
                    help="repeats per value for the adaptive design (default: --seeds)")  # fmt: skip
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=MAX_TOKENS,
+        help=f"largest candidate budget; candidates are the powers of 2 from {MIN_TOKENS} to "
+        f"it (default {MAX_TOKENS}, at least {LEAST_MAX_TOKENS})",
+    )
     p.add_argument("--quick", action="store_true", help="20 repetitions (< 30 s)")
     args = p.parse_args(argv)
     reps = args.reps if args.reps is not None else (20 if args.quick else 200)
     design_seeds = args.design_seeds if args.design_seeds is not None else args.seeds
     if min(reps, args.seeds, args.slots, design_seeds) < 1:
         p.error("--reps, --seeds, --design-seeds and --slots must be >= 1")
+    if args.max_tokens < LEAST_MAX_TOKENS:
+        p.error(
+            f"--max-tokens must be >= {LEAST_MAX_TOKENS} (3 candidates from {MIN_TOKENS}), "
+            f"got {args.max_tokens}"
+        )
+    values = candidate_values(args.max_tokens)
     sd = seed_sd()
     t0 = time.perf_counter()
     exact = args.costs == "exact"
-    results = [repetition(r, args.seeds, sd, exact, args.slots, design_seeds) for r in range(reps)]
+    results = [
+        repetition(r, args.seeds, sd, exact, args.slots, design_seeds, values) for r in range(reps)
+    ]
     wall = time.perf_counter() - t0
     totals = [r["grid_total"] for r in results]
-    n = len(VALUES) * args.seeds
+    n = len(values) * args.seeds
     out(
         f"design_bench: y = {A}*log10(T) + {B:.4f} + N(0, {sd:.4f}^2) (seed sd: results.md issue "
-        f"13); {len(VALUES)} budgets 8,192..1,048,576 x {args.seeds} seeds = {n} trials; cost "
+        f"13); {len(values)} budgets {values[0]:,.0f}..{values[-1]:,.0f} x {args.seeds} seeds = "
+        f"{n} trials; cost "
         f"{FIXED_S:.1f} s + {PRETRAIN_S_PER_TOKEN:.6f} s/token + {FEATURES_S_PER_TOKEN:.6f} "
         f"s/uncached token (+{ONE_OFF_S} s once); adaptive: {design_seeds} seeds per value at "
         f"most, costs {args.costs}, slots {args.slots}; "
@@ -323,11 +372,11 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         f"slope in {cover:.0%} of reps (t-based nominal 95%, p = "
         f"{stats.binomtest(sum(r['adaptive'].covered for r in results), reps, 0.95).pvalue:.2g})"
     )
-    bound = best_possible(args.seeds, design_seeds)
+    bound = best_possible(args.seeds, design_seeds, values)
     if bound is not None:
         out(
             f"best possible (expected OLS half-width <= the grid's, cheapest repeats per value "
-            f"{bound[1]} over {len(VALUES)} values): {bound[0]:.3f} of the grid's compute"
+            f"{bound[1]} over {len(values)} values): {bound[0]:.3f} of the grid's compute"
         )
     return {
         "ratio": ratio,
