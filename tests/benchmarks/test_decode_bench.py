@@ -97,7 +97,7 @@ def test_a_missing_prompt_directory_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--prompts", str(tmp_path / "nowhere"), "--draft", "none"]
-    _one_line_exit_2(argv, "prompt directory not found", capsys, raises=False)
+    _one_line_exit_2(argv, "is not a directory", capsys, raises=False)
 
 
 def test_a_missing_trained_draft_names_the_fix(
