@@ -214,6 +214,12 @@ def completed_values(store: ResultsStore | None, spec: SweepSpec) -> set[float]:
     }
 
 
+MODELLED_SLACK = 4.0
+"""a budget is refused on a modelled initial-design cost only beyond this factor: the modelled
+CPU figure moved 3.4x with the machine's load in a new user's runs (issue 24); a calibrated or
+given cost is refused as soon as it exceeds the budget"""
+
+
 def check_budget(
     path: Path,
     spec: SweepSpec,
@@ -224,7 +230,8 @@ def check_budget(
 ) -> list[str]:
     """Refuse a budget smaller than the initial design's predicted cost (:func:`initial_cost`,
     ``done``: values completed before); return the lines that say what the design will cost
-    (for ``--dry-run``). An unknown cost is said, not refused.
+    (for ``--dry-run``). An unknown cost is said, not refused; a modelled one only beyond
+    :data:`MODELLED_SLACK` times the budget.
 
     Raises:
         SpecError: ``file:line`` of ``design.budget_hours`` with both numbers and a fix.
@@ -249,7 +256,15 @@ def check_budget(
         )
         return lines
     lines.append(f"initial design: {where}; predicted {_hours(total)} ({init.basis})")
-    if total > d.budget_s:
+    modelled = any("modelled" in b for b in init.bases)
+    if modelled and d.budget_s < total <= MODELLED_SLACK * d.budget_s:
+        lines.append(
+            f"  the modelled figure exceeds the budget of {d.budget_hours:g} h but is within "
+            f"{MODELLED_SLACK:g}x of it: not refused (the CPU's peak is measured under the load "
+            "of the moment; a figure calibrated on completed trials is refused when over)"
+        )
+        return lines
+    if total > (MODELLED_SLACK if modelled else 1.0) * d.budget_s:
         line = spec_line(path, ("design", "budget_hours"), ("design",))
         raise SpecError(
             f"{path}:{line}: design.budget_hours {d.budget_hours:g} h is less than the initial "
