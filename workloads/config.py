@@ -372,9 +372,20 @@ def prompt_sets_value(value: list[str] | Path, field: str) -> list[str] | Path:
     list is kept as written: builtin names and directories mixed, in order
     (``[humaneval, sharegpt, ../shared/data/specbench]``; see
     :func:`workloads.data.prompts.load_prompt_sets` for the set names). Unknown builtin names
-    and missing directories are left to the submit-time check (which lists the known)."""
+    and missing directories are left to the submit-time check (which lists the known).
+
+    Raises:
+        ValueError: an entry listed twice, naming ``field`` and the fix."""
     if isinstance(value, list) and len(value) == 1 and is_prompt_dir(value[0]):
         return Path(value[0])
+    if isinstance(value, list):
+        seen = [v for i, v in enumerate(value) if v in value[:i]]
+        if seen:
+            raise ValueError(
+                f"{field} names {seen[0]!r} twice: its prompts would be evaluated twice under "
+                f"one name. Fix: list each set or directory once, e.g. "
+                f"[{', '.join(dict.fromkeys(value))}]"
+            )
     return value
 
 

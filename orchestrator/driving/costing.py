@@ -232,9 +232,9 @@ def check_hardware_name(name: str) -> str:
         prof = get_profile(key) if key not in (LOCAL_CPU, "cpu", "local") else None
     except ValueError:
         close = difflib.get_close_matches(key, [*BUILTIN_PROFILES, LOCAL_CPU], n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = f" Did you mean {close[0]!r}?" if close else ""
         raise OrchestratorError(
-            f"--hardware {name!r} is not a hardware profile; {hint}Fix: use one of "
+            f"--hardware {name!r} is not a hardware profile.{hint} Fix: use one of "
             f"{', '.join(profile_names())} (datasheet GPUs, or this machine's measured CPU)"
         ) from None
     return LOCAL_CPU if prof is None else prof.name

@@ -327,3 +327,12 @@ def test_a_dry_run_with_a_local_corpus_writes_nothing(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "Nothing was run or written" in res.output
     assert not run.exists()
+
+
+@pytest.mark.parametrize("sets", [["humaneval", "humaneval"], ["sharegpt", "/tmp/x", "/tmp/x"]])
+def test_a_prompt_set_listed_twice_is_refused(sets: list[str]) -> None:
+    """A new user's `[humaneval, humaneval]` ran the same prompts twice under one name."""
+    from workloads.config import EvalConfig
+
+    with pytest.raises(ValueError, match="twice.*Fix: list each set or directory once"):
+        EvalConfig(prompt_sets=sets)

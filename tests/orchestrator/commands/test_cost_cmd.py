@@ -73,7 +73,7 @@ def test_the_paper_grid_plans_its_gpu_hours_on_h200s(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--dry-run", "--hardware", "h2000"], "did you mean 'h200'"),
+        (["--dry-run", "--hardware", "h2000"], "Did you mean 'h200'"),
         (["--hardware", "h200"], "Fix: add --dry-run"),
         (["--dry-run", "--devices", "8"], "Fix: add --hardware"),
         (["--dry-run", "--hardware", "local-cpu", "--devices", "2"], "leave out --devices"),

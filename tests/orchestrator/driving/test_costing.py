@@ -331,7 +331,7 @@ def test_gpu_hours_on_named_hardware(tmp_path: Path) -> None:
 def test_hardware_names() -> None:
     assert costing.check_hardware_name("H200-SXM") == "h200"
     assert costing.check_hardware_name("cpu") == "local-cpu"
-    with pytest.raises(OrchestratorError, match="did you mean 'h200'.*Fix: use one of"):
+    with pytest.raises(OrchestratorError, match="Did you mean 'h200'.*Fix: use one of"):
         costing.check_hardware_name("h2000")
 
 
