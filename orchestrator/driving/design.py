@@ -275,6 +275,18 @@ def check_budget(
     return lines
 
 
+def _recorded_cost(rule_s: float, basis: str, spent_s: float) -> tuple[float | None, str]:
+    """A pick's predicted seconds and basis as recorded. Where the cost model had no figure
+    (basis ``unknown...``) the rule estimated one from the measured trials, and the record
+    says so; with nothing measured yet the rule's placeholder (equal costs, 0 s) is no figure:
+    recorded as None (unknown), never as 0 s."""
+    if not basis.startswith("unknown"):
+        return rule_s, basis
+    if spent_s <= 0:
+        return None, basis
+    return rule_s, f"estimated by the design rule from the measured trials ({basis})"
+
+
 def _design(spec: SweepSpec) -> DesignSpec:
     assert spec.design is not None, "a design needs a spec with a design block"
     return spec.design
@@ -475,6 +487,7 @@ class DesignProposals:
             x, seed = float(pick.value), int(pick.seed)
             assert (x, seed) in bases, f"the rule picked ({x:g}, {seed}), not a candidate"
             t = design_trial(self.spec, self.values[x], seed)
+            cost_s, basis = _recorded_cost(pick.predicted_cost_s, bases[(x, seed)], spent)
             decisions.append(
                 Decision(
                     step=self.step,
@@ -483,8 +496,8 @@ class DesignProposals:
                     value=x,
                     seed=seed,
                     trial_key=t.key,
-                    predicted_cost_s=pick.predicted_cost_s,
-                    cost_basis=bases[(x, seed)],
+                    predicted_cost_s=cost_s,
+                    cost_basis=basis,
                     expected_half_width=pick.expected_half_width,
                     half_width=step.half_width,
                     spent_s=spent,

@@ -386,3 +386,15 @@ def test_a_stub_rule_is_told_the_slots_the_pending_trials_and_the_costs(
     assert all(c["min_distinct"] == 4 and c["initial"] == 3 and c["log_base"] == 10 for c in calls)
     assert len(calls[0]["candidates"]) == 20 and calls[0]["candidates"][0].cost_s == cost_s(10)
     assert proposals.result.stop == "candidates" and len(fake_ray.runs) == 3
+
+
+def test_an_unknown_cost_is_recorded_as_unknown_or_as_the_rules_estimate() -> None:
+    """A new user found unknown costs recorded as 0 s: with nothing measured the record holds
+    no figure; once trials are measured the rule's estimate is recorded as such."""
+    from orchestrator.driving.design import _recorded_cost
+
+    unknown = "unknown: no cost model for workload sleep"
+    assert _recorded_cost(0.0, unknown, 0.0) == (None, unknown)
+    cost, basis = _recorded_cost(12.5, unknown, 40.0)
+    assert cost == 12.5 and basis.startswith("estimated by the design rule") and unknown in basis
+    assert _recorded_cost(30.0, "calibrated", 0.0) == (30.0, "calibrated")
