@@ -35,6 +35,14 @@ MAX_SEEDS = 100
 """repeats per value at most"""
 
 
+_POSITIVE = {
+    "goal": "a positive half-width (the slope's 95% CI, metric units per decade). Fix: e.g. "
+    "goal: 0.05",
+    "budget_hours": "a positive number of trial hours. Fix: e.g. budget_hours: 0.5",
+}
+"""what ``goal`` and ``budget_hours`` must be, with the fix, for their one refusal"""
+
+
 class DesignSpec(NoBoolNumbers):
     """An adaptive design over one law axis (see the module docstring)."""
 
@@ -76,24 +84,11 @@ class DesignSpec(NoBoolNumbers):
             )
         return v
 
-    @field_validator("goal")
+    @field_validator("goal", "budget_hours")
     @classmethod
-    def _goal(cls, v: float) -> float:
+    def _positive_number(cls, v: float, info: Any) -> float:
         if not (math.isfinite(v) and v > 0):
-            raise ValueError(
-                f"goal {v!r} must be a positive half-width (the slope's 95% CI, metric units per "
-                "decade). Fix: e.g. goal: 0.05"
-            )
-        return v
-
-    @field_validator("budget_hours")
-    @classmethod
-    def _budget(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 0):
-            raise ValueError(
-                f"budget_hours {v!r} must be a positive number of trial hours. Fix: e.g. "
-                "budget_hours: 0.5"
-            )
+            raise ValueError(f"{info.field_name} {v!r} must be {_POSITIVE[info.field_name]}")
         return v
 
     @model_validator(mode="after")
