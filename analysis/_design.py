@@ -186,8 +186,8 @@ def initial_picks(
         where = "lowest" if v == start[0] else "highest" if v == start[-1] else "log-middle"
         reason = (
             f"initial design: {v:g} is the {where} of the {len(start)} values "
-            f"{_values(start)} spread in log space; seed {c.seed}, predicted {cost:,.0f} s "
-            f"({basis}); expected half-width {fmt(expected)} ({design.noise.basis})"
+            f"{_values(start)} spread in log space; seed {c.seed}, {_cost(cost, basis)}; "
+            f"expected half-width {fmt(expected)} ({design.noise.basis})"
         )
         picks.append(Pick(v, c.seed, cost, expected, reason))
     return picks
@@ -233,8 +233,8 @@ def best_pick(
         runner = f"; next best value {other[2]:g} at {share:.2f} of that"
     reason = (
         f"largest Var(a) reduction per second among {among}: 1/Sxx {_inv(s)} -> "
-        f"{_inv(s + _added(design.xs, x))} per (log{log_base:g} unit)^2 for {cost:,.0f} s "
-        f"({basis}); expected half-width {fmt(expected)} ({design.noise.basis}){runner}"
+        f"{_inv(s + _added(design.xs, x))} per (log{log_base:g} unit)^2, {_cost(cost, basis)}; "
+        f"expected half-width {fmt(expected)} ({design.noise.basis}){runner}"
     )
     design.add(c, x, cost)
     return Pick(value, seed, cost, expected, reason)
@@ -260,7 +260,10 @@ class CostModel:
     def from_points(cls, points: Sequence[Point]) -> CostModel:
         data = [(p.value, p.cost_s) for p in points if math.isfinite(p.cost_s) and p.value > 0]
         if not data:
-            basis = "unknown: no trial measured, equal costs, budget not checked"
+            basis = (
+                "unknown (no trial measured yet: all candidates taken as equal cost, the "
+                "budget not checked)"
+            )
             return cls(0.0, 0.0, 1.0, 0.0, basis, False)
         v, c = np.asarray(data, dtype=float).T
         ref = int(np.argmin(c))
@@ -320,6 +323,13 @@ def sxx(xs: Sequence[float]) -> float:
 def _added(xs: Sequence[float], x: float) -> float:
     n = len(xs)
     return n / (n + 1) * (x - float(np.mean(xs))) ** 2 if n else 0.0
+
+
+def _cost(cost: float, basis: str) -> str:
+    """A pick's cost as its reason says it: a figure only where one was given or measured."""
+    if basis.startswith("unknown"):
+        return f"cost {basis}"
+    return f"predicted {cost:,.0f} s ({basis})"
 
 
 def _inv(s: float) -> str:

@@ -204,6 +204,9 @@ def propose(
     floor = min(max(min_distinct, initial), len(every))
     done_values = {p.value for p in measured}
     status = f"half-width {fmt(hw)} (goal {goal:g}), spent {spent:,.0f} s of {budget_s:,.0f} s"
+    if hw is not None:  # the law itself, so every design's stop says it (any workload)
+        lo, hi = fit.a_ci
+        status = f"slope {fit.a:.4g} [{lo:.4g}, {hi:.4g}] (R^2 {fit.r2:.3f}), " + status
     if hw is not None and hw <= goal and len(done_values) >= floor:
         msg = f"goal met: {status}, {len(done_values)} distinct values completed"
         return Step((), "goal", hw, spent, msg)

@@ -207,7 +207,9 @@ def with_set_mean(trials: pd.DataFrame, prefix: str = PER_SET_PREFIX) -> pd.Data
     values = trials[cols].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
     complete = np.isfinite(values).all(axis=1)
     mean = np.where(complete, np.where(complete[:, None], values, 0.0).mean(axis=1), np.nan)
-    return trials.assign(**{SET_MEAN: mean})
+    # one concat, not an insert: a wide table from the store is fragmented (PerformanceWarning)
+    column = pd.Series(mean, index=trials.index, name=SET_MEAN)
+    return pd.concat([trials.drop(columns=[SET_MEAN], errors="ignore"), column], axis=1)
 
 
 def effects_across_sets(

@@ -8,6 +8,7 @@ ends in one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -61,6 +62,7 @@ class _Command(TyperCommand):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.help = unwrap_paragraphs(self.help)
         for param in self.params:
             if isinstance(param, TyperArgument) and param.metavar is None and param.name:
                 param.metavar = param.name.upper()
@@ -78,6 +80,25 @@ class _Command(TyperCommand):
             else:
                 pieces.extend(param.get_usage_pieces(ctx))
         return pieces
+
+
+def unwrap_paragraphs(text: str | None) -> str | None:
+    """A docstring's paragraphs each on one line (rich help keeps a paragraph's line breaks
+    after the first, so the terminal's wrapping would break sentences mid-line), a ``- ``
+    list item on a line of its own; RST double backticks become plain text."""
+    if text is None:
+        return None
+    out = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            item = line.strip()
+            if lines and not item.startswith("- "):  # a list item keeps its own line
+                lines[-1] += " " + item
+            else:
+                lines.append(item)
+        out.append("\n".join(lines))
+    return "\n\n".join(out).replace("``", "")
 
 
 def _one_line_errors(fn: F) -> F:

@@ -394,7 +394,8 @@ class EvalConfig(_Frozen):
 
     prompt_sets: list[str] | Path = Field(default_factory=lambda: ["humaneval", "sharegpt"])
     """builtin sets (humaneval, sharegpt held-out), directories of {"turns": [...]} JSONL files
-    (one set per file), or both mixed in one list"""
+    (one set per file), or both mixed in one list; a relative directory is read from the
+    working directory orchestrator runs in (not the spec's folder)"""
     num_prompts: int = Field(default=8, ge=1)
     """prompts per set"""
     max_new_tokens: int = Field(default=48, ge=1, le=4096)
@@ -572,7 +573,8 @@ class BenchPromptsConfig(_Frozen):
 
     prompt_sets: list[str] | Path = Field(default_factory=lambda: ["sharegpt"])
     """builtin sets (humaneval, sharegpt held-out), directories of {"turns": [...]} JSONL files
-    (one set per file), or both mixed in one list"""
+    (one set per file), or both mixed in one list; a relative directory is read from the
+    working directory orchestrator runs in (not the spec's folder)"""
     num_prompts: int = Field(default=8, ge=1)
     """prompts in all, taken round-robin over the sets, decoded in batches of batch_size"""
 

@@ -115,6 +115,8 @@ class Workload:
             banner, adaptive designs; :mod:`workloads.trial_cost`); None: their cost is unknown.
         law_axes: the config fields (dotted) over which the workload's metric follows a
             log-linear law, the axes a spec's ``design:`` may vary (none: no adaptive design).
+        law_metrics: the metrics such a law may be of, the first a design's default (a metric
+            ``m`` also allows its per-set ``m/<set>``).
     """
 
     name: str
@@ -128,6 +130,7 @@ class Workload:
     example: str = "sweeps/tokens.yaml"
     describe: Describe | None = None
     law_axes: tuple[str, ...] = ()
+    law_metrics: tuple[str, ...] = ()
     cost: CostModel | None = None
 
 
@@ -627,6 +630,7 @@ WORKLOADS: dict[str, Workload] = {
             report="law",
             describe=_describe_draft_train,
             law_axes=("pretrain.tokens", "draft.layers"),  # Scylla Thm 1.1 and Thm 1.2
+            law_metrics=("acceptance_length", "acceptance_length_prompt_mean"),
             cost=DRAFT_TRAIN_COST,
         ),
         Workload(
@@ -657,6 +661,7 @@ WORKLOADS: dict[str, Workload] = {
             report="table",
             example="sweeps/sleep.yaml",
             law_axes=("law_x",),  # a synthetic law, for testing adaptive designs
+            law_metrics=("sleep.law_y",),
         ),
     )
 }

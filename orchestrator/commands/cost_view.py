@@ -133,6 +133,10 @@ def check_planning(hardware: str | None, devices: int | None, *, dry_run: bool) 
 
     if hardware is None and devices is None:
         return
+    if devices is not None and devices < 1:
+        raise OrchestratorError(
+            f"--devices {devices}: a sweep needs at least one GPU. Fix: --devices 1 (or more)"
+        )
     if not dry_run:
         raise OrchestratorError(
             "--hardware and --devices cost a sweep without running it. Fix: add --dry-run "

@@ -71,7 +71,6 @@ def submit(
         int | None,
         typer.Option(
             "--devices",
-            min=1,
             help="with --hardware GPU: how many of those GPUs the sweep gets (default 1); "
             "sets the trials at once and the wall time",
         ),
@@ -79,13 +78,19 @@ def submit(
 ) -> None:
     """Expand SPEC into trials, run them on Ray, record them, fit the law, write the dashboard.
 
-    Resubmitting the same spec skips completed trials and reruns the rest. A spec with a
-    ``search:`` block runs an Optuna study instead of a grid and resumes it when resubmitted.
-    A spec that changes the grid (or search space) of an existing sweep is refused: give it a
-    new name. One driver runs a sweep at a time; `orchestrator cancel` stops it. A grid of
-    more than 10,000 trials needs ``--yes``. ``--dry-run`` prints each trial's predicted
-    seconds per stage with its basis (calibrated, modelled or unknown) and the totals;
-    ``--hardware h200 --devices 8`` plans the sweep on 8 H200s instead of this machine.
+    Resubmitting the same spec skips completed trials and reruns the rest; a spec that changes
+    the grid of an existing sweep is refused (give it a new name).
+
+    A spec has a grid: (every combination), a search: (an Optuna study) or a design: (an
+    adaptive design over one law axis that stops at a precision goal or a budget); search and
+    design resume when resubmitted.
+
+    --dry-run prints each trial's predicted seconds per stage with its basis (calibrated,
+    modelled or unknown) and the totals; --dry-run --hardware h200 --devices 8 plans the
+    sweep on 8 H200s instead of this machine.
+
+    One driver runs a sweep at a time (orchestrator cancel stops it). A grid of more than
+    10,000 trials needs --yes.
     """
     quiet_env()
     loopback_ray(address)

@@ -141,6 +141,10 @@ class SweepCost:
     schedule_wall_s: float | None = None
     """wall seconds of the schedule that made the trials' costs (:func:`simulate`); None: the
     costs were made apart, :func:`wall_time` of their totals"""
+    one_slot_wall_s: float | None = None
+    """wall seconds of the same trials one at a time (one GPU, one CPU slot), where that
+    schedule differs (no waits; shared work built by the first trial that needs it); None:
+    :attr:`wall_s` is already one slot's, or the costs were made apart"""
 
     @property
     def unknown(self) -> int:
@@ -833,10 +837,15 @@ class Predictor:
         slots = self.hardware.slots
         plans = [self.plan(cfg, cold=i < slots) for i, (_, cfg) in enumerate(trials)]
         costs, wall = self._schedule(plans, slots)
+        one = None
+        if slots > 1 and not any(c.total_s is None for c in costs):
+            alone = [self.plan(cfg, cold=i == 0) for i, (_, cfg) in enumerate(trials)]
+            one = self._schedule(alone, 1)[1]
         return SweepCost(
             tuple((key, c) for (key, _), c in zip(trials, costs, strict=True)),
             self.hardware,
             schedule_wall_s=wall,
+            one_slot_wall_s=one,
         )
 
     def _schedule(self, plans: Sequence[_Plan], slots: int) -> tuple[list[TrialCost], float]:

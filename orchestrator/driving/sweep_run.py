@@ -133,7 +133,8 @@ class SweepRun:
         ``mlflow gc``): recreated from the DB (config as params, metrics and series, state
         completed; the trial's files stay in its folder) and recorded in the DB. A trial's run
         that is alive under another parent (only the parent run was deleted) is moved under
-        this one. Returns how many runs were recreated.
+        this one, and one still RUNNING (the driver died between the DB's final state and
+        MLflow's) is finished. Returns how many runs were recreated.
 
         Raises:
             StoreError, TrackingError: the DB or MLflow failed.
@@ -143,11 +144,17 @@ class SweepRun:
         ]
         if not done:
             return 0
-        children = {c["run_id"] for c in self.tracker.child_runs(self.parent_run)}
+        children = {c["run_id"]: c for c in self.tracker.child_runs(self.parent_run)}
         restored = 0
         for t in done:
             run_id = t.mlflow_run_id
-            if run_id in children or (run_id and self.tracker.adopt(run_id, self.parent_run)):
+            if run_id is not None and run_id in children:
+                if children[run_id].get("status") != "FINISHED":
+                    # the driver died between the DB's final state and MLflow's (the metrics
+                    # were logged to both before either): finish the run as the DB has it
+                    self.tracker.set_state(run_id, TrialState.COMPLETED)
+                continue
+            if run_id and self.tracker.adopt(run_id, self.parent_run):
                 continue
             new = self.tracker.start_trial_run(
                 self.parent_run, self.spec.name, t.key, t.config, None, overrides=t.overrides

@@ -42,6 +42,18 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.3g} s"
 
 
+def gpu_hours(hours: float | None) -> str:
+    """GPU time with its unit: ``2,902 GPU-hours``, ``0.42 GPU-hours``, ``0.044 GPU-seconds``
+    (below 0.01 h), ``unknown GPU-hours``."""
+    if hours is None or not math.isfinite(hours):
+        return "unknown GPU-hours"
+    if hours >= 10:
+        return f"{hours:,.0f} GPU-hours"
+    if hours >= 0.01:
+        return f"{hours:.2g} GPU-hours"
+    return f"{hours * 3600:.2g} GPU-seconds"
+
+
 def total_lines(cost: SweepCost) -> list[str]:
     """The totals: serial time, wall time at the hardware's parallelism, GPU-hours (GPU
     trials), with their basis; unknown trials named."""
@@ -56,14 +68,14 @@ def total_lines(cost: SweepCost) -> list[str]:
     at_once = f"{hw.slots} trial{'s' if hw.slots != 1 else ''} at once"
     if hw.kind == "gpu":
         per = f"{hw.gpus_per_trial:g} GPU{'s' if hw.gpus_per_trial != 1 else ''} a trial"
-        one = cost.serial_s
+        one = cost.one_slot_wall_s if cost.one_slot_wall_s is not None else cost.wall_s
         on_all = (
             f", {duration(cost.wall_s)} on {hw.devices} {hw.label} ({at_once})"
             if hw.devices > 1
             else ""
         )
         lines.append(
-            f"predicted cost on {hw.label}: {fmt(cost.gpu_hours, ',.0f')} GPU-hours ({per}); "
+            f"predicted cost on {hw.label}: {gpu_hours(cost.gpu_hours)} ({per}); "
             f"wall {duration(one)} on one {hw.label}{on_all}; basis {cost.basis}"
         )
     else:

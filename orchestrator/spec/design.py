@@ -23,13 +23,20 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from orchestrator.errors import SpecError
 from workloads.config import NoBoolNumbers
 from workloads.registry import Workload
 
-__all__ = ["DesignSpec", "check_blocks", "check_layout", "design_seeds"]
+__all__ = [
+    "DesignSpec",
+    "check_blocks",
+    "check_layout",
+    "default_metric",
+    "design_seeds",
+    "is_law_metric",
+]
 
 MAX_SEEDS = 100
 """repeats per value at most"""
@@ -65,7 +72,8 @@ class DesignSpec(NoBoolNumbers):
     """distinct values the design keeps, so the log-linear form itself can be checked (lack of
     fit, the saturating alternative)"""
     metric: str = Field(default="acceptance_length", min_length=1, max_length=250)
-    """the metric of the law (a metric the workload reports)"""
+    """the metric of the law: one of the workload's ``law_metrics`` (default: its first, e.g.
+    acceptance_length for draft_train, sleep.law_y for sleep)"""
 
     @field_validator("values")
     @classmethod
@@ -91,20 +99,20 @@ class DesignSpec(NoBoolNumbers):
             raise ValueError(f"{info.field_name} {v!r} must be {_POSITIVE[info.field_name]}")
         return v
 
-    @model_validator(mode="after")
-    def _sizes(self) -> DesignSpec:
-        n = len(set(self.values))
-        if self.initial > n:
+    @field_validator("initial", "min_distinct")
+    @classmethod
+    def _at_most_values(cls, v: int, info: Any) -> int:
+        values = info.data.get("values")
+        if values is None:  # refused on its own line
+            return v
+        n = len(set(values))
+        if v > n:
+            fix = f"initial: {min(3, n)}" if info.field_name == "initial" else f"min_distinct: {n}"
             raise ValueError(
-                f"initial {self.initial} is more than the {n} distinct candidate values. "
-                f"Fix: initial: {min(3, n)}, or list more values"
+                f"{info.field_name} {v} is more than the {n} distinct candidate values. "
+                f"Fix: {fix}, or list more values"
             )
-        if "min_distinct" in self.model_fields_set and self.min_distinct > n:
-            raise ValueError(
-                f"min_distinct {self.min_distinct} is more than the {n} distinct candidate "
-                f"values. Fix: min_distinct: {n}, or list more values"
-            )
-        return self
+        return v
 
     @property
     def kept_distinct(self) -> int:
@@ -127,6 +135,19 @@ class DesignSpec(NoBoolNumbers):
 def design_seeds(design: DesignSpec, seeds: Sequence[int]) -> list[int]:
     """The seeds a design may repeat a value with: ``0..max_seeds-1``, else the spec's."""
     return list(range(design.max_seeds)) if design.max_seeds is not None else list(seeds)
+
+
+def is_law_metric(metric: str, law_metrics: Sequence[str]) -> bool:
+    """Whether ``metric`` is one of ``law_metrics`` or one's per-set ``m/<set>``."""
+    return any(metric == m or metric.startswith(f"{m}/") for m in law_metrics)
+
+
+def default_metric(design: Any, workload: Workload | None) -> Any:
+    """A raw ``design:`` mapping with its metric filled in from the workload's first law metric
+    when the spec gives none (anything else is returned as it is)."""
+    if not isinstance(design, dict) or "metric" in design or workload is None:
+        return design
+    return {**design, "metric": workload.law_metrics[0]} if workload.law_metrics else design
 
 
 def check_blocks(data: dict[str, Any], line_of: Callable[..., int], path: object) -> None:
@@ -177,6 +198,15 @@ def check_layout(
             f"{path}:{line_of(('design', 'axis'))}: design.axis {design.axis!r} is not a law "
             f"axis of {workload.name} ({has}; workloads/registry.py law_axes). "
             + (f"Fix: axis: {first}" if first else "Fix: remove design:, or use a grid:")
+        )
+    given = data.get("design") or {}
+    metrics = workload.law_metrics
+    if "metric" in given and metrics and not is_law_metric(design.metric, metrics):
+        raise SpecError(
+            f"{path}:{line_of(('design', 'metric'))}: design.metric {design.metric!r} is not a "
+            f"law metric of {workload.name} (its law metrics are {', '.join(metrics)}, each also "
+            f"per prompt set as <metric>/<set>; workloads/registry.py law_metrics). "
+            f"Fix: metric: {metrics[0]}"
         )
     if design.max_seeds is not None and "seeds" in data:
         raise SpecError(

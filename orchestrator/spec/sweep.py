@@ -40,7 +40,7 @@ from pydantic import (
 )
 
 from orchestrator.errors import SpecError
-from orchestrator.spec.design import DesignSpec, check_blocks, check_layout
+from orchestrator.spec.design import DesignSpec, check_blocks, check_layout, default_metric
 from workloads.config import NoBoolNumbers, Resources
 from workloads.registry import WORKLOADS, Workload
 
@@ -188,6 +188,14 @@ class SweepSpec(NoBoolNumbers):
     """Ray resources of one trial"""
     design: DesignSpec | None = None
     """an adaptive design over one law axis instead of a grid (see DesignSpec)"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _design_metric(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "design" not in data:
+            return data
+        workload = WORKLOADS.get(str(data.get("workload", "draft_train")))
+        return {**data, "design": default_metric(data["design"], workload)}
 
     @field_validator("name", mode="before")
     @classmethod
@@ -578,6 +586,13 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
     if isinstance(data, dict) and "search" in data and isinstance(seeds, list) and len(seeds) > 1:
         line = _key_node(root, ("seeds",)).start_mark.line + 1
         raise SpecError(f"{path}:{line}: {_SEARCH_SEEDS}.")
+    if isinstance(data, dict) and "design" in data and not data["design"]:
+        line = _key_node(root, ("design",)).start_mark.line + 1
+        raise SpecError(
+            f"{path}:{line}: design: is empty: an adaptive design needs axis, values, goal and "
+            "budget_hours. Fix: fill it in (e.g. as in sweeps/tokens-adaptive.yaml), or remove "
+            "design: to run a grid"
+        )
     if isinstance(data, dict) and isinstance(data.get("design"), dict):
         _design_layout(path, root, data)
     try:
@@ -655,6 +670,14 @@ def _check_design_values(path: Path, root: yaml.Node, spec: SweepSpec, design: D
                 merge_overrides(spec.base, {design.axis: value})
             )
         except ValidationError as err:
+            first = err.errors()[0]
+            if ".".join(str(p) for p in _field_loc(first["loc"])) == design.axis:
+                said = first["msg"].removeprefix("Value error, ").rstrip(".")
+                raise SpecError(
+                    f"{path}:{value_node.start_mark.line + 1}: design.values[{i}] {value!r} is "
+                    f"not a value of {design.axis} ({said}). Fix: list only values "
+                    f"{design.axis} accepts (see sweeps/tokens-adaptive.yaml)"
+                ) from None
             raise _explain(
                 path, root, err, prefix=(), model=spec.config_model, line_node=value_node
             ) from None

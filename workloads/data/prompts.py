@@ -132,8 +132,11 @@ def prompt_set_sources(spec: list[str] | Path) -> list[tuple[str, Path | None]]:
 def _jsonl_files(path: Path) -> list[Path]:
     path = path.expanduser()
     if not path.is_dir():
+        where = (
+            "" if path.is_absolute() else f" (relative to the working directory: {path.absolute()})"
+        )
         raise ValueError(
-            f"{path} is not a directory (not found, or a file). Fix: a directory of *.jsonl "
+            f"{path}{where} is not a directory (not found, or a file). Fix: a directory of *.jsonl "
             f'files with one {{"turns": [...]}} object per line, or builtin names '
             f"{list(BUILTIN_PROMPT_SETS)}"
         )

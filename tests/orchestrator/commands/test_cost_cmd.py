@@ -65,8 +65,22 @@ def test_the_paper_grid_plans_its_gpu_hours_on_h200s(tmp_path: Path) -> None:
     assert hours == out1.split("predicted cost on h200: ")[1].split(" GPU-hours")[0]
     assert float(hours.replace(",", "")) > 1000  # 188B tokens on an 8B target
     assert "on 8 h200 (8 trials at once)" in out8 and " on one h200; basis" in out1
+    # "on one h200" is the one-at-a-time schedule with --devices 8 too, not the 8-at-once sum
+    one_wall = out1.split("; wall ")[1].split(" on one h200")[0]
+    assert out8.split("; wall ")[1].split(" on one h200")[0] == one_wall
     assert "MFU 0.35" in out8 and "basis modelled" in out8
     assert "188B pretraining tokens" in out8 and "Nothing was run or written" in out8
+    assert not run_root.exists()
+
+
+def test_a_small_sweep_on_a_gpu_says_its_gpu_hours_not_zero(tmp_path: Path) -> None:
+    run_root = tmp_path / "run"
+    argv = ["submit", "sweeps/smoke-tokens.yaml", "--dry-run", "--run-root", str(run_root)]
+    res = CliRunner().invoke(app, [*argv, "--hardware", "h200"], env={"HF_HUB_OFFLINE": "1"})
+    assert res.exit_code == 0, res.output
+    said = _flat(res.output).split("predicted cost on h200: ")[1].split(" (1 GPU")[0]
+    number, unit = said.split(" ")
+    assert unit in ("GPU-seconds", "GPU-hours") and "e" not in number and float(number) > 0, said
     assert not run_root.exists()
 
 
@@ -77,8 +91,9 @@ def test_the_paper_grid_plans_its_gpu_hours_on_h200s(tmp_path: Path) -> None:
         (["--hardware", "h200"], "Fix: add --dry-run"),
         (["--dry-run", "--devices", "8"], "Fix: add --hardware"),
         (["--dry-run", "--hardware", "local-cpu", "--devices", "2"], "leave out --devices"),
+        (["--dry-run", "--hardware", "h200", "--devices", "0"], "Fix: --devices 1"),
     ],
-    ids=["unknown", "no-dry-run", "devices-alone", "cpu-devices"],
+    ids=["unknown", "no-dry-run", "devices-alone", "cpu-devices", "zero-devices"],
 )
 def test_bad_planning_flags(tmp_path: Path, args: list[str], needle: str) -> None:
     run_root = tmp_path / "run"

@@ -42,3 +42,21 @@ def test_help_shows_no_boolean_metavar(command: str) -> None:
     for row in rows:
         assert not re.search(r"<bool>|BOOLEAN", row, re.IGNORECASE), row
     assert "--no-" not in text and not re.search(r"--[a-z-]+\s*/\s*--", text), text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_paragraphs_wrap_at_the_terminal_not_mid_sentence(command: str) -> None:
+    """Each paragraph of a command's description is one line at 200 columns (rich keeps a
+    docstring's line breaks after its first paragraph); no RST double backticks."""
+    text = _help(command).split("╭")[0]  # the description, before the option boxes
+    assert "``" not in text, text
+    body = [line.strip() for line in text.splitlines()[2:] if line.strip()]
+    for line in body:  # a line ends a sentence, or the terminal wrapped it (near 200 columns)
+        done = line.endswith((".", ":", ")", ";")) or line.startswith("Example:")
+        assert done or len(line) > 150, f"{command}: {line!r}"
+
+
+def test_submit_help_names_the_three_kinds_of_spec() -> None:
+    text = " ".join(_help("submit").split())
+    assert "grid: (every combination), a search: (an Optuna study) or a design:" in text
+    assert "--dry-run --hardware h200 --devices 8" in text

@@ -353,10 +353,12 @@ def test_a_metric_the_workload_does_not_report_stops_the_design(
     tmp_path: Path, fake_ray: FakeRay
 ) -> None:
     path = tmp_path / "law.yaml"
-    path.write_text(SPEC.format(goal=0.03, hours=1).replace("sleep.law_y", "nope"))
+    # a law metric's per-set name passes the spec's check; the trials do not report it
+    path.write_text(SPEC.format(goal=0.03, hours=1).replace("sleep.law_y", "sleep.law_y/none"))
     proposals, store, sweep_id, tracker = run_design(tmp_path, load_spec(path))
     r = proposals.result
-    assert r.stop == "error" and r.error is not None and "design.metric 'nope'" in r.error
+    assert r.stop == "error" and r.error is not None
+    assert "design.metric 'sleep.law_y/none'" in r.error
     assert "sleep.law_y" in r.error and "Fix:" in r.error
     assert len(fake_ray.runs) == 2  # the first batch ran; nothing after it
     assert tracker.tags[STOP_TAG] == "error"

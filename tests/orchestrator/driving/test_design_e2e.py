@@ -65,7 +65,8 @@ def test_a_design_sweep_stops_at_its_goal_and_records_its_decisions(tmp_path: Pa
     res = cli("submit", str(path), "--run-root", str(run_root))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "adaptive design over law_x: 5 values" in res.stdout
-    assert "design: stopped (goal): goal met: half-width" in res.stdout
+    assert "design: stopped (goal): goal met: slope " in res.stdout
+    assert "(R^2 " in res.stdout and ", half-width " in res.stdout
     decisions, trials, parent = _read(run_root, "law")
     picks = [d for d in decisions if d.kind == "pick"]
     assert decisions[-1].kind == "stop" and decisions[-1].stop == "goal"

@@ -327,6 +327,25 @@ def test_trial_runs_kept_when_only_the_parent_was_purged_move_to_the_new_parent(
     store.close()
 
 
+def test_a_completed_trial_whose_run_mlflow_left_running_is_finished_on_resubmit(
+    tmp_path: Path,
+) -> None:
+    """A driver killed between the DB's final state and MLflow's (the kill -9 test's race)."""
+    run_root, store, sweep_id, plan, uri, parent = _completed_sweep(tmp_path)
+    left = next(iter(store.trials(sweep_id))).mlflow_run_id
+    assert left is not None
+    MlflowClient(uri).update_run(left, status="RUNNING")
+    tracker = Tracker(uri)
+    run = SweepRun(
+        store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
+    )
+    assert run.restore_runs() == 0  # finished, not recreated
+    children = {c["run_id"]: c for c in tracker.child_runs(parent)}
+    assert {c["status"] for c in children.values()} == {"FINISHED"}
+    assert children[left]["tags"]["specscale.state"] == "completed"
+    store.close()
+
+
 # -- a dry run runs the submit's checks, the resubmit guard included, and writes nothing -------
 
 

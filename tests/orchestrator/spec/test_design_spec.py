@@ -59,6 +59,24 @@ BAD: dict[str, tuple[str, int, str]] = {
         4,
         "fractional",
     ),
+    "empty-design": (SLEEP + "design:\n", 3, "design: is empty"),
+    "empty-design-mapping": (SLEEP + "design: {}\n", 3, "design: is empty"),
+    "not-a-law-metric": (
+        SLEEP + DESIGN + "  metric: sleep.seconds\n",
+        8,
+        "is not a law metric of sleep (its law metrics are sleep.law_y",
+    ),
+    "initial-above-the-values": (SLEEP + DESIGN + "  initial: 4\n", 8, "initial 4 is more"),
+    "min-distinct-above-the-values": (
+        SLEEP + DESIGN + "  min_distinct: 5\n",
+        8,
+        "min_distinct 5 is more than the 3",
+    ),
+    "fractional-tokens": (
+        TOKENS.format(hours=1).replace("2048", "2048.5"),
+        4,
+        "design.values[1] 2048.5 is not a value of pretrain.tokens",
+    ),
     "budget-below-the-initial-design": (
         TOKENS.format(hours=0.001),
         6,
@@ -134,6 +152,18 @@ def test_a_design_expands_to_no_grid_and_checks_one_config_per_value(tmp_path: P
     assert expand(spec) == [] and count_trials(spec) == 0
     configs = design_configs(spec)
     assert [(c.law_x, c.seed) for c in configs] == [(10, 0), (100, 0), (1000, 0)]  # type: ignore[attr-defined]
+
+
+def test_the_design_metric_defaults_to_the_workloads_first_law_metric(tmp_path: Path) -> None:
+    spec_path = tmp_path / "sweep.yaml"
+    spec_path.write_text(SLEEP + DESIGN)
+    assert (d := load_spec(spec_path).design) is not None and d.metric == "sleep.law_y"
+    spec_path.write_text(TOKENS.format(hours=1))
+    assert (d := load_spec(spec_path).design) is not None and d.metric == "acceptance_length"
+    spec_path.write_text(
+        TOKENS.format(hours=1).replace("base:", "  metric: acceptance_length/humaneval\nbase:")
+    )
+    assert (d := load_spec(spec_path).design) is not None and d.metric.endswith("/humaneval")
 
 
 GRID_SECONDS = {8192: 120.0, 16384: 170.0, 32768: 170.0, 65536: 275.0, 131072: 577.0}
