@@ -36,7 +36,12 @@ def dashboard_href(sweep: str) -> str:
 
 
 def write_index(
-    path: Path, sweeps: pd.DataFrame, *, title: str = "Sweeps", comparisons: Sequence[str] = ()
+    path: Path,
+    sweeps: pd.DataFrame,
+    *,
+    title: str = "Sweeps",
+    comparisons: Sequence[str] = (),
+    plans: Sequence[str] = (),
 ) -> Path:
     """Write the index page (one HTML file, no script but the table sorter) and return it.
 
@@ -45,7 +50,8 @@ def write_index(
     fit, NaN without one; ``other``: pending, running or cancelled trials). The table (id
     "sweeps") sorts by any column; each name links to the sweep's page (:func:`dashboard_href`)
     when that page exists beside the index. ``comparisons`` are
-    relative links to ``orchestrator compare`` pages, listed below the table.
+    relative links to ``orchestrator compare`` pages, listed below the table; ``plans`` the
+    same for ``orchestrator plan`` pages (``<plan>/plan.html``).
     """
     head = "".join(f"<th>{html.escape(c)}</th>" for c in INDEX_COLUMNS)
     body = []
@@ -74,6 +80,12 @@ def write_index(
             for c in comparisons
         )
         parts += ["<h2>Comparisons</h2>", f"<ul>{items}</ul>"]
+    if plans:
+        items = "".join(
+            f"<li><a href='{html.escape(quote(p))}'>{html.escape(Path(p).parent.name)}</a></li>"
+            for p in plans
+        )
+        parts += ["<h2 id='plans'>Plans</h2>", f"<ul>{items}</ul>"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(title, parts), encoding="utf-8")
     return path

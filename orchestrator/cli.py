@@ -20,6 +20,7 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from orchestrator._secrets import redact
 from orchestrator.commands import sweep
 from orchestrator.commands.export import export
+from orchestrator.commands.plan import plan
 from orchestrator.commands.render import err
 from orchestrator.commands.report import compare, report
 from orchestrator.commands.roofline import roofline
@@ -131,6 +132,7 @@ for _command in (
     export,
     report,
     compare,
+    plan,
 ):
     app.command(_command.__name__, cls=_Command)(_one_line_errors(_command))
 

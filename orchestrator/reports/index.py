@@ -54,8 +54,13 @@ def write_run_index(
     store: ResultsStore, out_dir: Path, fresh: Mapping[str, LogLinearFit | None] | None = None
 ) -> Path:
     """Write ``out_dir/index.html`` over every sweep in ``store`` (and the compare pages under
-    ``out_dir/compare/``) and return its path."""
+    ``out_dir/compare/``, the plan pages ``out_dir/<plan>/plan.html``) and return its path."""
     pages = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.glob("compare/*.html"))
+    plans = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.glob("*/plan.html"))
     return write_index(
-        out_dir / "index.html", index_frame(store, fresh), title="Sweeps", comparisons=pages
+        out_dir / "index.html",
+        index_frame(store, fresh),
+        title="Sweeps",
+        comparisons=pages,
+        plans=plans,
     )

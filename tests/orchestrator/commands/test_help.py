@@ -10,7 +10,9 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 
-COMMANDS = ["submit", "status", "fit", "retry", "cancel", "roofline", "export", "report", "compare"]
+COMMANDS = [
+    "submit", "status", "fit", "retry", "cancel", "roofline", "export", "report", "compare", "plan",
+]  # fmt: skip
 
 SWITCHES = {
     "submit": ["--dry-run", "--ray-job", "--yes"],

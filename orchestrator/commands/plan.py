@@ -1,0 +1,190 @@
+"""The ``plan`` command: from the results DB's finished sweeps to what to train and how to serve
+it (:mod:`orchestrator.planning`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from orchestrator.commands.options import DbUrl, RunRoot, TrackingUri, flag
+from orchestrator.errors import OrchestratorError
+
+if TYPE_CHECKING:
+    from orchestrator.planning.plan import PlanOptions
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def plan(
+    sweeps: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="sweeps to plan from: a token sweep, a decode sweep and optionally a depth "
+            "sweep (default: every sweep of the DB, each kind found once)"
+        ),
+    ] = None,
+    *,
+    batch_mix: Annotated[
+        str,
+        typer.Option(
+            "--batch-mix",
+            help="serving batch sizes and their shares of decoding steps, e.g. "
+            "1:0.2,8:0.5,32:0.3 (shares sum to 1)",
+        ),
+    ] = "1:1",
+    budget_hours: Annotated[
+        float | None,
+        typer.Option(
+            "--budget-hours",
+            help="training hours the recommended draft may take at most (default: no budget; "
+            "the plan stops at --min-gain)",
+        ),
+    ] = None,
+    min_gain: Annotated[
+        float,
+        typer.Option(
+            "--min-gain",
+            help="the least acceptance-length gain per added training hour worth training for",
+        ),
+    ] = 0.05,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="target shape of the serving roofline (llama-3-8b, qwen2.5-72b, ...; default: "
+            "the measured target's)",
+        ),
+    ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help="hardware of training cost and serving roofline: local-cpu (default) or a "
+            "datasheet GPU (a100, h100, h200, h800)",
+        ),
+    ] = None,
+    prefix: Annotated[
+        int, typer.Option("--prefix", help="prefix length s of the serving roofline (tokens)")
+    ] = 1024,
+    holdout: Annotated[
+        float | None,
+        typer.Option(
+            "--holdout",
+            help="plan from the token trials at budgets <= this and score the prediction on "
+            "the larger ones (e.g. 32768)",
+        ),
+    ] = None,
+    allow_mixed_targets: Annotated[
+        bool,
+        flag("--allow-mixed-targets", help="plan from sweeps of different targets (labelled)"),
+    ] = False,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="the plan's folder under the run root and its MLflow run (default: "
+            "plan-<token sweep>); decode.k_law: sweep:<name> then reads its k_law.json",
+        ),
+    ] = None,
+    draft: Annotated[
+        str,
+        typer.Option(
+            "--draft", help="draft path the serving snippets name (an `orchestrator export`)"
+        ),
+    ] = "exported/draft",
+    resamples: Annotated[
+        int, typer.Option("--resamples", help="bootstrap replicates of the intervals")
+    ] = 1000,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """Plan what to train and how to serve it from the measured laws, with intervals.
+
+    Reads the token law (and a depth law, when a depth sweep exists) and a decode sweep's
+    acceptance-versus-k data; recommends the pretraining tokens and draft depth where the
+    predicted acceptance gain per training hour falls below --min-gain (or the best within
+    --budget-hours), and the verified tokens k per batch size of --batch-mix from the roofline
+    of --model on --hardware. Every figure has a 95% interval; one beyond the measured range
+    (tokens, layers, batch sizes, another target or hardware) is labelled as extrapolated.
+
+    Writes <run-root>/<name>/: plan.html (linked from the index), plan.json,
+    vllm_speculative_config.json, sglang_launch.sh and k_law.json; and one MLflow run.
+
+    Example: orchestrator plan --batch-mix 1:0.2,8:0.5,32:0.3 --budget-hours 2
+    """
+    from orchestrator.planning.inputs import (
+        check_budget,
+        parse_batch_mix,
+        resolve_hardware_name,
+        resolve_shape_name,
+    )
+
+    mix = parse_batch_mix(batch_mix)
+    check_budget(budget_hours)
+    if not (min_gain >= 0):
+        raise OrchestratorError(f"--min-gain {min_gain:g} must be >= 0. Fix: e.g. --min-gain 0.05")
+    if prefix < 0 or resamples < 1:
+        raise OrchestratorError("--prefix must be >= 0 and --resamples >= 1. Fix: the defaults")
+    if model is not None:
+        resolve_shape_name(model)
+    resolve_hardware_name(hardware or "local-cpu")
+    if name is not None and not _NAME.fullmatch(name):
+        raise OrchestratorError(
+            f"--name {name!r} may use only letters, digits, '.', '_' and '-'. Fix: e.g. plan-1"
+        )
+    from orchestrator.planning.plan import PlanOptions
+
+    run_root = run_root.resolve()
+    opts = PlanOptions(
+        sweeps=tuple(sweeps or ()),
+        model=model,
+        hardware=hardware,
+        batch_mix=mix,
+        budget_hours=budget_hours,
+        min_gain=min_gain,
+        prefix=prefix,
+        holdout=holdout,
+        allow_mixed_targets=allow_mixed_targets,
+        n_resamples=resamples,
+        cache_dir=run_root / "cache",
+    )
+    _run(opts, name=name, draft=draft, run_root=run_root, db_url=db_url, tracking_uri=tracking_uri)
+
+
+def _run(
+    opts: PlanOptions,
+    *,
+    name: str | None,
+    draft: str,
+    run_root: Path,
+    db_url: str | None,
+    tracking_uri: str | None,
+) -> None:
+    from orchestrator.commands.plan_view import print_plan
+    from orchestrator.planning.outputs import log_plan, write_plan
+    from orchestrator.planning.plan import make_plan
+    from orchestrator.reports.index import write_run_index
+    from orchestrator.store.access import open_store
+    from orchestrator.tracking.tracker import default_tracking_uri
+
+    store = open_store(run_root, db_url, must_exist=True)
+    try:
+        result = make_plan(store, opts)
+        plan_name = name or f"plan-{result['sweeps']['tokens']}"
+        if store.get_sweep(plan_name) is not None:
+            raise OrchestratorError(
+                f"--name {plan_name!r} is a sweep of this DB; its folder is the sweep's. Fix: "
+                f"--name {plan_name}-plan"
+            )
+        files = write_plan(run_root / plan_name, result, name=plan_name, draft=draft)
+        run_id = log_plan(
+            tracking_uri or default_tracking_uri(run_root), result, files, name=plan_name
+        )
+        index = write_run_index(store, run_root)
+    finally:
+        store.close()
+    print_plan(result, name=plan_name, files=files, index=index, mlflow_run=run_id)

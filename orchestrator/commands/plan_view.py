@@ -1,0 +1,84 @@
+"""The console's view of a plan: the recommendation, k per batch size with intervals, the
+extrapolation labels, the holdout score and where the files went."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from analysis.numbers import fmt
+from orchestrator.commands.render import out
+
+
+def _ci(pair: Any, spec: str = ".3f") -> str:
+    if not pair or pair[0] is None or pair[1] is None:
+        return "n/a"
+    return f"[{fmt(pair[0], spec)}, {fmt(pair[1], spec)}]"
+
+
+def _say(line: str) -> None:
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def print_plan(
+    plan: Mapping[str, Any], *, name: str, files: Mapping[str, Path], index: Path, mlflow_run: str
+) -> None:
+    """Print the plan ``name`` (:func:`orchestrator.planning.plan.make_plan`'s data)."""
+    t, s, law = plan["training"], plan["serving"], plan["laws"]["tokens"]
+    sweeps = ", ".join(f"{k} {v}" for k, v in plan["sweeps"].items() if v)
+    _say(f"plan {name}: from {sweeps}; {plan['targets']['shape']} on {plan['hardware']}")
+    _say(
+        f"token law: a = {fmt(law['a'], '.4f')} {_ci(law['a_ci'], '.4f')} per decade, "
+        f"R^2 {fmt(law['r2'], '.3f')}, n = {law['n']}"
+    )
+    _say(
+        f"train: {t['tokens']:,.0f} pretraining tokens {_ci(t['tokens_ci'], ',.0f')}, "
+        f"{t['layers']} draft layer(s) {_ci(t['layers_ci'], 'g')}, {fmt(t['hours'], '.3g')} h "
+        f"({plan['cost_basis']}); stop: {t['stop']}"
+    )
+    _say(
+        f"acceptance length at the eval tree: {fmt(t['acceptance_length'], '.3f')} "
+        f"{_ci(t['acceptance_ci'])} (95%, the law's mean interval)"
+    )
+    table = Table(title="serving: k per batch size (roofline, 95% intervals)", box=box.SIMPLE_HEAD)
+    for col in ("b", "share", "k", "k 95%", "accept", "tokens/s", "speedup", "speedup 95%", "ext"):
+        table.add_column(col, no_wrap=True)
+    for r in s["rows"]:
+        table.add_row(
+            str(r["batch_size"]),
+            fmt(r["share"], ".2f"),
+            str(r["k"]),
+            _ci(r["k_ci"], "g"),
+            fmt(r["acceptance_length"], ".3f"),
+            fmt(r["tokens_per_s"], ".4g"),
+            fmt(r["speedup"], ".3f"),
+            _ci(r["speedup_ci"]),
+            "yes" if r["labels"] else "",
+        )
+    out.print(table)
+    _say(f"mix speedup over AR: {fmt(s['mix_speedup'], '.3f')} {_ci(s['mix_speedup_ci'])}")
+    _say(
+        f"acceptance vs k: {plan['laws']['tau_k']['chosen']} form chosen by AICc; "
+        f"{s['rescale_note']}"
+    )
+    for m in plan.get("measured_k") or []:
+        _say(
+            f"measured b={m['batch_size']}: planned k {m['planned_k']}, best fixed k "
+            f"{m['best_measured_k']} (planned k gives {fmt(m['share_of_best'], '.3f')} of the "
+            "best measured tokens/s)"
+        )
+    h = plan.get("holdout")
+    if h:
+        _say(
+            f"holdout: fitted on budgets <= {h['cut']:,.0f}; {h['inside']} of {len(h['rows'])} "
+            f"held-out trials inside their 95% intervals, mean |error| "
+            f"{fmt(h['mean_abs_error'], '.4f')}"
+        )
+    for label in plan["labels"]:
+        _say(f"EXTRAPOLATED: {label}")
+    _say(f"wrote {files['plan.html'].parent}/ ({', '.join(files)}); index {index}")
+    _say(f"MLflow run {mlflow_run}; serve with decode.k_law: sweep:{name}")
