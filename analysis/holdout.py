@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis._json import dataclass_dict
+from analysis._json import dataclass_dict, json_safe
 from analysis.laws import fit_log_linear
 
 __all__ = ["HoldoutScore", "score_holdout"]
@@ -47,7 +47,7 @@ class HoldoutScore:
     def to_dict(self) -> dict[str, Any]:
         out = dataclass_dict(self)
         out.update(inside=self.inside, coverage=self.coverage, mean_abs_error=self.mean_abs_error)
-        return dataclass_dict(out)
+        return json_safe(out)
 
 
 def score_holdout(

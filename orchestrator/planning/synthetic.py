@@ -55,6 +55,7 @@ grid:
   decode.batch_size: {bs}
   decode.num_draft_tokens: {ks}
 base:
+  target: {{model: {target}}}
   draft: {{source: trial, sweep: {tokens}, trial_key: best}}
   decode: {{depth: 6, topk: 4, max_new_tokens: 8}}
   prompts: {{num_prompts: 4}}
@@ -102,8 +103,10 @@ def build_db(
     seed: int = 0,
     tokens_name: str = "tokens",
     decode_name: str = "batch",
+    decode_target: str = "smollm2-135m-instruct",
 ) -> ResultsStore:
-    """Write ``run_root/results.db`` with the two sweeps and return the open store."""
+    """Write ``run_root/results.db`` with the two sweeps and return the open store
+    (``decode_target``: the decode sweep's target.model, another one to test mixed targets)."""
     law = laws or TrueLaws()
     rng = np.random.default_rng(seed)
     run_root.mkdir(parents=True, exist_ok=True)
@@ -137,6 +140,7 @@ def build_db(
         bs=list(batch_sizes),
         ks=list(ks),
         tokens=tokens_name,
+        target=decode_target,
     )
     spec = parse_spec(text, run_root / f"{decode_name}.yaml")
     sweep_id = store.upsert_sweep(spec.name, spec.workload, text, f"{decode_name}.yaml")

@@ -86,13 +86,6 @@ def test_bad_cut_raises(cut: float, match: str) -> None:
         score_holdout(X, _sweep(np.random.default_rng(4)), cut)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="HoldoutScore.to_dict() passes its own output dict back to "
-    "analysis._json.dataclass_dict, whose dataclasses.asdict() raises TypeError "
-    "'asdict() should be called on dataclass instances' (orchestrator plan --holdout calls it)",
-)
 def test_to_dict_reports_rows_and_coverage() -> None:
     score = score_holdout(X, _sweep(np.random.default_rng(5)), CUT)
     out = score.to_dict()

@@ -1,0 +1,154 @@
+"""``orchestrator plan`` on a hand-built results DB with known laws
+(:mod:`orchestrator.planning.synthetic`): the files it writes (the snippets parse, the k_law file
+is accepted by ``decode.k_law``, the index links the page), the extrapolation labels exactly when
+they apply, the holdout score, and every bad input refused in one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.planning.plan import PlanOptions, make_plan
+from orchestrator.planning.synthetic import PROFILE, build_db
+from workloads.engine.k_law import read_sweep_k_law
+
+MIX = "1:0.2,8:0.5,32:0.3"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_root = tmp_path_factory.mktemp("plan") / "run"
+    build_db(run_root).close()
+    return run_root
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+def test_a_plan_writes_its_files_and_the_snippets_parse(root: Path) -> None:
+    res = CliRunner().invoke(
+        app, ["plan", "--run-root", str(root), "--batch-mix", MIX, "--resamples", "200"]
+    )
+    assert res.exit_code == 0, res.output
+    folder = root / "plan-tokens"
+    plan = json.loads((folder / "plan.json").read_text())
+    assert [r["batch_size"] for r in plan["serving"]["rows"]] == [1, 8, 32]
+    vllm = json.loads((folder / "vllm_speculative_config.json").read_text())
+    per = vllm["num_speculative_tokens_per_batch_size"]
+    assert list(per) == ["1-2", "3-16", "17-4096"]
+    assert vllm["num_speculative_tokens"] == max(per.values())
+    assert per["1-2"] == plan["serving"]["rows"][0]["k"] - 1 or plan["serving"]["rows"][0]["k"] == 1
+    parser = argparse.ArgumentParser()
+    for flag in ("--model-path", "--speculative-algorithm", "--speculative-draft-model-path",
+                 "--speculative-num-steps", "--speculative-eagle-topk",
+                 "--speculative-num-draft-tokens", "--max-running-requests"):  # fmt: skip
+        parser.add_argument(flag)
+    launches = [
+        line for line in (folder / "sglang_launch.sh").read_text().splitlines()
+        if line.startswith("python")
+    ]  # fmt: skip
+    assert len(launches) == 3
+    for line, row in zip(launches, plan["serving"]["rows"], strict=True):
+        args = parser.parse_args(shlex.split(line)[3:])
+        if row["k"] > 1:
+            assert int(args.speculative_num_draft_tokens) == row["k"]
+        else:
+            assert args.speculative_algorithm is None  # no speculation at that batch range
+    k_law = json.loads((folder / "k_law.json").read_text())
+    assert k_law["sweep"] == "plan-tokens"
+    if k_law["eq4"]["status"] == "ok":
+        assert read_sweep_k_law(root, "plan-tokens")["status"] == "ok"
+    assert "plan-tokens/plan.html" in (root / "index.html").read_text()
+    page = (folder / "plan.html").read_text()
+    assert "Recommendation" in page and "extrapolated" in page and "plotly" in page
+    assert "EXTRAPOLATED: extrapolated: batch size 32" in " ".join(res.output.split())
+
+
+def test_labels_appear_exactly_when_a_figure_leaves_the_measured_range(root: Path) -> None:
+    from orchestrator.store.results import ResultsStore
+
+    store = ResultsStore.sqlite_under(root)
+    try:
+        inside = make_plan(
+            store,
+            PlanOptions(batch_mix={2: 0.5, 4: 0.5}, budget_hours=0.1, profile=PROFILE,
+                        n_resamples=100),
+        )  # fmt: skip
+        assert inside["training"]["tokens"] <= 131072
+        assert inside["labels"] == [], inside["labels"]
+        other = make_plan(
+            store,
+            PlanOptions(batch_mix={2: 1.0}, budget_hours=0.1, model="llama-3-8b",
+                        profile=PROFILE, n_resamples=100),
+        )  # fmt: skip
+        assert any(x.startswith("another target: llama-3-8b") for x in other["labels"])
+        far = make_plan(store, PlanOptions(batch_mix={64: 1.0}, profile=PROFILE, n_resamples=100))
+        assert any("decades beyond" in x for x in far["labels"])
+        assert any("batch size 64 is outside" in x for x in far["labels"])
+    finally:
+        store.close()
+
+
+def test_holdout_scores_the_budgets_left_out(root: Path) -> None:
+    from orchestrator.store.results import ResultsStore
+
+    store = ResultsStore.sqlite_under(root)
+    try:
+        plan = make_plan(store, PlanOptions(holdout=32768, profile=PROFILE, n_resamples=100))
+    finally:
+        store.close()
+    h = plan["holdout"]
+    assert h["n_fit"] == 6 and sorted({r["x"] for r in h["rows"]}) == [65536, 131072]
+    assert all(r["lo"] <= r["predicted"] <= r["hi"] for r in h["rows"])
+    assert h["inside"] == sum(r["inside"] for r in h["rows"])
+    assert plan["laws"]["tokens"]["n"] == 6  # planned from the part left in
+
+
+BAD = {
+    "mix-not-summing": (["--batch-mix", "1:0.5,8:0.4"], "sum to 0.9, not 1"),
+    "b-zero": (["--batch-mix", "0:1"], "must be an integer >= 1"),
+    "unknown-model": (["--model", "llama-3-8x"], "did you mean 'llama-3-8b'"),
+    "unknown-hardware": (["--hardware", "h2000"], "Did you mean 'h200'"),
+    "zero-budget": (["--budget-hours", "0"], "must be a positive number"),
+    "no-such-sweep": (["nope"], "no sweep 'nope'"),
+    "no-decode-sweep": (["tokens"], "Fix: run orchestrator submit sweeps/batch.yaml"),
+    "no-token-sweep": (["batch"], "Fix: run orchestrator submit sweeps/tokens.yaml"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(root: Path, case: str) -> None:
+    args, needle = BAD[case]
+    before = _files(root)
+    res = CliRunner().invoke(app, ["plan", *args, "--run-root", str(root), "--name", "bad"])
+    assert res.exit_code == 2, res.output
+    message = " ".join(res.output.split())
+    assert needle in message and "Fix" in message and "Traceback" not in message, message
+    assert len(res.output.strip().splitlines()) <= 2, res.output  # one line (wrapped at most)
+    assert not (root / "bad").exists() and _files(root) == before
+
+
+def test_no_results_db_is_refused(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["plan", "--run-root", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "no results DB" in res.output
+    assert not (tmp_path / "none").exists()
+
+
+def test_sweeps_of_different_targets_need_the_flag(tmp_path: Path) -> None:
+    run_root = tmp_path / "run"
+    build_db(run_root, decode_target="HuggingFaceTB/SmolLM2-360M-Instruct").close()
+    res = CliRunner().invoke(app, ["plan", "--run-root", str(run_root), "--resamples", "50"])
+    assert res.exit_code == 2 and "--allow-mixed-targets" in res.output, res.output
+    assert not (run_root / "plan-tokens").exists()
+    res = CliRunner().invoke(
+        app, ["plan", "--run-root", str(run_root), "--resamples", "50", "--allow-mixed-targets"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "mixed targets" in (run_root / "plan-tokens" / "plan.json").read_text()
