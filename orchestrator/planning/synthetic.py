@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -115,12 +116,7 @@ def build_db(
     text = TOKENS_SPEC.format(
         name=tokens_name, seeds=list(range(seeds)), budgets=list(budgets), layers=layers
     )
-    spec = parse_spec(text, run_root / f"{tokens_name}.yaml")
-    sweep_id = store.upsert_sweep(spec.name, spec.workload, text, f"{tokens_name}.yaml")
-    trials = expand(spec)
-    store.add_trials(
-        sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
-    )
+    sweep_id, trials = _sweep(store, text, run_root / f"{tokens_name}.yaml")
     for t in trials:
         cfg = t.config
         m = {
@@ -142,12 +138,7 @@ def build_db(
         tokens=tokens_name,
         target=decode_target,
     )
-    spec = parse_spec(text, run_root / f"{decode_name}.yaml")
-    sweep_id = store.upsert_sweep(spec.name, spec.workload, text, f"{decode_name}.yaml")
-    trials = expand(spec)
-    store.add_trials(
-        sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
-    )
+    sweep_id, trials = _sweep(store, text, run_root / f"{decode_name}.yaml")
     for t in trials:
         b = int(t.overrides["decode.batch_size"])
         k = int(t.overrides["decode.num_draft_tokens"])
@@ -158,6 +149,17 @@ def build_db(
         m["speedup"] = tps / ar
         _complete(store, sweep_id, t.key, m, 1.0)
     return store
+
+
+def _sweep(store: ResultsStore, text: str, path: Path) -> tuple[int, list[Any]]:
+    """Record the spec ``text`` and its trials (pending); (sweep id, the trials)."""
+    spec = parse_spec(text, path)
+    sweep_id = store.upsert_sweep(spec.name, spec.workload, text, path.name)
+    trials = expand(spec)
+    store.add_trials(
+        sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
+    )
+    return sweep_id, trials
 
 
 def _complete(
