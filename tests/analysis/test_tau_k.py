@@ -15,16 +15,16 @@ R_TRUE = 0.2 ** (1 / 30)
 """r of Scylla App. E Eq. 8 with c = 1: tau(k) = -6.25*(0.2c)**(k/30) + 6 = 6 - 6.25*r**k"""
 
 
-def _eq8_data(seed: int = 0, reps: int = 3, sd: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def _eq8_data(seed: int = 0, reps: int = 3, sd: float = 0.05) -> tuple[list[float], list[float]]:
     rng = np.random.default_rng(seed)
     k = np.repeat(np.arange(2, 65, dtype=float), reps)
     tau = -6.25 * 0.2 ** (k / 30) + 6 + rng.normal(0.0, sd, k.size)
-    return k, tau
+    return k.tolist(), tau.tolist()
 
 
-def _log2_data(a: float = 0.8, b: float = 1.2) -> tuple[np.ndarray, np.ndarray]:
+def _log2_data(a: float = 0.8, b: float = 1.2) -> tuple[list[float], list[float]]:
     k = np.repeat([2.0, 4.0, 8.0, 16.0, 32.0, 64.0], 2)
-    return k, a * np.log2(k) + b
+    return k.tolist(), (a * np.log2(k) + b).tolist()
 
 
 def test_eq8_data_chooses_eq8_and_recovers_r() -> None:
@@ -106,8 +106,9 @@ def test_row_zero_equals_the_fit_without_resamples() -> None:
 
 
 def test_log2_replicates_equal_refits_of_the_resampled_trials() -> None:
-    k, tau = _eq8_data(seed=4, reps=1)
-    fit = fit_tau_k(k, tau, n_resamples=25, seed=9)
+    k_list, tau_list = _eq8_data(seed=4, reps=1)
+    fit = fit_tau_k(k_list, tau_list, n_resamples=25, seed=9)
+    k, tau = np.array(k_list), np.array(tau_list)
     w = resample_weights(k.size, 25, 9)
     for row in range(1, 26):
         idx = np.repeat(np.arange(k.size), w[row].astype(int))
@@ -121,6 +122,17 @@ def test_eq8_replicates_take_r_from_the_grid() -> None:
     r = fit.params["eq8"][:, 2]
     assert np.all(np.isin(r, R_GRID))
     assert np.all(fit.params["eq8"][:, 1] >= 0)
+
+
+def test_eq8_never_fits_an_acceptance_that_falls_with_k() -> None:
+    """tau = 2 + 3*0.9**k falls with k: every r needs B < 0, so Eq. 8 has no fit (NaN, AICc
+    inf) and log2 is chosen, rather than the exact falling Eq. 8 curve."""
+    k = np.repeat(np.arange(2.0, 33.0), 2)
+    fit = fit_tau_k(k.tolist(), (2 + 3 * 0.9**k).tolist(), n_resamples=10, seed=0)
+    assert fit.params["log2"][0, 0] < 0
+    assert np.all(np.isnan(fit.params["eq8"]))
+    assert fit.aicc["eq8"] == math.inf
+    assert fit.chosen == "log2"
 
 
 @pytest.mark.parametrize(
