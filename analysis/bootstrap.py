@@ -65,29 +65,20 @@ def bootstrap_log_linear(
     Raises:
         ValueError: x and y differ in length, or n_resamples < 1.
     """
-    xs = np.asarray(x, dtype=float)
-    ys = np.asarray(y, dtype=float)
-    if xs.shape != ys.shape:
-        raise ValueError(f"x has {xs.size} values but y has {ys.size}")
+    if len(x) != len(y):
+        raise ValueError(f"x has {len(x)} values but y has {len(y)}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples={n_resamples}; use at least 1 (1000 or more for a CI)")
     nan2 = (math.nan, math.nan)
-    if xs.size < 3:
-        return BootstrapCI(nan2, nan2, n_resamples, 0, seed, alpha)
-    lx = np.log(xs) / math.log(log_base)
-    idx = np.random.default_rng(seed).integers(0, xs.size, size=(n_resamples, xs.size))
-    bx, by = lx[idx], ys[idx]
-    dx = bx - bx.mean(axis=1, keepdims=True)
-    sxx = (dx**2).sum(axis=1)
-    valid = sxx > 1e-12 * max(1.0, float(np.abs(lx).max()) ** 2)
-    slope = (dx[valid] * (by[valid] - by[valid].mean(axis=1, keepdims=True))).sum(axis=1)
-    slope = slope / sxx[valid]
-    intercept = by[valid].mean(axis=1) - slope * bx[valid].mean(axis=1)
+    slope, intercept = bootstrap_coefficients(
+        x, y, log_base=log_base, n_resamples=n_resamples, seed=seed
+    )
+    valid = np.isfinite(slope)
     if not valid.any():
         return BootstrapCI(nan2, nan2, n_resamples, 0, seed, alpha)
     q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
-    a_lo, a_hi = np.percentile(slope, q)
-    b_lo, b_hi = np.percentile(intercept, q)
+    a_lo, a_hi = np.percentile(slope[valid], q)
+    b_lo, b_hi = np.percentile(intercept[valid], q)
     return BootstrapCI(
         (float(a_lo), float(a_hi)),
         (float(b_lo), float(b_hi)),
@@ -96,3 +87,39 @@ def bootstrap_log_linear(
         seed,
         alpha,
     )
+
+
+def bootstrap_coefficients(
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    log_base: int = 10,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The refitted (slope, intercept) of every resample of :func:`bootstrap_log_linear`, each
+    shape (n_resamples,); NaN for a resample whose x are all equal (no slope), and all NaN
+    with fewer than 3 trials.
+
+    Raises:
+        ValueError: x and y differ in length.
+    """
+    xs = np.asarray(x, dtype=float)
+    ys = np.asarray(y, dtype=float)
+    if xs.shape != ys.shape:
+        raise ValueError(f"x has {xs.size} values but y has {ys.size}")
+    slope = np.full(max(0, n_resamples), np.nan)
+    intercept = slope.copy()
+    if xs.size < 3 or n_resamples < 1:
+        return slope, intercept
+    lx = np.log(xs) / math.log(log_base)
+    idx = np.random.default_rng(seed).integers(0, xs.size, size=(n_resamples, xs.size))
+    bx, by = lx[idx], ys[idx]
+    dx = bx - bx.mean(axis=1, keepdims=True)
+    sxx = (dx**2).sum(axis=1)
+    valid = sxx > 1e-12 * max(1.0, float(np.abs(lx).max()) ** 2)
+    a = (dx[valid] * (by[valid] - by[valid].mean(axis=1, keepdims=True))).sum(axis=1)
+    a = a / sxx[valid]
+    slope[valid] = a
+    intercept[valid] = by[valid].mean(axis=1) - a * bx[valid].mean(axis=1)
+    return slope, intercept

@@ -32,3 +32,11 @@ def fmt(value: Any, spec: str = ".4g") -> str:
     if spec.endswith("d"):
         return format(round(number), spec)
     return format(number, spec)
+
+
+def fmt_interval(pair: Any, spec: str = ".3f") -> str:
+    """An interval ``(lo, hi)`` as ``[lo, hi]`` in ``spec``; :data:`NA` when it or an end is
+    missing or undefined."""
+    if not pair or len(pair) != 2 or not (defined(pair[0]) and defined(pair[1])):
+        return NA
+    return f"[{fmt(pair[0], spec)}, {fmt(pair[1], spec)}]"

@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from analysis._json import dataclass_dict
-from analysis.tau_k import TauKFit, resample_weights, weighted_lines
+from analysis.bootstrap import bootstrap_coefficients
+from analysis.tau_k import TauKFit
 
 __all__ = [
     "MAX_LAYERS",
@@ -97,7 +98,8 @@ class Law:
 def fit_law(
     name: str, x: Sequence[float], y: Sequence[float], *, sweep: str, n_resamples: int, seed: int
 ) -> Law:
-    """OLS fit of ``y = a*log10(x) + b`` and its case-bootstrap replicates (x > 0).
+    """OLS fit of ``y = a*log10(x) + b`` and its case-bootstrap replicates (x > 0;
+    :func:`analysis.bootstrap.bootstrap_coefficients`, the resamples of the sweep's fit).
 
     Raises:
         ValueError: fewer than 3 distinct x, or an x <= 0 or a value not finite.
@@ -107,8 +109,11 @@ def fit_law(
         raise ValueError(f"{name} law: x must be > 0 and every value finite")
     if len(set(xs.tolist())) < 3:
         raise ValueError(f"{name} law: {len(set(xs.tolist()))} distinct x; a law needs >= 3")
-    w = resample_weights(xs.size, n_resamples, seed)
-    coef, _ = weighted_lines(np.column_stack([np.log10(xs), np.ones_like(xs)]), ys, w)
+    a, b = np.polyfit(np.log10(xs), ys, 1)
+    slopes, intercepts = bootstrap_coefficients(
+        xs.tolist(), ys.tolist(), log_base=10, n_resamples=n_resamples, seed=seed
+    )
+    coef = np.vstack([[a, b], np.column_stack([slopes, intercepts])])
     return Law(name, tuple(xs.tolist()), tuple(ys.tolist()), coef, sweep)
 
 

@@ -18,16 +18,10 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from analysis.numbers import fmt
+from analysis.numbers import fmt, fmt_interval
 from dashboards._html import page, plot_text, table
 
 __all__ = ["write_plan_page"]
-
-
-def _ci(pair: Any, spec: str = ".3f") -> str:
-    if not pair or pair[0] is None or pair[1] is None:
-        return "n/a"
-    return f"[{fmt(pair[0], spec)}, {fmt(pair[1], spec)}]"
 
 
 def _labels(labels: Sequence[str]) -> str:
@@ -172,33 +166,34 @@ def write_plan_page(
                 (
                     "pretraining tokens",
                     f"{t['tokens']:,.0f}",
-                    _ci(t["tokens_ci"], ",.0f"),
+                    fmt_interval(t["tokens_ci"], ",.0f"),
                     _labels([x for x in t["labels"] if "tokens" in x]),
                 ),
                 (
                     "draft layers",
                     t["layers"],
-                    _ci(t["layers_ci"], "g"),
+                    fmt_interval(t["layers_ci"], "g"),
                     _labels([x for x in t["labels"] if "layers" in x]),
                 ),
                 ("training hours", fmt(t["hours"], ".3g"), "", html.escape(plan["cost_basis"])),
                 (
                     "acceptance length (eval tree)",
                     fmt(t["acceptance_length"], ".3f"),
-                    _ci(t["acceptance_ci"]),
+                    fmt_interval(t["acceptance_ci"]),
                     _labels(t["labels"]),
                 ),
                 (
                     "mix speedup over AR",
                     fmt(s["mix_speedup"], ".3f"),
-                    _ci(s["mix_speedup_ci"]),
+                    fmt_interval(s["mix_speedup_ci"]),
                     _labels(s["labels"]),
                 ),
             ],
         ),
         f"<p class='note'>stop: {html.escape(t['stop'])} (min gain {fmt(t['min_gain'], 'g')} "
         f"acceptance per training hour, budget {fmt(t['budget_hours'], 'g')} h). Token law: "
-        f"a = {fmt(law['a'], '.4f')} {_ci(law['a_ci'], '.4f')}, R² {fmt(law['r2'], '.3f')}, "
+        f"a = {fmt(law['a'], '.4f')} {fmt_interval(law['a_ci'], '.4f')}, "
+        f"R² {fmt(law['r2'], '.3f')}, "
         f"n = {law['n']}. {html.escape(s.get('rescale_note', ''))}</p>",
         "<h2 id='serving'>k per batch size</h2>",
         table(
@@ -219,12 +214,12 @@ def write_plan_page(
                     r["batch_size"],
                     fmt(r["share"], ".2f"),
                     r["k"],
-                    _ci(r["k_ci"], "g"),
+                    fmt_interval(r["k_ci"], "g"),
                     fmt(r["acceptance_length"], ".3f"),
                     fmt(r["tokens_per_s"], ".4g"),
-                    _ci(r["tokens_per_s_ci"], ".4g"),
+                    fmt_interval(r["tokens_per_s_ci"], ".4g"),
                     fmt(r["speedup"], ".3f"),
-                    _ci(r["speedup_ci"]),
+                    fmt_interval(r["speedup_ci"]),
                     _labels(r["labels"]),
                 )
                 for r in s["rows"]
@@ -270,7 +265,7 @@ def write_plan_page(
                         f"{r['x']:,.0f}",
                         fmt(r["y"], ".3f"),
                         fmt(r["predicted"], ".3f"),
-                        _ci((r["lo"], r["hi"])),
+                        fmt_interval((r["lo"], r["hi"])),
                         r["inside"],
                         fmt(r["error"], "+.3f"),
                     )  # fmt: skip

@@ -10,14 +10,8 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from analysis.numbers import fmt
+from analysis.numbers import fmt, fmt_interval
 from orchestrator.commands.render import out
-
-
-def _ci(pair: Any, spec: str = ".3f") -> str:
-    if not pair or pair[0] is None or pair[1] is None:
-        return "n/a"
-    return f"[{fmt(pair[0], spec)}, {fmt(pair[1], spec)}]"
 
 
 def _say(line: str) -> None:
@@ -32,17 +26,18 @@ def print_plan(
     sweeps = ", ".join(f"{k} {v}" for k, v in plan["sweeps"].items() if v)
     _say(f"plan {name}: from {sweeps}; {plan['targets']['shape']} on {plan['hardware']}")
     _say(
-        f"token law: a = {fmt(law['a'], '.4f')} {_ci(law['a_ci'], '.4f')} per decade, "
+        f"token law: a = {fmt(law['a'], '.4f')} {fmt_interval(law['a_ci'], '.4f')} per decade, "
         f"R^2 {fmt(law['r2'], '.3f')}, n = {law['n']}"
     )
     _say(
-        f"train: {t['tokens']:,.0f} pretraining tokens {_ci(t['tokens_ci'], ',.0f')}, "
-        f"{t['layers']} draft layer(s) {_ci(t['layers_ci'], 'g')}, {fmt(t['hours'], '.3g')} h "
+        f"train: {t['tokens']:,.0f} pretraining tokens {fmt_interval(t['tokens_ci'], ',.0f')}, "
+        f"{t['layers']} draft layer(s) {fmt_interval(t['layers_ci'], 'g')}, "
+        f"{fmt(t['hours'], '.3g')} h "
         f"({plan['cost_basis']}); stop: {t['stop']}"
     )
     _say(
         f"acceptance length at the eval tree: {fmt(t['acceptance_length'], '.3f')} "
-        f"{_ci(t['acceptance_ci'])} (95%, the law's mean interval)"
+        f"{fmt_interval(t['acceptance_ci'])} (95%, the law's mean interval)"
     )
     table = Table(title="serving: k per batch size (roofline, 95% intervals)", box=box.SIMPLE_HEAD)
     for col in ("b", "share", "k", "k 95%", "accept", "tokens/s", "speedup", "speedup 95%", "ext"):
@@ -52,15 +47,15 @@ def print_plan(
             str(r["batch_size"]),
             fmt(r["share"], ".2f"),
             str(r["k"]),
-            _ci(r["k_ci"], "g"),
+            fmt_interval(r["k_ci"], "g"),
             fmt(r["acceptance_length"], ".3f"),
             fmt(r["tokens_per_s"], ".4g"),
             fmt(r["speedup"], ".3f"),
-            _ci(r["speedup_ci"]),
+            fmt_interval(r["speedup_ci"]),
             "yes" if r["labels"] else "",
         )
     out.print(table)
-    _say(f"mix speedup over AR: {fmt(s['mix_speedup'], '.3f')} {_ci(s['mix_speedup_ci'])}")
+    _say(f"mix speedup over AR: {fmt(s['mix_speedup'], '.3f')} {fmt_interval(s['mix_speedup_ci'])}")
     _say(
         f"acceptance vs k: {plan['laws']['tau_k']['chosen']} form chosen by AICc; "
         f"{s['rescale_note']}"
