@@ -1,7 +1,8 @@
 """What ``orchestrator plan`` reads: the finished sweeps of the results DB that carry each law,
 their trial points, the measured target and hardware, and the user's options checked.
 
-Sweep kinds (by workload and the config field the completed trials vary):
+Sweep kinds (by the workload's registry entry, its ``law_axes`` and ``report``, and the config
+field the completed trials vary):
 
 - ``tokens``: a draft_train sweep over ``pretrain.tokens`` (>= 3 distinct budgets > 0): the
   token law (Scylla Thm 1.1), required;
@@ -27,6 +28,7 @@ import pandas as pd
 from orchestrator.errors import OrchestratorError
 from orchestrator.store.results import ResultsStore
 from orchestrator.store.rows import SweepInfo, TrialInfo
+from workloads.registry import WORKLOADS
 
 __all__ = [
     "DecodeData",
@@ -179,12 +181,14 @@ def choose_sweeps(
     pool = [every[n] for n in names] if names else list(every.values())
     found: dict[str, list[Any]] = {"tokens": [], "depth": [], "decode": []}
     for info in pool:
-        if info.workload == "draft_train":
-            for kind, axis in (("tokens", TOKENS), ("depth", LAYERS)):
-                law = law_data(store, info, axis)
-                if law is not None:
-                    found[kind].append(law)
-        elif info.workload == "decode_bench":
+        workload = WORKLOADS.get(info.workload)
+        if workload is None:
+            continue
+        for kind, axis in (("tokens", TOKENS), ("depth", LAYERS)):
+            law = law_data(store, info, axis) if axis in workload.law_axes else None
+            if law is not None:
+                found[kind].append(law)
+        if workload.report == "throughput":  # a decode sweep: acceptance and tokens/s per (b, k)
             dec = decode_data(store, info)
             if dec is not None:
                 found["decode"].append(dec)
