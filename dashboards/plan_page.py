@@ -175,7 +175,12 @@ def write_plan_page(
                     fmt_interval(t["layers_ci"], "g"),
                     _labels([x for x in t["labels"] if "layers" in x]),
                 ),
-                ("training hours", fmt(t["hours"], ".3g"), "", html.escape(plan["cost_basis"])),
+                (
+                    "training hours (one device)",
+                    fmt(t["hours"], ".3g"),
+                    "",
+                    html.escape(costed_for(plan)),
+                ),
                 (
                     "acceptance length (eval tree)",
                     fmt(t["acceptance_length"], ".3f"),
@@ -228,7 +233,9 @@ def write_plan_page(
     ]
     if plan.get("measured_k"):
         parts += [
-            "<h2 id='measured'>Planned k against the decode sweep's best fixed k</h2>",
+            "<h2 id='measured'>Planned k against the decode sweep's best measured k</h2>",
+            "<p>k = 1 is autoregressive decoding (no speculation), measured in the same trials "
+            "as the baseline.</p>",
             table(
                 [
                     "b",
@@ -241,11 +248,11 @@ def write_plan_page(
                 [
                     (
                         m["batch_size"],
-                        m["planned_k"],
-                        m["best_measured_k"],
+                        k_text(m["planned_k"]),
+                        k_text(m["best_measured_k"]),
                         fmt(m["measured_tokens_per_s_at_planned_k"], ".4g"),
                         fmt(m["best_measured_tokens_per_s"], ".4g"),
-                        fmt(m["share_of_best"], ".3f"),
+                        share_text(m),
                     )
                     for m in plan["measured_k"]
                 ],
@@ -290,3 +297,23 @@ def write_plan_page(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(f"plan {name}", parts), encoding="utf-8")
     return path
+
+
+def costed_for(plan: Mapping[str, Any]) -> str:
+    """What the plan's training hours were costed for: basis, target, dtype, hardware."""
+    c = plan.get("costed_as") or {}
+    where = f"{c.get('target', '?')} {c.get('dtype', '')} on {c.get('hardware', '?')}"
+    return f"{plan['cost_basis']}, costed for {where}"
+
+
+def k_text(k: int) -> str:
+    """A k for display: k = 1 is autoregressive decoding, no speculation."""
+    return "1 (no speculation)" if int(k) == 1 else str(int(k))
+
+
+def share_text(row: Mapping[str, Any]) -> str:
+    """A measured-k row's share of the best measured tokens/s at its b, or why there is none."""
+    share = row.get("share_of_best")
+    if share is None:
+        return f"n/a (k = {row['planned_k']} not in the decode sweep's grid)"
+    return f"{share:.3f} of the best measured tokens/s"

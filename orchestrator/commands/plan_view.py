@@ -11,6 +11,7 @@ from rich import box
 from rich.table import Table
 
 from analysis.numbers import fmt, fmt_interval
+from dashboards.plan_page import costed_for, k_text, share_text
 from orchestrator.commands.render import out
 
 
@@ -32,8 +33,7 @@ def print_plan(
     _say(
         f"train: {t['tokens']:,.0f} pretraining tokens {fmt_interval(t['tokens_ci'], ',.0f')}, "
         f"{t['layers']} draft layer(s) {fmt_interval(t['layers_ci'], 'g')}, "
-        f"{fmt(t['hours'], '.3g')} h "
-        f"({plan['cost_basis']}); stop: {t['stop']}"
+        f"{fmt(t['hours'], '.3g')} h on one device ({costed_for(plan)}); stop: {t['stop']}"
     )
     _say(
         f"acceptance length at the eval tree: {fmt(t['acceptance_length'], '.3f')} "
@@ -62,9 +62,8 @@ def print_plan(
     )
     for m in plan.get("measured_k") or []:
         _say(
-            f"measured b={m['batch_size']}: planned k {m['planned_k']}, best fixed k "
-            f"{m['best_measured_k']} (planned k gives {fmt(m['share_of_best'], '.3f')} of the "
-            "best measured tokens/s)"
+            f"measured b={m['batch_size']}: planned k {k_text(m['planned_k'])}, best measured "
+            f"k {k_text(m['best_measured_k'])}; planned k gives {share_text(m)}"
         )
     h = plan.get("holdout")
     if h:

@@ -123,7 +123,8 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
             seed=opts.seed + 1,
         )
     d0 = _mode(int((t.config.get("draft") or {}).get("layers", 1)) for t in sw.tokens.trials)
-    hours, cost_basis = _hours_fn(store, sw, opts.hardware, opts.profile)
+    costed_as = _costed_as(sw, model, measured_shape, hw_name)
+    hours, cost_basis = _hours_fn(store, sw, opts.hardware, opts.profile, costed_as)
 
     def mean_ci(t: float) -> tuple[float, float]:
         p = fit.predict([t]).iloc[0]
@@ -194,6 +195,7 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
             "tau_k": tau_k.summary(),
         },
         "cost_basis": cost_basis,
+        "costed_as": {**costed_as, "hardware": hw_name},
         "training": training.to_dict(),
         "serving": {**serving.to_dict(), "rescale_note": g_note},
         "measured_k": measured_k,
@@ -259,24 +261,50 @@ def _mode(values: Any) -> int:
     return max(set(vals), key=vals.count) if vals else 1
 
 
+def _costed_as(sw: PlanSweeps, model: str, measured: str | None, hw_name: str) -> dict[str, str]:
+    """The target and dtype the training hours are costed for: the token sweep's own config,
+    with the named shape as the target when ``--model`` names another one (its FLOPs, its
+    draft's width) and bfloat16 on a GPU when the sweep trained in float32 (the paper's runs,
+    and what a GPU's tensor-core peak is quoted for)."""
+    from workloads.roofline.hardware import LOCAL_CPU
+
+    target = sw.tokens.trials[0].config.get("target") or {}
+    out = {"target": str(target.get("model", "")), "dtype": str(target.get("dtype", "float32"))}
+    if model != measured:
+        out["target"] = model
+    if hw_name != LOCAL_CPU and out["dtype"] == "float32":
+        out["dtype"] = "bfloat16"
+    return out
+
+
 def _hours_fn(
-    store: ResultsStore, sw: PlanSweeps, hardware: str | None, profile: Any = None
+    store: ResultsStore,
+    sw: PlanSweeps,
+    hardware: str | None,
+    profile: Any = None,
+    costed_as: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[float, int], float], str]:
-    """(tokens, layers) -> predicted training hours (every stage but the evaluation) of one
-    trial of the token sweep's config at that budget and depth, and the figures' basis."""
+    """(tokens, layers) -> predicted training hours on one device (every stage but the
+    evaluation) of one trial of the token sweep's config at that budget and depth, costed for
+    ``costed_as`` (:func:`_costed_as`: target and dtype overrides), and the figures' basis.
+    Another target or dtype than the trials ran matches none of them: modelled, not
+    calibrated."""
     from orchestrator.driving import costing
     from orchestrator.spec.sweep import merge_overrides, parse_spec
 
     info = store.get_sweep(sw.tokens.sweep)
     assert info is not None
     spec = parse_spec(info.spec_yaml, Path(f"<results DB: sweep {info.name}>"))
-    predict = costing.predictor(store, spec, hardware=hardware, profile=profile)
+    local = hardware is None or costing.check_hardware_name(hardware) == costing.LOCAL_CPU
+    predict = costing.predictor(store, spec, hardware=hardware, profile=profile if local else None)
     bases: set[str] = set()
+    extra: dict[str, Any] = {}
+    if costed_as:
+        extra = {"target.model": costed_as["target"], "target.dtype": costed_as["dtype"]}
 
     def hours(t: float, d: int) -> float:
-        cfg = spec.config_model.model_validate(
-            merge_overrides(spec.base, {TOKENS: int(round(t)), LAYERS: int(d), "seed": 0})
-        )
+        over = {**extra, TOKENS: int(round(t)), LAYERS: int(d), "seed": 0}
+        cfg = spec.config_model.model_validate(merge_overrides(spec.base, over))
         cost = predict(cfg)
         stages = [s for s in cost.stages if s.stage != "eval"]
         if any(s.seconds is None for s in stages):
@@ -375,8 +403,11 @@ def _measured_k(
     measured_b: Sequence[int],
     labels: Sequence[str],
 ) -> list[dict[str, Any]]:
-    """Per measured b: the decode sweep's best fixed k and its throughput, beside the plan's k
-    for the same draft (not rescaled) and the measured throughput at the planned k."""
+    """Per measured b: the decode sweep's best measured k, beside the plan's k for the same
+    draft (not rescaled) and the measured throughput at the planned k. The autoregressive
+    baseline measured in the same trials is the candidate k = 1 (no speculation): it is the best
+    when it beats every fixed k, and it is what a planned k = 1 measured. ``share_of_best`` is
+    None where the planned k was not in the sweep's grid."""
     from analysis.throughput import best_per_batch
 
     best = best_per_batch(dec.table.assign(state="completed"))
@@ -384,31 +415,45 @@ def _measured_k(
     inputs = _serving_inputs(model, hw_name, opts, dec, mix)
     same = plan_serving(tau_k, np.ones(1), inputs, measured_b=measured_b, labels=labels)
     surface = dec.table.groupby(["batch_size", "num_draft_tokens"])["tokens_per_s"].mean()
+    ar = (
+        dec.table.groupby("batch_size")["ar_tokens_per_s"].mean()
+        if "ar_tokens_per_s" in dec.table
+        else pd.Series(dtype=float)
+    )
     out = []
     for row in same.rows:
         b = row["batch_size"]
         at = best[best["batch_size"] == b]
         if at.empty:
             continue
-        measured_at_plan = surface.get((b, row["k"]))
+        ar_b = _finite_or_none(ar.get(b))
+        k_best = int(at["best_num_draft_tokens"].iloc[0])
         peak = float(at["peak_tokens_per_s"].iloc[0])
+        if ar_b is not None and ar_b > peak:
+            k_best, peak = 1, ar_b
+        at_plan = ar_b if row["k"] == 1 else _finite_or_none(surface.get((b, row["k"])))
         out.append(
             {
                 "batch_size": b,
                 "planned_k": row["k"],
                 "planned_k_ci": row["k_ci"],
-                "best_measured_k": int(at["best_num_draft_tokens"].iloc[0]),
+                "best_measured_k": k_best,
                 "best_measured_tokens_per_s": peak,
-                "measured_tokens_per_s_at_planned_k": None
-                if measured_at_plan is None
-                else float(measured_at_plan),
-                "share_of_best": None
-                if measured_at_plan is None
-                else float(measured_at_plan) / peak,
+                "ar_tokens_per_s": ar_b,
+                "measured_tokens_per_s_at_planned_k": at_plan,
+                "share_of_best": None if at_plan is None else at_plan / peak,
                 "labels": row["labels"],
             }
         )
     return out
+
+
+def _finite_or_none(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 def _topk(store: ResultsStore, dec: DecodeData) -> int:

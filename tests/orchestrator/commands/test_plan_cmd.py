@@ -85,7 +85,7 @@ def test_labels_appear_exactly_when_a_figure_leaves_the_measured_range(root: Pat
         assert inside["labels"] == [], inside["labels"]
         other = make_plan(
             store,
-            PlanOptions(batch_mix={2: 1.0}, budget_hours=0.1, model="llama-3-8b",
+            PlanOptions(batch_mix={2: 1.0}, budget_hours=10.0, model="llama-3-8b",
                         profile=PROFILE, n_resamples=100),
         )  # fmt: skip
         assert any(x.startswith("another target: llama-3-8b") for x in other["labels"])
@@ -109,6 +109,59 @@ def test_holdout_scores_the_budgets_left_out(root: Path) -> None:
     assert all(r["lo"] <= r["predicted"] <= r["hi"] for r in h["rows"])
     assert h["inside"] == sum(r["inside"] for r in h["rows"])
     assert plan["laws"]["tokens"]["n"] == 6  # planned from the part left in
+
+
+def test_measured_k_counts_the_autoregressive_baseline_as_k_1(root: Path) -> None:
+    """At b = 8 the synthetic DB's AR loop (b / c0 = 160 tokens/s) beats every fixed k (at
+    most ~138): the best measured k there is 1, no speculation; at b = 1 speculation wins."""
+    from orchestrator.store.results import ResultsStore
+
+    store = ResultsStore.sqlite_under(root)
+    try:
+        plan = make_plan(store, PlanOptions(profile=PROFILE, n_resamples=50))
+    finally:
+        store.close()
+    rows = {m["batch_size"]: m for m in plan["measured_k"]}
+    assert rows[8]["best_measured_k"] == 1
+    assert rows[8]["best_measured_tokens_per_s"] == pytest.approx(8 / 0.05)
+    assert rows[1]["best_measured_k"] > 1
+    for m in rows.values():
+        if m["planned_k"] == 1:
+            assert m["measured_tokens_per_s_at_planned_k"] == m["ar_tokens_per_s"]
+        assert m["share_of_best"] is None or 0 < m["share_of_best"] <= 1 + 1e-12
+
+
+def test_training_hours_are_costed_for_the_named_target_and_hardware(root: Path) -> None:
+    """Another --model is costed with its own FLOPs (a 8B target's draft training costs far
+    more per token than the measured 135M one's on the same GPU), modelled, never calibrated on
+    the CPU trials; the sweep's float32 becomes bfloat16 on a GPU."""
+    from orchestrator.store.results import ResultsStore
+
+    store = ResultsStore.sqlite_under(root)
+    try:
+        plans = {
+            m: make_plan(
+                store,
+                PlanOptions(
+                    batch_mix={1: 1.0},
+                    model=m,
+                    hardware="h100",
+                    min_gain=0.0,
+                    budget_hours=1.0,
+                    profile=PROFILE,
+                    n_resamples=50,
+                ),
+            )  # fmt: skip
+            for m in ("smollm2-135m", "llama-3-8b")
+        }
+    finally:
+        store.close()
+    small, big = plans["smollm2-135m"], plans["llama-3-8b"]
+    assert big["costed_as"] == {"target": "llama-3-8b", "dtype": "bfloat16", "hardware": "h100"}
+    assert big["cost_basis"] == "modelled" and small["cost_basis"] == "modelled"
+    per_token = {m: p["training"]["hours"] / p["training"]["tokens"] for m, p in plans.items()}
+    assert per_token["llama-3-8b"] > 10 * per_token["smollm2-135m"]
+    assert big["training"]["tokens"] < small["training"]["tokens"]  # the same hour buys fewer
 
 
 BAD = {
