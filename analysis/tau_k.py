@@ -106,16 +106,17 @@ def weighted_lines(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Weighted least squares of y on the columns of ``x_cols`` (n, p) for every weight row of
     ``w`` (R, n) at once: (coefficients (R, p), weighted SSE (R,)); NaN where singular."""
-    xtwx = np.einsum("rn,np,nq->rpq", w, x_cols, x_cols)
-    xtwy = np.einsum("rn,np,n->rp", w, x_cols, y)
+    n, p = x_cols.shape
+    xtwx = (w @ (x_cols[:, :, None] * x_cols[:, None, :]).reshape(n, p * p)).reshape(-1, p, p)
+    xtwy = w @ (x_cols * y[:, None])
     det = np.linalg.det(xtwx)
-    scale = np.einsum("rpp->r", xtwx) ** x_cols.shape[1]
+    scale = np.einsum("rpp->r", xtwx) ** p
     ok = np.abs(det) > 1e-10 * np.maximum(scale, 1e-300)
-    coef = np.full((w.shape[0], x_cols.shape[1]), np.nan)
+    coef = np.full((w.shape[0], p), np.nan)
     if ok.any():
         coef[ok] = np.linalg.solve(xtwx[ok], xtwy[ok][..., None])[..., 0]
     resid = y[None, :] - coef @ x_cols.T
-    return coef, np.einsum("rn,rn->r", w, resid**2)
+    return coef, (w * resid**2).sum(axis=1)
 
 
 def fit_tau_k(

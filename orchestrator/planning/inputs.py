@@ -78,6 +78,8 @@ class DecodeData:
     """the trials' ``draft`` block (source, sweep, trial_key)"""
     depth: int
     """the tree depth it decoded with (a cycle accepts at most depth + 1 tokens)"""
+    threads: int = 1
+    """CPU cores (torch threads) a trial used: the local-cpu profile's thread count"""
 
 
 @dataclass(frozen=True)
@@ -293,6 +295,7 @@ def decode_data(store: ResultsStore, info: SweepInfo) -> DecodeData | None:
         _target(trials),
         dict(first.get("draft") or {}),
         int((first.get("decode") or {}).get("depth") or 0),
+        max(1, int(float((first.get("resources") or {}).get("num_cpus") or 1))),
     )
 
 

@@ -124,7 +124,7 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         )
     d0 = _mode(int((t.config.get("draft") or {}).get("layers", 1)) for t in sw.tokens.trials)
     costed_as = _costed_as(sw, model, measured_shape, hw_name)
-    hours, cost_basis = _hours_fn(store, sw, opts.hardware, opts.profile, costed_as)
+    hours, cost_basis = _hours_fn(store, sw, opts, costed_as)
 
     def mean_ci(t: float) -> tuple[float, float]:
         p = fit.predict([t]).iloc[0]
@@ -280,23 +280,32 @@ def _costed_as(sw: PlanSweeps, model: str, measured: str | None, hw_name: str) -
 def _hours_fn(
     store: ResultsStore,
     sw: PlanSweeps,
-    hardware: str | None,
-    profile: Any = None,
+    opts: PlanOptions,
     costed_as: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[float, int], float], str]:
     """(tokens, layers) -> predicted training hours on one device (every stage but the
     evaluation) of one trial of the token sweep's config at that budget and depth, costed for
     ``costed_as`` (:func:`_costed_as`: target and dtype overrides), and the figures' basis.
     Another target or dtype than the trials ran matches none of them: modelled, not
-    calibrated."""
+    calibrated. On this CPU the profile is the one the trials cached under ``opts.cache_dir``
+    (measured once and cached when there is none); nothing else cached counts, so the hours are
+    a fresh trial's."""
     from orchestrator.driving import costing
     from orchestrator.spec.sweep import merge_overrides, parse_spec
 
     info = store.get_sweep(sw.tokens.sweep)
     assert info is not None
     spec = parse_spec(info.spec_yaml, Path(f"<results DB: sweep {info.name}>"))
-    local = hardware is None or costing.check_hardware_name(hardware) == costing.LOCAL_CPU
-    predict = costing.predictor(store, spec, hardware=hardware, profile=profile if local else None)
+    from workloads.roofline.hardware import LOCAL_CPU, get_profile
+
+    hardware = opts.hardware
+    local = hardware is None or costing.check_hardware_name(hardware) == LOCAL_CPU
+    profile = opts.profile if local else None
+    if local and profile is None:
+        dtype = (costed_as or {}).get("dtype", "float32")
+        threads = max(1, int(spec.resources.num_cpus))
+        profile = get_profile(LOCAL_CPU, dtype=dtype, threads=threads, cache_dir=opts.cache_dir)
+    predict = costing.predictor(store, spec, hardware=hardware, profile=profile)
     bases: set[str] = set()
     extra: dict[str, Any] = {}
     if costed_as:
@@ -367,12 +376,12 @@ def _serving_inputs(
     dec: DecodeData,
     mix: Mapping[int, float] | None = None,
 ) -> ServingInputs:
-    from workloads.roofline import get_profile, load_model_shape
+    from workloads.roofline import load_model_shape
     from workloads.roofline.costs import decoding_step, step_time, target_step
 
     shape = load_model_shape(model)
     local = opts.profile is not None and hw_name == opts.profile.name
-    hw = opts.profile if local else get_profile(hw_name, cache_dir=opts.cache_dir)
+    hw = opts.profile if local else _profile(hw_name, dec.threads, opts.cache_dir)
     bpe = hw.bytes_per_element
     steps = max(1, dec.depth or 5)
     ks = sorted({int(k) for k in dec.table["num_draft_tokens"]})
@@ -392,6 +401,16 @@ def _serving_inputs(
         ar_step_s=ar_step_s,
         max_accept=float(dec.depth + 1) if dec.depth else math.inf,
     )
+
+
+def _profile(hw_name: str, threads: int, cache_dir: Path | None) -> Any:
+    """A datasheet profile, or this CPU's at the decode trials' thread count (cached)."""
+    from workloads.roofline import get_profile
+    from workloads.roofline.hardware import LOCAL_CPU
+
+    if hw_name == LOCAL_CPU:
+        return get_profile(hw_name, threads=threads, cache_dir=cache_dir)
+    return get_profile(hw_name)
 
 
 def _measured_k(

@@ -189,14 +189,13 @@ def cached_local_cpu(
     Raises:
         ValueError: an unsupported dtype or ``threads < 1``. OSError: the folder is not writable.
     """
-    import torch
     from filelock import FileLock
 
     dt = canonical_dtype(dtype)
-    used = torch.get_num_threads() if threads is None else threads
+    used = _torch_threads() if threads is None else threads
     if used < 1:
         raise ValueError(f"threads={used} must be >= 1. Fix: --threads 2")
-    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": used, "torch": torch.__version__}
+    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": used, "torch": torch_version()}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     path = Path(cache_dir) / "hardware" / f"{LOCAL_CPU}-{dt}-{used}t-{digest}.json"
     found = _read_cached(path, key)
@@ -213,6 +212,25 @@ def cached_local_cpu(
         os.replace(tmp, path)
     logger.info("local-cpu profile cached in %s", path)
     return prof, False
+
+
+def torch_version() -> str:
+    """The installed torch's version (``torch.__version__``), read from its package metadata
+    so that reading a cached profile does not import torch (1.5 s)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # not pip-installed: ask torch itself
+        import torch
+
+        return str(torch.__version__)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
 
 
 def cpu_model_name() -> str:
@@ -235,10 +253,8 @@ def read_local_cpu(
     """The ``local-cpu`` profile :func:`cached_local_cpu` measured under ``cache_dir`` for this
     CPU, dtype, thread count and torch, read only (nothing measured or written); None when
     there is none. Raises ``ValueError`` for an unsupported dtype."""
-    import torch
-
     dt = canonical_dtype(dtype)
-    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": threads, "torch": torch.__version__}
+    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": threads, "torch": torch_version()}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     return _read_cached(
         Path(cache_dir) / "hardware" / f"{LOCAL_CPU}-{dt}-{threads}t-{digest}.json", key
