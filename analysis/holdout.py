@@ -1,7 +1,8 @@
 """Scoring a law's prediction against trials it was not fitted on (``orchestrator plan
---holdout``): fit on the trials at x <= a cut, predict each held-out trial's y with the fit's
-(1 - alpha) prediction interval of one new trial (statsmodels' ``obs_ci``, as
-:meth:`analysis.laws.LogLinearFit.predict` gives it), and count how many fall inside.
+--holdout``): fit on the trials at x <= a cut, predict each held-out trial's y with the (1 -
+alpha) prediction interval of one new trial at a new budget (:mod:`analysis.budget_effect`:
+the OLS interval, widened by the budgets' shared deviation from the law when the fitted part
+shows one), and count how many fall inside.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis._json import dataclass_dict, json_safe
+from analysis.budget_effect import budget_effect
 from analysis.laws import fit_log_linear
 
 __all__ = ["HoldoutScore", "score_holdout"]
@@ -31,6 +33,8 @@ class HoldoutScore:
     alpha: float = 0.05
     a: float = float("nan")
     a_ci: tuple[float, float] = (float("nan"), float("nan"))
+    sigma2_between: float = 0.0
+    """variance of a budget's shared deviation in the fitted part (0: the OLS intervals)"""
 
     @property
     def inside(self) -> int:
@@ -71,19 +75,27 @@ def score_holdout(
             f"({frame['x'].max():g})"
         )
     fit = fit_log_linear(fit_part, "x", "y", law="holdout", log_base=log_base, alpha=alpha)
-    pred = fit.predict(held["x"], alpha=alpha)
-    score = HoldoutScore(cut=cut, n_fit=len(fit_part), alpha=alpha, a=fit.a, a_ci=fit.a_ci)
-    for (_, h), (_, p) in zip(held.iterrows(), pred.iterrows(), strict=True):
-        lo, hi = float(p["obs_lo"]), float(p["obs_hi"])
+    law = budget_effect(fit_part["x"].tolist(), fit_part["y"].tolist(), log_base=log_base)
+    pred = law.predict(held["x"].tolist(), alpha=alpha)
+    score = HoldoutScore(
+        cut=cut,
+        n_fit=len(fit_part),
+        alpha=alpha,
+        a=fit.a,
+        a_ci=fit.a_ci,
+        sigma2_between=law.sigma2_between,
+    )
+    for i, (_, h) in enumerate(held.iterrows()):
+        lo, hi, mean = (float(pred[k][i]) for k in ("obs_lo", "obs_hi", "mean"))
         score.rows.append(
             {
                 "x": float(h["x"]),
                 "y": float(h["y"]),
-                "predicted": float(p["mean"]),
+                "predicted": mean,
                 "lo": lo,
                 "hi": hi,
                 "inside": bool(lo <= h["y"] <= hi),
-                "error": float(h["y"] - p["mean"]),
+                "error": float(h["y"] - mean),
             }
         )
     return score

@@ -132,8 +132,9 @@ class TrainingPlan:
     acceptance_length: float
     """tau at (tokens, layers) at the token sweep's evaluation tree"""
     acceptance_ci: tuple[float, float]
-    """the token law's t-based 95% mean interval (with the depth law's replicates' spread when
-    layers move)"""
+    """the token law's t-based 95% interval of its value at that budget
+    (:mod:`analysis.budget_effect`: the mean interval, widened by a budget's shared deviation
+    when the sweep shows one; with the depth law's replicates' spread when layers move)"""
     acceptance_boot_ci: tuple[float, float]
     """the replicates' percentile interval of the same"""
     path: list[dict[str, Any]] = field(default_factory=list)
@@ -270,7 +271,7 @@ def plan_training(
         hours: (tokens, layers) -> predicted training hours of one such trial.
         budget_hours: the most hours the recommended trial may take (None: no budget).
         min_gain: the least acceptance-length gain per added training hour worth a move.
-        mean_ci: tokens -> the token law's (1 - alpha) mean interval at that budget.
+        mean_ci: tokens -> the token law's (1 - alpha) interval of its value at that budget.
         alpha: level of the intervals.
 
     Raises:

@@ -49,7 +49,10 @@ def _tokens_figure(plan: Mapping[str, Any]) -> go.Figure:
             )
         )
     xs = [p["tokens"] for p in preds]
-    for key, name, dash in (("obs_ci", "one trial, 95%", "dot"), ("mean_ci", "mean, 95%", "dash")):
+    for key, name, dash in (
+        ("obs_ci", "one trial, 95%", "dot"),
+        ("mean_ci", "the law's value, 95%", "dash"),
+    ):
         for i in (0, 1):
             fig.add_trace(
                 go.Scatter(

@@ -37,7 +37,8 @@ def print_plan(
     )
     _say(
         f"acceptance length at the eval tree: {fmt(t['acceptance_length'], '.3f')} "
-        f"{fmt_interval(t['acceptance_ci'])} (95%, the law's mean interval)"
+        f"{fmt_interval(t['acceptance_ci'])} (95%, the law's value; intervals from "
+        f"{law.get('intervals', 'trials (OLS)')})"
     )
     table = Table(title="serving: k per batch size (roofline, 95% intervals)", box=box.SIMPLE_HEAD)
     for col in ("b", "share", "k", "k 95%", "accept", "tokens/s", "speedup", "speedup 95%", "ext"):

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.budget_effect import BudgetEffect, budget_effect
 from analysis.holdout import score_holdout
 from analysis.laws import fit_log_linear
 from analysis.plan import Law, ServingInputs, fit_law, plan_serving, plan_training, tokens_labels
@@ -126,9 +127,11 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
     costed_as = _costed_as(sw, model, measured_shape, hw_name)
     hours, cost_basis = _hours_fn(store, sw, opts, costed_as)
 
+    shared = budget_effect(xs.tolist(), ys.tolist())
+
     def mean_ci(t: float) -> tuple[float, float]:
-        p = fit.predict([t]).iloc[0]
-        return float(p["mean_lo"]), float(p["mean_hi"])
+        p = shared.predict([t])
+        return float(p["value_lo"][0]), float(p["value_hi"][0])
 
     try:
         training = plan_training(
@@ -189,7 +192,15 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
             "n_resamples": opts.n_resamples,
         },
         "laws": {
-            "tokens": {**fit.to_dict(), "sweep": sw.tokens.sweep},
+            "tokens": {
+                **fit.to_dict(),
+                "sweep": sw.tokens.sweep,
+                "sigma2_between": shared.sigma2_between,
+                "ms_pe": shared.ms_pe,
+                "intervals": "budget means (a shared deviation per budget)"
+                if shared.shared
+                else "trials (OLS)",
+            },
             "layers": _depth_summary(sw) if sw.depth else None,
             "d0": d0,
             "tau_k": tau_k.summary(),
@@ -211,7 +222,7 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
             for r in dec.table.itertuples()
         ],
         "holdout": holdout,
-        "predictions": _predictions(fit, tokens, training.tokens),
+        "predictions": _predictions(shared, tokens, training.tokens),
         "labels": list(dict.fromkeys([*labels, *training.labels, *serving.labels])),
         "notes": sw.notes,
         "elapsed_s": time.perf_counter() - t0,
@@ -487,22 +498,21 @@ def _depth_summary(sw: PlanSweeps) -> dict[str, Any]:
     return {**fit_log_linear(frame, "x", "y", law="layers").to_dict(), "sweep": sw.depth.sweep}
 
 
-def _predictions(fit: Any, tokens: Law, t_plan: float) -> list[dict[str, Any]]:
+def _predictions(shared: BudgetEffect, tokens: Law, t_plan: float) -> list[dict[str, Any]]:
     """tau at each decade of budgets from the smallest measured to past the plan, with the
-    mean and one-trial intervals and the extrapolation label."""
+    law's value interval and one new trial's (:mod:`analysis.budget_effect`) and the
+    extrapolation label."""
     lo = math.floor(math.log10(min(tokens.x)))
     hi = math.ceil(math.log10(max(t_plan, tokens.x_max) * 10))
     budgets = sorted({10.0**e for e in range(lo, hi + 1)} | set(tokens.x) | {t_plan})
-    pred = fit.predict(budgets)
-    out = []
-    for t, (_, p) in zip(budgets, pred.iterrows(), strict=True):
-        out.append(
-            {
-                "tokens": t,
-                "acceptance_length": float(p["mean"]),
-                "mean_ci": (float(p["mean_lo"]), float(p["mean_hi"])),
-                "obs_ci": (float(p["obs_lo"]), float(p["obs_hi"])),
-                "labels": tokens_labels(t, tokens),
-            }
-        )
-    return out
+    p = shared.predict(budgets)
+    return [
+        {
+            "tokens": t,
+            "acceptance_length": float(p["mean"][i]),
+            "mean_ci": (float(p["value_lo"][i]), float(p["value_hi"][i])),
+            "obs_ci": (float(p["obs_lo"][i]), float(p["obs_hi"][i])),
+            "labels": tokens_labels(t, tokens),
+        }
+        for i, t in enumerate(budgets)
+    ]

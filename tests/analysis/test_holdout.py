@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.budget_effect import budget_effect
 from analysis.holdout import score_holdout
 from analysis.laws import fit_log_linear
 
@@ -40,14 +41,24 @@ def test_rows_are_the_fit_on_the_trials_at_or_below_the_cut() -> None:
     keep = X <= CUT
     ys = np.array(y)
     fit = fit_log_linear(pd.DataFrame({"x": X[keep], "y": ys[keep]}), "x", "y", law="t")
-    pred = fit.predict([65536.0])
+    pred = budget_effect(X[keep].tolist(), ys[keep].tolist()).predict([65536.0])
     score = score_holdout(XS, y, CUT)
     row = score.rows[0]
-    assert row["predicted"] == pytest.approx(float(pred["mean"].iloc[0]))
-    assert (row["lo"], row["hi"]) == pytest.approx(
-        (float(pred["obs_lo"].iloc[0]), float(pred["obs_hi"].iloc[0]))
-    )
+    assert row["predicted"] == pytest.approx(float(pred["mean"][0]))
+    assert row["predicted"] == pytest.approx(float(fit.predict([65536.0])["mean"].iloc[0]))
+    assert (row["lo"], row["hi"]) == pytest.approx((pred["obs_lo"][0], pred["obs_hi"][0]))
     assert score.a == pytest.approx(fit.a) and score.a_ci == pytest.approx(fit.a_ci)
+
+
+def test_a_shared_budget_deviation_widens_the_held_out_intervals() -> None:
+    """Budget means off the law by more than the seeds' noise: the intervals carry it."""
+    ys = np.array(_sweep(np.random.default_rng(4), sd=0.005))
+    ys[X == 16384.0] += 0.04
+    plain = np.array(_sweep(np.random.default_rng(4), sd=0.005))
+    wide, narrow = score_holdout(XS, ys.tolist(), CUT), score_holdout(XS, plain.tolist(), CUT)
+    assert wide.sigma2_between > 0
+    for w, n in zip(wide.rows, narrow.rows, strict=True):
+        assert w["hi"] - w["lo"] > 3 * (n["hi"] - n["lo"])
 
 
 def test_summary_figures_count_the_rows() -> None:
