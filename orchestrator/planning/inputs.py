@@ -36,6 +36,7 @@ __all__ = [
     "PlanSweeps",
     "check_budget",
     "choose_sweeps",
+    "finite_number",
     "parse_batch_mix",
     "resolve_hardware_name",
     "resolve_shape_name",
@@ -247,15 +248,15 @@ def law_data(store: ResultsStore, info: SweepInfo, axis: str) -> LawData | None:
     xs, ys, kept = [], [], []
     gpus, ids = False, set()
     for t in trials:
-        x, y = _number(t.overrides[axis]), _number(frame.at[t.key, column])
+        x, y = finite_number(t.overrides[axis]), finite_number(frame.at[t.key, column])
         if x is None or y is None or x <= 0:
             continue
         xs.append(x)
         ys.append(y)
         kept.append(t)
-        g = _number(frame.at[t.key, "hardware.gpus"]) if "hardware.gpus" in frame else None
+        g = finite_number(frame.at[t.key, "hardware.gpus"]) if "hardware.gpus" in frame else None
         gpus = gpus or bool(g)
-        hid = _number(frame.at[t.key, "hardware.id"]) if "hardware.id" in frame else None
+        hid = finite_number(frame.at[t.key, "hardware.id"]) if "hardware.id" in frame else None
         if hid is not None:
             ids.add(hid)
     if len(set(xs)) < 3:
@@ -304,7 +305,8 @@ def _target(trials: Sequence[TrialInfo]) -> str:
     return ", ".join(sorted(models)) or "unknown"
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """``value`` as a finite float, or None (missing, not a number, NaN or infinite)."""
     try:
         v = float(value)
     except (TypeError, ValueError):

@@ -34,6 +34,7 @@ from orchestrator.planning.inputs import (
     DecodeData,
     PlanSweeps,
     choose_sweeps,
+    finite_number,
     resolve_hardware_name,
     resolve_shape_name,
 )
@@ -456,12 +457,12 @@ def _measured_k(
         at = best[best["batch_size"] == b]
         if at.empty:
             continue
-        ar_b = _finite_or_none(ar.get(b))
+        ar_b = finite_number(ar.get(b))
         k_best = int(at["best_num_draft_tokens"].iloc[0])
         peak = float(at["peak_tokens_per_s"].iloc[0])
         if ar_b is not None and ar_b > peak:
             k_best, peak = 1, ar_b
-        at_plan = ar_b if row["k"] == 1 else _finite_or_none(surface.get((b, row["k"])))
+        at_plan = ar_b if row["k"] == 1 else finite_number(surface.get((b, row["k"])))
         out.append(
             {
                 "batch_size": b,
@@ -476,14 +477,6 @@ def _measured_k(
             }
         )
     return out
-
-
-def _finite_or_none(value: Any) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _topk(store: ResultsStore, dec: DecodeData) -> int:
