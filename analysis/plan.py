@@ -23,12 +23,13 @@ than the autoregressive step (vLLM's K = 0 for that batch range); the speedup is
 roofline's autoregressive step ``b / ar_s(b)``, and the mix's speedup is ``sum_b w_b *
 speedup_b``. Every figure is computed for the fit and for each replicate (the token law's and
 the tau(k) curve's, paired by index): the interval is the replicates' (alpha/2, 1 - alpha/2)
-percentiles; the acceptance length at the plan also has the token law's t-based mean interval
-(:meth:`analysis.laws.LogLinearFit.predict`).
+percentiles; the acceptance length at the plan also has the token law's t-based interval of
+its value there (:mod:`analysis.budget_effect`, passed in as ``mean_ci``).
 
 **Extrapolation.** A figure resting on a value beyond the measured range says so: decades of
 tokens beyond the largest measured budget, layers beyond the deepest measured draft, batch
-sizes outside the decode sweep's, another target shape or hardware than the trials ran on.
+sizes outside the decode sweep's, another target shape or hardware than the trials ran on. A k
+at the top of the measured range is labelled ``capped`` (the best k may lie beyond it).
 """
 
 from __future__ import annotations
@@ -380,6 +381,11 @@ def plan_serving(
             row_labels.append(
                 f"extrapolated: batch size {b} is outside the decode sweep's measured "
                 f"{lo_b}..{hi_b}"
+            )
+        if not off[0] and best[0] == ks.size - 1 and ks.size > 1:
+            row_labels.append(
+                f"capped: k = {int(ks[-1])} is the largest k the decode sweep measured; the "
+                "throughput still rose there, so the best k may be larger (measure larger k)"
             )
         seen += row_labels
         rows.append(

@@ -296,7 +296,7 @@ def write_plan_page(
         )
         first = False
     if plan.get("labels"):
-        parts += ["<h2 id='labels'>Extrapolation</h2>", _labels(plan["labels"])]
+        parts += ["<h2 id='labels'>Extrapolation and caps</h2>", _labels(plan["labels"])]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(f"plan {name}", parts), encoding="utf-8")
     return path

@@ -74,6 +74,6 @@ def print_plan(
             f"{fmt(h['mean_abs_error'], '.4f')}"
         )
     for label in plan["labels"]:
-        _say(f"EXTRAPOLATED: {label}")
+        _say(f"{'CAPPED' if label.startswith('capped') else 'EXTRAPOLATED'}: {label}")
     _say(f"wrote {files['plan.html'].parent}/ ({', '.join(files)}); index {index}")
     _say(f"MLflow run {mlflow_run}; serve with decode.k_law: sweep:{name}")

@@ -96,7 +96,7 @@ def plan_metrics(plan: Mapping[str, Any]) -> dict[str, float]:
         "plan.mix_speedup": s["mix_speedup"],
         "plan.mix_speedup_ci_low": s["mix_speedup_ci"][0],
         "plan.mix_speedup_ci_high": s["mix_speedup_ci"][1],
-        "plan.extrapolated": float(bool(plan["labels"])),
+        "plan.extrapolated": float(any(not x.startswith("capped") for x in plan["labels"])),
     }
     for r in s["rows"]:
         b = r["batch_size"]

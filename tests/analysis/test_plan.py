@@ -449,3 +449,17 @@ def test_serving_plan_to_dict_is_plain_data(tau_k: TauKFit) -> None:
     out = _serve(tau_k).to_dict()
     assert out["tau_k"]["chosen"] == tau_k.chosen
     assert len(out["rows"]) == len(MIX) and isinstance(out["rows"][0]["k_ci"], list)
+
+
+def test_a_k_at_the_top_of_the_measured_range_is_labelled_capped(tau_k: TauKFit) -> None:
+    """Cut the candidates to k <= 4: at b = 1 the throughput still rises at 4 (the full range's
+    best is larger), so that row says capped; rows whose best k lies inside the range do not."""
+    full = {r["batch_size"]: r for r in _serve(tau_k).rows}
+    short = _serve(tau_k, ks=(2, 3, 4))
+    for row in short.rows:
+        capped = any(s.startswith("capped: k = 4") for s in row["labels"])
+        assert capped == (row["k"] == 4), row
+    assert full[1]["k"] > 4 and short.rows[0]["k"] == 4
+    assert not any(
+        s.startswith("capped") for r in _serve(tau_k).rows if r["k"] < 32 for s in r["labels"]
+    )
