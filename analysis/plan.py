@@ -204,11 +204,19 @@ def _depth_labels(layers: float, depth: Law | None, d0: int) -> list[str]:
     ]
 
 
-def _ci(values: np.ndarray, alpha: float) -> tuple[float, float]:
+def _ci(values: np.ndarray, alpha: float, *, discrete: bool = False) -> tuple[float, float]:
+    """The replicates' (alpha/2, 1 - alpha/2) percentiles; ``discrete``: values the replicates
+    took (k, layers: no interpolation between two integers)."""
     v = values[np.isfinite(values)]
     if v.size == 0:
         return (math.nan, math.nan)
-    lo, hi = np.percentile(v, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    q = [100 * alpha / 2, 100 * (1 - alpha / 2)]
+    if discrete:
+        return (
+            float(np.percentile(v, q[0], method="lower")),
+            float(np.percentile(v, q[1], method="higher")),
+        )
+    lo, hi = np.percentile(v, q)
     return (float(lo), float(hi))
 
 
@@ -323,8 +331,8 @@ def plan_training(
         layers=d,
         hours=cached(t, d),
         stop=stop,
-        tokens_ci=_ci(ts, alpha) if ts.size else (t, t),
-        layers_ci=_ci(ds, alpha) if ds.size else (float(d), float(d)),
+        tokens_ci=_ci(ts, alpha, discrete=True) if ts.size else (t, t),
+        layers_ci=_ci(ds, alpha, discrete=True) if ds.size else (float(d), float(d)),
         acceptance_length=float(tau[0]),
         acceptance_ci=(float(lo), float(hi)),
         acceptance_boot_ci=_ci(tau[1:], alpha),
@@ -393,7 +401,7 @@ def plan_serving(
                 "batch_size": b,
                 "share": share,
                 "k": int(k_r[0]),
-                "k_ci": _ci(k_r[1:], alpha) if n > 1 else (float(k_r[0]),) * 2,
+                "k_ci": _ci(k_r[1:], alpha, discrete=True) if n > 1 else (float(k_r[0]),) * 2,
                 "acceptance_length": float(tau_r[0]),
                 "acceptance_ci": _ci(tau_r[1:], alpha),
                 "tokens_per_s": float(tps_r[0]),

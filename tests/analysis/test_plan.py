@@ -463,3 +463,19 @@ def test_a_k_at_the_top_of_the_measured_range_is_labelled_capped(tau_k: TauKFit)
     assert not any(
         s.startswith("capped") for r in _serve(tau_k).rows if r["k"] < 32 for s in r["labels"]
     )
+
+
+def test_k_tokens_and_layers_intervals_are_values_the_replicates_took(tau_k: TauKFit) -> None:
+    """A percentile between two integers k (or two ladder budgets) names no plan: the interval
+    ends are values some replicate chose."""
+    from analysis.plan import _ci
+
+    k_r = np.array([1.0] * 3 + [12.0] * 50 + [16.0] * 47)  # 3 replicates without speculation
+    assert _ci(k_r, 0.05, discrete=True) == (1.0, 16.0)
+    assert not float(_ci(k_r, 0.05)[0]).is_integer()  # what interpolation would have said
+    plan = plan_serving(tau_k, np.ones(1), _inputs(), measured_b=MEASURED_B)
+    for row in plan.rows:
+        assert all(float(v).is_integer() for v in row["k_ci"]), row["k_ci"]
+    law, training = _plan(0.05)
+    ladder = {min(law.x) * 2**i for i in range(40)}
+    assert set(training.tokens_ci) <= ladder, training.tokens_ci
