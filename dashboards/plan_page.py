@@ -236,7 +236,10 @@ def write_plan_page(
     ]
     if plan.get("measured_k"):
         parts += [
-            "<h2 id='measured'>Planned k against the decode sweep's best measured k</h2>",
+            "<h2 id='measured'>The rule against the decode sweep's best measured k</h2>",
+            "<p>The k the rule plans for what the decode sweep measured (its target, its draft "
+            "not rescaled, this CPU's roofline), whatever target and hardware the plan above is "
+            "for: the only setting with a measurement to compare with.</p>",
             "<p>k = 1 is autoregressive decoding (no speculation), measured in the same trials "
             "as the baseline.</p>",
             table(

@@ -61,6 +61,11 @@ def print_plan(
         f"acceptance vs k: {plan['laws']['tau_k']['chosen']} form chosen by AICc; "
         f"{s['rescale_note']}"
     )
+    if plan.get("measured_k"):
+        _say(
+            "the rule checked on what the decode sweep measured (its target and draft, this "
+            f"CPU; {plan['targets']['measured_shape']}, not rescaled):"
+        )
     for m in plan.get("measured_k") or []:
         _say(
             f"measured b={m['batch_size']}: planned k {k_text(m['planned_k'])}, best measured "

@@ -164,7 +164,7 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         measured_b=measured_b,
         labels=[*labels, *training.labels],
     )
-    measured_k = _measured_k(tau_k, dec, model, hw_name, opts, measured_b, labels)
+    measured_k = _validate_k(tau_k, dec, measured_shape, sw, opts, measured_b)
     top = max(64, *opts.batch_mix)
     ladder = sorted({2**i for i in range(13) if 2**i <= top} | set(opts.batch_mix))
     even = {b: 1.0 / len(ladder) for b in ladder}
@@ -423,6 +423,26 @@ def _profile(hw_name: str, threads: int, cache_dir: Path | None) -> Any:
     if hw_name == LOCAL_CPU:
         return get_profile(hw_name, threads=threads, cache_dir=cache_dir)
     return get_profile(hw_name)
+
+
+def _validate_k(
+    tau_k: Any,
+    dec: DecodeData,
+    measured_shape: str | None,
+    sw: PlanSweeps,
+    opts: PlanOptions,
+    measured_b: Sequence[int],
+) -> list[dict[str, Any]]:
+    """The rule checked where it can be: the k it plans for the measured target on the
+    hardware the decode sweep ran on (this CPU), against the k that sweep measured best. A plan
+    for another ``--model`` or ``--hardware`` has nothing measured to compare with, so the check
+    is always of the measured setting (empty when the trials ran on a GPU: no datasheet name is
+    recorded for it, or the target has no built-in shape)."""
+    from workloads.roofline.hardware import LOCAL_CPU
+
+    if measured_shape is None or sw.tokens.gpus:
+        return []
+    return _measured_k(tau_k, dec, measured_shape, LOCAL_CPU, opts, measured_b, [])
 
 
 def _measured_k(

@@ -205,3 +205,23 @@ def test_sweeps_of_different_targets_need_the_flag(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     assert "mixed targets" in (run_root / "plan-tokens" / "plan.json").read_text()
+
+
+def test_the_measured_k_check_is_of_the_measured_setting_whatever_the_plan_is_for(
+    root: Path,
+) -> None:
+    """A plan for another target and GPU has nothing measured to compare with: the check of
+    the rule against the decode sweep's best k stays the measured target's on this CPU."""
+    from orchestrator.store.results import ResultsStore
+
+    store = ResultsStore.sqlite_under(root)
+    try:
+        here = make_plan(store, PlanOptions(profile=PROFILE, n_resamples=50))
+        there = make_plan(
+            store,
+            PlanOptions(model="llama-3-8b", hardware="h100", profile=PROFILE, n_resamples=50),
+        )
+    finally:
+        store.close()
+    assert there["measured_k"] == here["measured_k"] and here["measured_k"]
+    assert [r["k"] for r in there["serving"]["rows"]] != [1] or there["measured_k"]
