@@ -62,12 +62,19 @@ document.querySelectorAll("table.sortable").forEach(function (tbl) {
 last)"""
 
 
+class Html(str):
+    """Cell text that is already HTML (built from escaped parts): :func:`format_cell` keeps it
+    as it is instead of escaping it a second time."""
+
+
 def format_cell(value: Any, *, missing: str = NA) -> str:
     """A table cell as escaped text: floats to 6 significant digits; NaN (a number undefined
     for the row: ``mismatches`` when sampling, a metric a trial does not report, a fit without
     a slope) as ``missing`` (``n/a``, the console's word); None (no value at all) as empty."""
     if value is None:
         return ""
+    if isinstance(value, Html):
+        return str(value)
     if isinstance(value, float):
         return html.escape(missing) if math.isnan(value) else html.escape(f"{value:.6g}")
     if isinstance(value, list | tuple):

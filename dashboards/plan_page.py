@@ -19,15 +19,15 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.numbers import fmt, fmt_interval
-from dashboards._html import page, plot_text, table
+from dashboards._html import Html, page, plot_text, table
 
 __all__ = ["write_plan_page"]
 
 
-def _labels(labels: Sequence[str]) -> str:
+def _labels(labels: Sequence[str]) -> Html:
     if not labels:
-        return "<span class='note'>within the measured range</span>"
-    return "<br>".join(f"<b class='error'>{html.escape(x)}</b>" for x in labels)
+        return Html("<span class='note'>within the measured range</span>")
+    return Html("<br>".join(f"<b class='error'>{html.escape(x)}</b>" for x in labels))
 
 
 def _tokens_figure(plan: Mapping[str, Any]) -> go.Figure:
@@ -182,7 +182,7 @@ def write_plan_page(
                     "training hours (one device)",
                     fmt(t["hours"], ".3g"),
                     "",
-                    html.escape(costed_for(plan)),
+                    costed_for(plan),
                 ),
                 (
                     "acceptance length (eval tree)",

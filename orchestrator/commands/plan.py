@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from orchestrator.planning.plan import PlanOptions
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MIN_RESAMPLES = 100
+"""fewest bootstrap replicates the CLI accepts"""
 
 
 def plan(
@@ -127,8 +129,13 @@ def plan(
     check_budget(budget_hours)
     if not (min_gain >= 0):
         raise OrchestratorError(f"--min-gain {min_gain:g} must be >= 0. Fix: e.g. --min-gain 0.05")
-    if prefix < 0 or resamples < 1:
-        raise OrchestratorError("--prefix must be >= 0 and --resamples >= 1. Fix: the defaults")
+    if prefix < 0:
+        raise OrchestratorError(f"--prefix {prefix} must be >= 0 (tokens). Fix: --prefix 1024")
+    if resamples < MIN_RESAMPLES:
+        raise OrchestratorError(
+            f"--resamples {resamples} is too few for a 95% interval (at least {MIN_RESAMPLES}: "
+            "its ends are the 2.5th and 97.5th percentiles). Fix: --resamples 1000 (the default)"
+        )
     if model is not None:
         resolve_shape_name(model)
     resolve_hardware_name(hardware or "local-cpu")
@@ -165,7 +172,7 @@ def _run(
     tracking_uri: str | None,
 ) -> None:
     from orchestrator.commands.plan_view import print_plan
-    from orchestrator.planning.outputs import log_plan, write_plan
+    from orchestrator.planning.outputs import log_plan, open_tracker, write_plan
     from orchestrator.planning.plan import make_plan
     from orchestrator.reports.index import write_run_index
     from orchestrator.store.access import open_store
@@ -180,11 +187,23 @@ def _run(
                 f"--name {plan_name!r} is a sweep of this DB; its folder is the sweep's. Fix: "
                 f"--name {plan_name}-plan"
             )
+        _check_folder(run_root / plan_name, plan_name)
+        tracker = open_tracker(tracking_uri or default_tracking_uri(run_root))
         files = write_plan(run_root / plan_name, result, name=plan_name, draft=draft)
-        run_id = log_plan(
-            tracking_uri or default_tracking_uri(run_root), result, files, name=plan_name
-        )
+        run_id, replaced = log_plan(tracker, result, files, name=plan_name)
         index = write_run_index(store, run_root)
     finally:
         store.close()
-    print_plan(result, name=plan_name, files=files, index=index, mlflow_run=run_id)
+    print_plan(
+        result, name=plan_name, files=files, index=index, mlflow_run=run_id, replaced=replaced
+    )
+
+
+def _check_folder(folder: Path, name: str) -> None:
+    """A plan's folder is new or an earlier plan's (its plan.json): never the DB, the cache,
+    MLflow's store or another sweep's files."""
+    if folder.exists() and not (folder.is_dir() and (folder / "plan.json").is_file()):
+        raise OrchestratorError(
+            f"--name {name!r}: {folder} exists and is not a plan's folder (no plan.json). Fix: "
+            f"--name plan-{name.split('.')[0]}"
+        )

@@ -3,7 +3,7 @@ extrapolation labels, the holdout score and where the files went."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,13 @@ def _say(line: str) -> None:
 
 
 def print_plan(
-    plan: Mapping[str, Any], *, name: str, files: Mapping[str, Path], index: Path, mlflow_run: str
+    plan: Mapping[str, Any],
+    *,
+    name: str,
+    files: Mapping[str, Path],
+    index: Path,
+    mlflow_run: str,
+    replaced: Sequence[str] = (),
 ) -> None:
     """Print the plan ``name`` (:func:`orchestrator.planning.plan.make_plan`'s data)."""
     t, s, law = plan["training"], plan["serving"], plan["laws"]["tokens"]
@@ -81,4 +87,27 @@ def print_plan(
     for label in plan["labels"]:
         _say(f"{'CAPPED' if label.startswith('capped') else 'EXTRAPOLATED'}: {label}")
     _say(f"wrote {files['plan.html'].parent}/ ({', '.join(files)}); index {index}")
-    _say(f"MLflow run {mlflow_run}; serve with decode.k_law: sweep:{name}")
+    if replaced:
+        _say(
+            f"replaced the earlier plan {name} (its MLflow run {', '.join(replaced)} deleted; "
+            "mlflow runs restore --run-id brings it back)"
+        )
+    _say(f"MLflow run {mlflow_run}; {_k_law_text(files, name)}")
+
+
+def _k_law_text(files: Mapping[str, Path], name: str) -> str:
+    """How to serve the plan's k in this project's engine: the k_law file when Eq. 4 fits the
+    planned k, else why not and what to use instead."""
+    import json
+
+    try:
+        eq4 = json.loads(files["k_law.json"].read_text()).get("eq4") or {}
+    except (KeyError, OSError, ValueError):
+        eq4 = {}
+    if eq4.get("status") == "ok":
+        return f"serve with decode.k_law: sweep:{name}"
+    return (
+        f"k_law.json not usable ({eq4.get('status', 'missing')}: Eq. 4 does not fit the planned "
+        "k per b); serve with the vLLM/SGLang snippets, or decode.num_draft_tokens set to the "
+        "planned k"
+    )

@@ -113,33 +113,53 @@ def plan_metrics(plan: Mapping[str, Any]) -> dict[str, float]:
     }
 
 
+def open_tracker(tracking_uri: str) -> Any:
+    """The MLflow tracker a plan logs to, connected before anything is written (an unreachable
+    server refuses the plan with nothing on disk).
+
+    Raises:
+        TrackingError: MLflow cannot be reached.
+    """
+    from orchestrator.tracking.tracker import Tracker
+
+    return Tracker(tracking_uri)
+
+
 def log_plan(
-    tracking_uri: str, plan: Mapping[str, Any], files: Mapping[str, Path], *, name: str
-) -> str:
-    """One MLflow run for this plan (named ``plan <name>``): params, metrics, tags, artifacts.
-    Returns its run id.
+    tracker: Any, plan: Mapping[str, Any], files: Mapping[str, Path], *, name: str
+) -> tuple[str, list[str]]:
+    """One MLflow run for this plan (named ``plan <name>``, tag ``specscale.plan``): params,
+    metrics, tags, artifacts. An earlier plan of the same name (its files just replaced) has its
+    run deleted (MLflow's soft delete: ``mlflow runs restore --run-id`` brings it back), so one
+    run stands for each plan folder. Returns the run id and the ids deleted.
 
     Raises:
         TrackingError: MLflow failed.
     """
     from orchestrator.store.rows import TrialState
-    from orchestrator.tracking.tracker import Tracker
 
-    tracker = Tracker(tracking_uri)
-    try:
-        params = {
-            "plan": name,
-            "sweeps": plan["sweeps"],
-            "target_shape": plan["targets"]["shape"],
-            "hardware": plan["hardware"],
-            **plan["options"],
-        }
-        run = tracker.start_sweep_run(f"plan {name}", params, None)
-        tracker.set_tags(run, {TAG_PLAN: name, "specscale.kind": "plan"})
-        tracker.log_metrics(run, plan_metrics(plan))
-        for path in files.values():
-            tracker.log_artifact(run, path, "plan")
-        tracker.set_state(run, TrialState.COMPLETED)
-        return run
-    finally:
-        tracker.close()
+    params = {
+        "plan": name,
+        "sweeps": plan["sweeps"],
+        "target_shape": plan["targets"]["shape"],
+        "hardware": plan["hardware"],
+        **plan["options"],
+    }
+    with tracker._errors(f"find earlier runs of plan {name!r}"):
+        earlier = [
+            r.info.run_id
+            for r in tracker._client.search_runs(
+                [tracker.experiment_id], filter_string=f"tags.`{TAG_PLAN}` = '{name}'"
+            )
+        ]
+    run = tracker.start_sweep_run(f"plan {name}", params, None)
+    tracker.set_tags(run, {TAG_PLAN: name, "specscale.kind": "plan"})
+    tracker.log_metrics(run, plan_metrics(plan))
+    for path in files.values():
+        tracker.log_artifact(run, path, "plan")
+    tracker.set_state(run, TrialState.COMPLETED)
+    deleted = [r for r in earlier if r != run]
+    with tracker._errors(f"delete the replaced runs of plan {name!r}"):
+        for r in deleted:
+            tracker._client.delete_run(r)
+    return run, deleted

@@ -245,7 +245,11 @@ def _context_labels(
     """Labels every serving figure carries: another target shape or hardware than measured."""
     from workloads.roofline.hardware import LOCAL_CPU
 
-    out = []
+    out = [
+        f"extrapolated: {n} (the laws and the decode data come from different targets)"
+        for n in sw.notes
+        if n.startswith("mixed targets")
+    ]
     if model != measured:
         out.append(
             f"another target: {model} (the laws were measured on {sw.tokens.target}); extrapolated"

@@ -68,6 +68,8 @@ def test_a_plan_writes_its_files_and_the_snippets_parse(root: Path) -> None:
     assert "plan-tokens/plan.html" in (root / "index.html").read_text()
     page = (folder / "plan.html").read_text()
     assert "Recommendation" in page and "extrapolated" in page and "plotly" in page
+    assert "<b class='error'>extrapolated: batch size 32" in page  # a label, rendered
+    assert "&lt;b class=" not in page and "&amp;#x27;" not in page  # never escaped twice
     assert "EXTRAPOLATED: extrapolated: batch size 32" in " ".join(res.output.split())
 
 
@@ -197,14 +199,44 @@ def test_no_results_db_is_refused(tmp_path: Path) -> None:
 def test_sweeps_of_different_targets_need_the_flag(tmp_path: Path) -> None:
     run_root = tmp_path / "run"
     build_db(run_root, decode_target="HuggingFaceTB/SmolLM2-360M-Instruct").close()
-    res = CliRunner().invoke(app, ["plan", "--run-root", str(run_root), "--resamples", "50"])
+    res = CliRunner().invoke(app, ["plan", "--run-root", str(run_root), "--resamples", "100"])
     assert res.exit_code == 2 and "--allow-mixed-targets" in res.output, res.output
     assert not (run_root / "plan-tokens").exists()
     res = CliRunner().invoke(
-        app, ["plan", "--run-root", str(run_root), "--resamples", "50", "--allow-mixed-targets"]
+        app, ["plan", "--run-root", str(run_root), "--resamples", "100", "--allow-mixed-targets"]
     )
     assert res.exit_code == 0, res.output
-    assert "mixed targets" in (run_root / "plan-tokens" / "plan.json").read_text()
+    plan = json.loads((run_root / "plan-tokens" / "plan.json").read_text())
+    assert any(x.startswith("extrapolated: mixed targets") for x in plan["labels"])
+    assert all(
+        any(x.startswith("extrapolated: mixed targets") for x in r["labels"])
+        for r in plan["serving"]["rows"]
+    )  # on every figure, as --help says
+
+
+def test_a_rerun_replaces_the_plan_and_its_mlflow_run(tmp_path: Path) -> None:
+    """The same --name twice: one folder, one live MLflow run (the earlier one deleted, so
+    restorable), and a name that is the DB's, the cache's or MLflow's is refused."""
+    import mlflow
+
+    run_root = tmp_path / "run"
+    build_db(run_root).close()
+    args = ["plan", "--run-root", str(run_root), "--resamples", "100", "--name", "p"]
+    first = CliRunner().invoke(app, args)
+    second = CliRunner().invoke(app, args)
+    assert first.exit_code == 0 and second.exit_code == 0, second.output
+    assert "replaced the earlier plan p" in " ".join(second.output.split())
+    client = mlflow.MlflowClient(f"sqlite:///{run_root / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("specscale")
+    live = client.search_runs([exp.experiment_id], "tags.`specscale.plan` = 'p'")
+    assert len(live) == 1
+    for bad in ("results.db", "cache", "mlartifacts"):
+        (run_root / "cache").mkdir(exist_ok=True)
+        (run_root / "mlartifacts").mkdir(exist_ok=True)
+        before = _files(run_root)
+        res = CliRunner().invoke(app, [*args[:-1], bad])
+        assert res.exit_code == 2 and "is not a plan's folder" in res.output, res.output
+        assert _files(run_root) == before
 
 
 def test_the_measured_k_check_is_of_the_measured_setting_whatever_the_plan_is_for(
