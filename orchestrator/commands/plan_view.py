@@ -85,7 +85,7 @@ def print_plan(
             f"{fmt(h['mean_abs_error'], '.4f')}"
         )
     for label in plan["labels"]:
-        _say(f"{'CAPPED' if label.startswith('capped') else 'EXTRAPOLATED'}: {label}")
+        _say(_label_line(label))
     _say(f"wrote {files['plan.html'].parent}/ ({', '.join(files)}); index {index}")
     if replaced:
         _say(
@@ -93,6 +93,16 @@ def print_plan(
             "mlflow runs restore --run-id brings it back)"
         )
     _say(f"MLflow run {mlflow_run}; {_k_law_text(files, name)}")
+
+
+def _label_line(label: str) -> str:
+    """A label for the console: ``EXTRAPOLATED: batch size 32 ...``, ``CAPPED: k = 64 ...``,
+    ``UNCERTAIN: ...``; a label without such a head (another target, hardware) is an
+    extrapolation."""
+    head, _, rest = label.partition(": ")
+    if head in ("extrapolated", "capped", "uncertain") and rest:
+        return f"{head.upper()}: {rest}"
+    return f"EXTRAPOLATED: {label}"
 
 
 def _k_law_text(files: Mapping[str, Path], name: str) -> str:

@@ -49,7 +49,15 @@ def write_plan(folder: Path, plan: Mapping[str, Any], *, name: str, draft: str) 
     folder.mkdir(parents=True, exist_ok=True)
     rows = plan["serving"]["rows"]
     tree = plan["tree"]
-    target = str(plan["targets"]["measured"])
+    t = plan["targets"]
+    same = t["shape"] == t["measured_shape"]
+    target = str(t["measured"]) if same else str(t["shape"])
+    where = (
+        ""
+        if same
+        else f"# --model-path {target} is the planned target's shape name: put its checkpoint "
+        "(a local path or hub id) there\n"
+    )
     out = {
         "plan.json": _atomic(folder / "plan.json", json.dumps(plan, indent=1, default=str) + "\n"),
         "vllm_speculative_config.json": _atomic(
@@ -60,6 +68,7 @@ def write_plan(folder: Path, plan: Mapping[str, Any], *, name: str, draft: str) 
             folder / "sglang_launch.sh",
             "#!/bin/sh\n# one SGLang server setting per batch range (orchestrator plan "
             f"{name})\n"
+            + where
             + "\n".join(
                 sglang_lines(
                     rows, target=target, draft=draft, depth=tree["depth"], topk=tree["topk"]

@@ -131,8 +131,14 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
     shared = budget_effect(xs.tolist(), ys.tolist())
 
     def mean_ci(t: float) -> tuple[float, float]:
-        p = shared.predict([t])
-        return float(p["value_lo"][0]), float(p["value_hi"][0])
+        p = shared.predict([t])  # an acceptance length is >= 1 (the bonus token): clipped there
+        return max(1.0, float(p["value_lo"][0])), max(1.0, float(p["value_hi"][0]))
+
+    if not fit.a_ci[0] > 0:
+        labels.append(
+            f"uncertain: the token law's slope a = {fit.a:.4f} [{fit.a_ci[0]:.4f}, "
+            f"{fit.a_ci[1]:.4f}] is not above 0 at 95%: more pretraining tokens may not help"
+        )
 
     try:
         training = plan_training(

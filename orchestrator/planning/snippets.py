@@ -34,13 +34,15 @@ MAX_BATCH = 4096
 
 
 def batch_ranges(batch_sizes: Sequence[int]) -> list[tuple[int, int]]:
-    """Inclusive ranges covering 1..:data:`MAX_BATCH`, one per planned b (sorted), split at
-    the geometric mean of neighbours: [1, 8, 32] -> (1, 2), (3, 16), (17, 4096)."""
+    """Inclusive ranges covering 1..:data:`MAX_BATCH` (or the largest planned b, when larger),
+    one per planned b (sorted), split at the geometric mean of neighbours: [1, 8, 32] -> (1, 2),
+    (3, 16), (17, 4096)."""
     bs = sorted(set(int(b) for b in batch_sizes))
     out = []
     lo = 1
     for i, b in enumerate(bs):
-        hi = MAX_BATCH if i == len(bs) - 1 else max(b, math.floor(math.sqrt(b * bs[i + 1])))
+        last = max(MAX_BATCH, b)
+        hi = last if i == len(bs) - 1 else max(b, math.floor(math.sqrt(b * bs[i + 1])))
         out.append((lo, hi))
         lo = hi + 1
     return out
