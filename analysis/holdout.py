@@ -66,13 +66,13 @@ def score_holdout(
     fit_part, held = frame[frame["x"] <= cut], frame[frame["x"] > cut]
     if fit_part["x"].nunique() < 3:
         raise ValueError(
-            f"--holdout {cut:g}: {fit_part['x'].nunique()} distinct budgets at or below it; the "
+            f"--holdout {cut:,.0f}: {fit_part['x'].nunique()} distinct budgets at or below it; the "
             "law needs >= 3 to fit. Fix: a larger cut"
         )
     if held.empty:
         raise ValueError(
-            f"--holdout {cut:g}: no trial above it to score. Fix: a cut below the largest budget "
-            f"({frame['x'].max():g})"
+            f"--holdout {cut:,.0f}: no trial above it to score. Fix: a cut below the largest "
+            f"budget ({frame['x'].max():,.0f})"
         )
     fit = fit_log_linear(fit_part, "x", "y", law="holdout", log_base=log_base, alpha=alpha)
     law = budget_effect(fit_part["x"].tolist(), fit_part["y"].tolist(), log_base=log_base)

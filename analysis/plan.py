@@ -293,7 +293,7 @@ def plan_training(
     t0 = min(tokens.x)
     if budget_hours is not None and hours(t0, d0) > budget_hours:
         raise ValueError(
-            f"the smallest measured budget ({t0:,.0f} tokens, {d0} layers) already takes "
+            f"the smallest measured budget ({t0:,.0f} tokens, {d0} draft layer(s)) already takes "
             f"{hours(t0, d0):.3g} h, more than the budget of {budget_hours:g} h"
         )
     cache: dict[tuple[float, int], float] = {}

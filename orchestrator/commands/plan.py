@@ -129,6 +129,11 @@ def plan(
     check_budget(budget_hours)
     if not (min_gain >= 0):
         raise OrchestratorError(f"--min-gain {min_gain:g} must be >= 0. Fix: e.g. --min-gain 0.05")
+    if not draft.strip():
+        raise OrchestratorError(
+            "--draft must name the draft the snippets serve (a path or hub id). Fix: --draft "
+            "exported/draft (after orchestrator export)"
+        )
     if prefix < 0:
         raise OrchestratorError(f"--prefix {prefix} must be >= 0 (tokens). Fix: --prefix 1024")
     if resamples < MIN_RESAMPLES:

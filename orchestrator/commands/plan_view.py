@@ -30,7 +30,8 @@ def print_plan(
 ) -> None:
     """Print the plan ``name`` (:func:`orchestrator.planning.plan.make_plan`'s data)."""
     t, s, law = plan["training"], plan["serving"], plan["laws"]["tokens"]
-    sweeps = ", ".join(f"{k} {v}" for k, v in plan["sweeps"].items() if v)
+    kinds = {"tokens": "token law", "depth": "depth law", "decode": "decode"}
+    sweeps = ", ".join(f"{kinds.get(k, k)} sweep {v}" for k, v in plan["sweeps"].items() if v)
     _say(f"plan {name}: from {sweeps}; {plan['targets']['shape']} on {plan['hardware']}")
     _say(
         f"token law: a = {fmt(law['a'], '.4f')} {fmt_interval(law['a_ci'], '.4f')} per decade, "

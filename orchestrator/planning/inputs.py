@@ -181,20 +181,18 @@ def choose_sweeps(
             f"no sweep {unknown[0]!r} in the results DB{hint}; it has "
             f"{', '.join(sorted(every)) or 'none'}. Fix: name a finished sweep of this DB"
         )
+    names = list(dict.fromkeys(names))  # a sweep named twice is one sweep
     pool = [every[n] for n in names] if names else list(every.values())
-    found: dict[str, list[Any]] = {"tokens": [], "depth": [], "decode": []}
-    for info in pool:
-        workload = WORKLOADS.get(info.workload)
-        if workload is None:
-            continue
-        for kind, axis in (("tokens", TOKENS), ("depth", LAYERS)):
-            law = law_data(store, info, axis) if axis in workload.law_axes else None
-            if law is not None:
-                found[kind].append(law)
-        if workload.report == "throughput":  # a decode sweep: acceptance and tokens/s per (b, k)
-            dec = decode_data(store, info)
-            if dec is not None:
-                found["decode"].append(dec)
+    found = _classify(store, pool)
+    for kind in ("tokens", "decode"):
+        if names and not found[kind]:
+            elsewhere = _classify(store, [i for n, i in every.items() if n not in names])[kind]
+            if elsewhere:
+                raise OrchestratorError(
+                    f"none of {', '.join(names)} is a finished {kind} sweep, but this DB has "
+                    f"{elsewhere[0].sweep}. Fix: name it too (orchestrator plan "
+                    f"{' '.join([*names, elsewhere[0].sweep])} ...)"
+                )
     tokens = _one(found["tokens"], "token-law", TOKENS, RUN_TOKENS, names)
     decode = _one(found["decode"], "decode", K, RUN_DECODE, names)
     depth = _one(found["depth"], "depth-law", LAYERS, "", names, required=False)
@@ -213,6 +211,25 @@ def choose_sweeps(
     if len(targets) > 1:
         notes.append(f"mixed targets ({', '.join(sorted(targets))}), --allow-mixed-targets")
     return PlanSweeps(tokens=tokens, decode=decode, depth=depth, notes=notes)
+
+
+def _classify(store: ResultsStore, pool: Sequence[SweepInfo]) -> dict[str, list[Any]]:
+    """The sweeps of ``pool`` by kind (token law, depth law, decode), by the registry's fields
+    (a workload's law axes; a throughput report means a decode sweep)."""
+    found: dict[str, list[Any]] = {"tokens": [], "depth": [], "decode": []}
+    for info in pool:
+        workload = WORKLOADS.get(info.workload)
+        if workload is None:
+            continue
+        for kind, axis in (("tokens", TOKENS), ("depth", LAYERS)):
+            law = law_data(store, info, axis) if axis in workload.law_axes else None
+            if law is not None:
+                found[kind].append(law)
+        if workload.report == "throughput":  # a decode sweep: acceptance and tokens/s per (b, k)
+            dec = decode_data(store, info)
+            if dec is not None:
+                found["decode"].append(dec)
+    return found
 
 
 def _one(

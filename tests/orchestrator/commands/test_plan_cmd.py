@@ -173,8 +173,12 @@ BAD = {
     "unknown-hardware": (["--hardware", "h2000"], "Did you mean 'h200'"),
     "zero-budget": (["--budget-hours", "0"], "must be a positive number"),
     "no-such-sweep": (["nope"], "no sweep 'nope'"),
-    "no-decode-sweep": (["tokens"], "Fix: run orchestrator submit sweeps/batch.yaml"),
-    "no-token-sweep": (["batch"], "Fix: run orchestrator submit sweeps/tokens.yaml"),
+    "no-decode-sweep": (["tokens"], "Fix: name it too (orchestrator plan tokens batch"),
+    "no-token-sweep": (["batch"], "Fix: name it too (orchestrator plan batch tokens"),
+    "named-twice": (["tokens", "tokens"], "none of tokens is a finished decode sweep"),
+    "empty-draft": (["--draft", ""], "--draft must name"),
+    "prefix": (["--prefix", "-1"], "--prefix -1 must be >= 0"),
+    "resamples": (["--resamples", "5"], "--resamples 5 is too few"),
 }
 
 
@@ -288,3 +292,20 @@ def test_snippets_name_the_planned_target_and_cover_its_batch_sizes(tmp_path: Pa
     assert "put its checkpoint" in sh
     per = json.loads((run_root / "big" / "vllm_speculative_config.json").read_text())
     assert list(per["num_speculative_tokens_per_batch_size"])[-1].endswith("-10000")
+
+
+def test_a_db_without_a_decode_sweep_says_which_to_run(tmp_path: Path) -> None:
+    from orchestrator.store.results import ResultsStore
+
+    run_root = tmp_path / "run"
+    build_db(run_root).close()
+    store = ResultsStore.sqlite_under(run_root)
+    try:
+        info = store.get_sweep("batch")
+        assert info is not None
+        store.delete_sweep(info.id)
+    finally:
+        store.close()
+    res = CliRunner().invoke(app, ["plan", "--run-root", str(run_root), "--resamples", "100"])
+    assert res.exit_code == 2, res.output
+    assert "Fix: run orchestrator submit sweeps/batch.yaml" in " ".join(res.output.split())
