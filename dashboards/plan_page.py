@@ -11,6 +11,7 @@ interval (div id ``speedup``). plotly.js is inlined once, so the page works offl
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,23 @@ def _tau_k_figure(plan: Mapping[str, Any], measured: Sequence[Mapping[str, Any]]
                 name=plot_text(f"{f['form']}, AICc {fmt(f['aicc'], '.1f')}{chosen}"),
             )
         )
+    g = plan["serving"].get("rescale")
+    if g is not None and math.isfinite(g) and g != 1 and ks.size:
+        chosen = fits["forms"][fits["chosen"]]["params"]
+        base = (
+            chosen["A"] - chosen["B"] * chosen["r"] ** ks
+            if fits["chosen"] == "eq8"
+            else chosen["a"] * np.log2(ks) + chosen["b"]
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=ks.tolist(),
+                y=np.clip(1 + g * (base - 1), 1, ks).tolist(),
+                mode="lines",
+                line={"dash": "dot"},
+                name=plot_text(f"served: rescaled to the planned draft (g = {g:.3f})"),
+            )
+        )
     fig.update_layout(
         xaxis={"type": "log", "title": {"text": "k, verified tokens per cycle"}},
         yaxis={"title": {"text": "acceptance length"}},
@@ -136,8 +154,9 @@ def _speedup_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
                 "array": [(r["speedup_ci"][1] or r["speedup"]) - r["speedup"] for r in rows],
                 "arrayminus": [r["speedup"] - (r["speedup_ci"][0] or r["speedup"]) for r in rows],
             },
-            text=[f"k={r['k']}" for r in rows],
-            name="speedup over AR (roofline)",
+            text=[f"k={r['k']}" + (" (extrapolated)" if r["labels"] else "") for r in rows],
+            marker={"pattern": {"shape": ["/" if r["labels"] else "" for r in rows]}},
+            name="speedup over AR (roofline; hatched: extrapolated)",
         )
     )
     fig.update_layout(

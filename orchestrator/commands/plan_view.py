@@ -78,6 +78,17 @@ def print_plan(
             f"measured b={m['batch_size']}: planned k {k_text(m['planned_k'])}, best measured "
             f"k {k_text(m['best_measured_k'])}; planned k gives {share_text(m)}"
         )
+    ratios = [
+        m["roofline_ar_tokens_per_s"] / m["ar_tokens_per_s"]
+        for m in plan.get("measured_k") or []
+        if m.get("ar_tokens_per_s") and m.get("roofline_ar_tokens_per_s")
+    ]
+    if ratios:
+        _say(
+            f"the roofline's tokens/s are ideal (no per-step overhead): its AR is "
+            f"{min(ratios):.2g}-{max(ratios):.2g}x what the decode sweep measured on this CPU; "
+            "k is chosen by the ratios, the speedups are the roofline's"
+        )
     h = plan.get("holdout")
     if h:
         _say(

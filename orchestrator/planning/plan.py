@@ -501,6 +501,7 @@ def _measured_k(
                 "best_measured_k": k_best,
                 "best_measured_tokens_per_s": peak,
                 "ar_tokens_per_s": ar_b,
+                "roofline_ar_tokens_per_s": b / inputs.ar_step_s(b),
                 "measured_tokens_per_s_at_planned_k": at_plan,
                 "share_of_best": None if at_plan is None else at_plan / peak,
                 "labels": row["labels"],

@@ -131,6 +131,7 @@ def test_measured_k_counts_the_autoregressive_baseline_as_k_1(root: Path) -> Non
         if m["planned_k"] == 1:
             assert m["measured_tokens_per_s_at_planned_k"] == m["ar_tokens_per_s"]
         assert m["share_of_best"] is None or 0 < m["share_of_best"] <= 1 + 1e-12
+        assert m["roofline_ar_tokens_per_s"] > 0  # beside the measured AR, for the console
 
 
 def test_training_hours_are_costed_for_the_named_target_and_hardware(root: Path) -> None:
