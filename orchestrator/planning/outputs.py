@@ -154,13 +154,7 @@ def log_plan(
         "hardware": plan["hardware"],
         **plan["options"],
     }
-    with tracker._errors(f"find earlier runs of plan {name!r}"):
-        earlier = [
-            r.info.run_id
-            for r in tracker._client.search_runs(
-                [tracker.experiment_id], filter_string=f"tags.`{TAG_PLAN}` = '{name}'"
-            )
-        ]
+    earlier = tracker.runs_tagged(TAG_PLAN, name)
     run = tracker.start_sweep_run(f"plan {name}", params, None)
     tracker.set_tags(run, {TAG_PLAN: name, "specscale.kind": "plan"})
     tracker.log_metrics(run, plan_metrics(plan))
@@ -168,7 +162,5 @@ def log_plan(
         tracker.log_artifact(run, path, "plan")
     tracker.set_state(run, TrialState.COMPLETED)
     deleted = [r for r in earlier if r != run]
-    with tracker._errors(f"delete the replaced runs of plan {name!r}"):
-        for r in deleted:
-            tracker._client.delete_run(r)
+    tracker.delete_runs(deleted)
     return run, deleted

@@ -170,7 +170,7 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         measured_b=measured_b,
         labels=[*labels, *training.labels],
     )
-    measured_k = _validate_k(tau_k, dec, measured_shape, sw, opts, measured_b)
+    measured_k = _measured_k(tau_k, dec, measured_shape, sw, opts, measured_b)
     top = max(64, *opts.batch_mix)
     ladder = sorted({2**i for i in range(13) if 2**i <= top} | set(opts.batch_mix))
     even = {b: 1.0 / len(ladder) for b in ladder}
@@ -314,11 +314,11 @@ def _hours_fn(
     a fresh trial's."""
     from orchestrator.driving import costing
     from orchestrator.spec.sweep import merge_overrides, parse_spec
+    from workloads.roofline.hardware import LOCAL_CPU, get_profile
 
     info = store.get_sweep(sw.tokens.sweep)
     assert info is not None
     spec = parse_spec(info.spec_yaml, Path(f"<results DB: sweep {info.name}>"))
-    from workloads.roofline.hardware import LOCAL_CPU, get_profile
 
     hardware = opts.hardware
     local = hardware is None or costing.check_hardware_name(hardware) == LOCAL_CPU
@@ -435,7 +435,7 @@ def _profile(hw_name: str, threads: int, cache_dir: Path | None) -> Any:
     return get_profile(hw_name)
 
 
-def _validate_k(
+def _measured_k(
     tau_k: Any,
     dec: DecodeData,
     measured_shape: str | None,
@@ -443,38 +443,25 @@ def _validate_k(
     opts: PlanOptions,
     measured_b: Sequence[int],
 ) -> list[dict[str, Any]]:
-    """The rule checked where it can be: the k it plans for the measured target on the
-    hardware the decode sweep ran on (this CPU), against the k that sweep measured best. A plan
-    for another ``--model`` or ``--hardware`` has nothing measured to compare with, so the check
-    is always of the measured setting (empty when the trials ran on a GPU: no datasheet name is
-    recorded for it, or the target has no built-in shape)."""
+    """The rule checked where it can be: per measured b, the k it plans for what the decode
+    sweep measured (its target, its draft not rescaled, this CPU's roofline), beside the k
+    that sweep measured best and the measured throughput at the planned k. A plan for another
+    ``--model`` or ``--hardware`` has nothing measured to compare with, so the check is always
+    of the measured setting (empty when the trials ran on a GPU: no datasheet name is recorded
+    for it, or the target has no built-in shape). The autoregressive baseline measured in the
+    same trials is the candidate k = 1 (no speculation): it is the best when it beats every
+    fixed k, and it is what a planned k = 1 measured. ``share_of_best`` is None where the
+    planned k was not in the sweep's grid."""
+    from analysis.throughput import best_per_batch
     from workloads.roofline.hardware import LOCAL_CPU
 
     if measured_shape is None or sw.tokens.gpus:
         return []
-    return _measured_k(tau_k, dec, measured_shape, LOCAL_CPU, opts, measured_b, [])
-
-
-def _measured_k(
-    tau_k: Any,
-    dec: DecodeData,
-    model: str,
-    hw_name: str,
-    opts: PlanOptions,
-    measured_b: Sequence[int],
-    labels: Sequence[str],
-) -> list[dict[str, Any]]:
-    """Per measured b: the decode sweep's best measured k, beside the plan's k for the same
-    draft (not rescaled) and the measured throughput at the planned k. The autoregressive
-    baseline measured in the same trials is the candidate k = 1 (no speculation): it is the best
-    when it beats every fixed k, and it is what a planned k = 1 measured. ``share_of_best`` is
-    None where the planned k was not in the sweep's grid."""
-    from analysis.throughput import best_per_batch
 
     best = best_per_batch(dec.table.assign(state="completed"))
     mix = {b: 1.0 / len(measured_b) for b in measured_b}
-    inputs = _serving_inputs(model, hw_name, opts, dec, mix)
-    same = plan_serving(tau_k, np.ones(1), inputs, measured_b=measured_b, labels=labels)
+    inputs = _serving_inputs(measured_shape, LOCAL_CPU, opts, dec, mix)
+    same = plan_serving(tau_k, np.ones(1), inputs, measured_b=measured_b)
     surface = dec.table.groupby(["batch_size", "num_draft_tokens"])["tokens_per_s"].mean()
     ar = (
         dec.table.groupby("batch_size")["ar_tokens_per_s"].mean()

@@ -538,6 +538,30 @@ class Tracker:
         with self._errors(f"set tags on run {run_id}"):
             self._client.log_batch(run_id, tags=items)
 
+    def runs_tagged(self, key: str, value: str) -> list[str]:
+        """The ids of this experiment's live runs whose tag ``key`` is ``value`` (e.g. the
+        plans of one name, tag ``specscale.plan``).
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        quoted = value.replace("'", "\\'")
+        with self._errors(f"find runs tagged {key}={value!r}"):
+            runs = self._client.search_runs(
+                [self.experiment_id], filter_string=f"tags.`{mlflow_key(key)}` = '{quoted}'"
+            )
+        return [r.info.run_id for r in runs]
+
+    def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Soft-delete runs (MLflow's trash: ``mlflow runs restore --run-id`` brings one back).
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        with self._errors(f"delete runs {', '.join(run_ids)}"):
+            for run_id in run_ids:
+                self._client.delete_run(run_id)
+
     def adopt(self, run_id: str, parent_run_id: str) -> bool:
         """Make the live run ``run_id`` a child of ``parent_run_id`` (a trial's run kept while
         the sweep's parent run was deleted); False when MLflow has no live run ``run_id``.

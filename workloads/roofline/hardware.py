@@ -195,9 +195,7 @@ def cached_local_cpu(
     used = _torch_threads() if threads is None else threads
     if used < 1:
         raise ValueError(f"threads={used} must be >= 1. Fix: --threads 2")
-    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": used, "torch": torch_version()}
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    path = Path(cache_dir) / "hardware" / f"{LOCAL_CPU}-{dt}-{used}t-{digest}.json"
+    path, key = _cache_entry(cache_dir, dt, used)
     found = _read_cached(path, key)
     if found is not None:
         return found, True
@@ -212,6 +210,14 @@ def cached_local_cpu(
         os.replace(tmp, path)
     logger.info("local-cpu profile cached in %s", path)
     return prof, False
+
+
+def _cache_entry(cache_dir: Path, dtype: str, threads: int) -> tuple[Path, dict[str, Any]]:
+    """The cached local-cpu profile's file and the key it must hold (CPU model, dtype,
+    threads, torch version)."""
+    key = {"cpu": cpu_model_name(), "dtype": dtype, "threads": threads, "torch": torch_version()}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(cache_dir) / "hardware" / f"{LOCAL_CPU}-{dtype}-{threads}t-{digest}.json", key
 
 
 def torch_version() -> str:
@@ -254,11 +260,7 @@ def read_local_cpu(
     CPU, dtype, thread count and torch, read only (nothing measured or written); None when
     there is none. Raises ``ValueError`` for an unsupported dtype."""
     dt = canonical_dtype(dtype)
-    key = {"cpu": cpu_model_name(), "dtype": dt, "threads": threads, "torch": torch_version()}
-    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
-    return _read_cached(
-        Path(cache_dir) / "hardware" / f"{LOCAL_CPU}-{dt}-{threads}t-{digest}.json", key
-    )
+    return _read_cached(*_cache_entry(cache_dir, dt, threads))
 
 
 def datasheet_name(gpu_name: str) -> str | None:
