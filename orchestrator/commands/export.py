@@ -64,10 +64,10 @@ def export(
     """Export a trained draft for EAGLE, SGLang, vLLM or as a self-describing HF folder.
 
     Writes config.json and safetensors with the key names the engine's EAGLE-1/2 draft class
-    loads (embed_tokens, fc, layers.N.*; no lm_head: the engines take the target's). A draft an
-    engine cannot load as is (a final norm, an input norm on layer 0, a truncated vocabulary, a
-    RoPE base or fc bias the engine does not have) is refused with the reason and the fix, and
-    nothing is written.
+    loads (embed_tokens, fc, layers.N.*; no lm_head: the engines take the target's). vllm takes
+    every draft: one stock EAGLE-1 cannot hold (fc bias, norms, a truncated vocabulary) is
+    written for this project's vLLM plugin (make serve-env installs it). A draft eagle or sglang
+    cannot load as is is refused with the reason and the fix, and nothing is written.
 
     Example: orchestrator export tokens best --format sglang --out exported/sglang
     """
@@ -93,7 +93,7 @@ def export(
     ex.check(draft, fmt)  # before loading the target: refusals are instant and write nothing
     ex.check_out(out, overwrite=overwrite)
 
-    embed = None
+    embed = head = None
     if fmt != "hf":
         from workloads.models.target import load_target
 
@@ -101,9 +101,11 @@ def export(
         tgt = load_target(target, cache_dir=cache_dir or run_root / "cache")
         model: Any = tgt.model
         embed = model.get_input_embeddings().weight.detach()
+        head = model.get_output_embeddings().weight.detach()
     result = ex.export_draft(
-        draft, fmt, out.resolve(), embed_weight=embed, dtype=dtype, overwrite=overwrite
-    )
+        draft, fmt, out.resolve(), embed_weight=embed, lm_head_weight=head, dtype=dtype,
+        overwrite=overwrite,
+    )  # fmt: skip
     out_console.print(
         f"exported {folder.parent.name} ({draft.arch.layers} layers, draft vocabulary "
         f"{draft.draft_to_target.shape[0]}) as {fmt}: {result.out}",

@@ -53,9 +53,9 @@ def test_decode_bench_refuses_a_prompt_past_the_targets_positions(tmp_path: Path
         }
     )
     with pytest.raises(PromptTooLong, match=r"'long' prompt 2 is 250 tokens .* than the 256"):
-        decode_bench._prompts(cfg, _target())
+        decode_bench.bench_prompts(cfg, _target())
     fits = cfg.model_copy(update={"prompts": cfg.prompts.model_copy(update={"num_prompts": 1})})
-    assert decode_bench._prompts(fits, _target()) == [[1, 1]]  # the short one only
+    assert decode_bench.bench_prompts(fits, _target()) == [[1, 1]]  # the short one only
 
 
 def test_draft_train_fails_before_training_on_a_too_long_eval_prompt(

@@ -39,6 +39,10 @@ from transformers.models.llama.modeling_llama import (
 
 from workloads.models.kv_cache import CACHE_KW
 
+TRAINED_WITH = "trained_with.json"
+"""file of a draft folder holding the draft_train trial config it was trained with (its
+pretraining tokens and seed select it for serving; absent in folders saved before 2026-12-03)"""
+
 
 @dataclass(frozen=True, kw_only=True)
 class DraftArch:

@@ -8,14 +8,20 @@ A draft folder is what ``draft_train`` saves (``draft.safetensors`` + ``arch.jso
   ``pytorch_model.bin``; ``model.safetensors`` holds the same tensors).
 - ``sglang``: SGLang's EAGLE-1/2 draft class ``LlamaForCausalLMEagle``
   (``python/sglang/srt/models/llama_eagle.py``), run with ``--speculative-algorithm EAGLE``.
-- ``vllm``: vLLM's EAGLE-1 draft class ``EagleLlamaForCausalLM``
-  (``vllm/model_executor/models/llama_eagle.py``), run with ``"method": "eagle"``.
+- ``vllm``: vLLM 0.32's ``"method": "eagle"``. A draft stock EAGLE-1 holds (no fc bias, no
+  layer-0 or final norm, the full vocabulary) is written for ``EagleLlamaForCausalLM``
+  (``vllm/model_executor/models/llama_eagle.py``) and loads in any vLLM; any other draft
+  (the default Scylla draft: fc bias, both norms, a truncated vocabulary) is written for
+  ``EagleScyllaLlamaForCausalLM``, registered by this project's vLLM plugin
+  (``workloads/serving/vllm_plugin``, installed by ``make serve-env``), with the truncated LM
+  head and EAGLE-3's ``d2t`` map (docs/serving.md says why).
 - ``hf``: a self-describing folder (config.json + model.safetensors, our key names, the final
   norm and the vocabulary map) that :func:`load_hf` turns back into a :class:`DraftModel`.
 
-The three engine layouts share the EAGLE-1 key names (``embed_tokens``, ``fc``, ``layers.N``,
-no ``lm_head``); what each engine can load is data (:data:`ENGINES`), and a draft it cannot
-load as is is refused with :class:`ExportError` before anything is written.
+The engine layouts share the EAGLE-1 key names (``embed_tokens``, ``fc``, ``layers.N``, no
+``lm_head`` for the full vocabulary); what each stock loader builds is data (:data:`ENGINES`),
+and a draft that no loader of the format can hold is refused with :class:`ExportError` before
+anything is written.
 
 Shape legend: h hidden size, V target vocabulary, N draft vocabulary.
 """
@@ -41,6 +47,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 HF_ARCHITECTURE = "SpecscaleDraftModel"
 """``architectures[0]`` of an ``hf`` export; :func:`load_hf` checks it."""
+
+VLLM_PLUGIN_ARCHITECTURE = "EagleScyllaLlamaForCausalLM"
+"""``architectures[0]`` of a ``vllm`` export that needs the plugin (``specscale_vllm``)"""
 
 TOKEN_MAP_FILE = "speculative_token_map.pt"
 """SGLang's hot-token list for a truncated vocabulary (``--speculative-token-map``)."""
@@ -183,8 +192,17 @@ def problems(draft: DraftWeights, fmt: str, *, target_vocab: int | None = None) 
     Raises:
         ValueError: unknown ``fmt``.
     """
-    if fmt == "hf":
+    if fmt in ("hf", "vllm"):  # vllm: the plugin's class holds what stock EAGLE-1 cannot
         return []
+    return stock_problems(draft, fmt, target_vocab=target_vocab)
+
+
+def stock_problems(draft: DraftWeights, fmt: str, *, target_vocab: int | None = None) -> list[str]:
+    """Why the stock EAGLE-1/2 loader of engine ``fmt`` (:data:`ENGINES`) cannot load ``draft``.
+
+    Raises:
+        ValueError: ``fmt`` has no stock loader.
+    """
     if fmt not in ENGINES:
         raise ValueError(f"--format {fmt!r} is not one of {list(FORMATS)}")
     rules, arch, out = ENGINES[fmt], draft.arch, []
@@ -331,6 +349,57 @@ def hf_config(draft: DraftWeights, *, dtype: str) -> dict:
     }
 
 
+def vllm_needs_plugin(draft: DraftWeights, *, target_vocab: int) -> bool:
+    """True when stock ``EagleLlamaForCausalLM`` cannot hold ``draft`` (see
+    :func:`stock_problems`), so the export names :data:`VLLM_PLUGIN_ARCHITECTURE`."""
+    return bool(stock_problems(draft, "vllm", target_vocab=target_vocab))
+
+
+def vllm_plugin_state_dict(
+    draft: DraftWeights, *, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor | None
+) -> dict[str, torch.Tensor]:
+    """The tensors :data:`VLLM_PLUGIN_ARCHITECTURE` loads: the EAGLE-1 keys plus ``fc.bias``,
+    ``layers.0.input_layernorm.weight`` and ``norm.weight`` where the draft has them, and for a
+    truncated vocabulary ``lm_head.weight`` [N, h] (the target's LM head rows of the draft
+    vocabulary) and ``d2t`` [N] int64 (target id - draft id, EAGLE-3's convention).
+
+    Raises:
+        ValueError: a truncated vocabulary without ``lm_head_weight`` [V, h].
+    """
+    out = {"embed_tokens.weight": embed_weight, **draft.tensors}
+    v, vocab = int(embed_weight.shape[0]), draft.draft_to_target
+    if not (draft.full_vocab and len(vocab) == v):
+        if lm_head_weight is None or tuple(lm_head_weight.shape) != tuple(embed_weight.shape):
+            raise ValueError(
+                "--format vllm of a truncated draft vocabulary needs the target's LM head "
+                f"[{v}, {embed_weight.shape[1]}]. Fix: pass the --target the sweep trained with"
+            )
+        out["lm_head.weight"] = lm_head_weight[vocab]
+        out["d2t"] = vocab - torch.arange(len(vocab))
+    return out
+
+
+def vllm_plugin_config(draft: DraftWeights, *, target_vocab: int, dtype: str) -> dict:
+    """config.json of a plugin export: the stock vLLM fields plus the plugin's switches
+    (``fc_bias``, ``first_input_norm``, ``output_norm``, ``draft_vocab_size``)."""
+    cfg = engine_config(draft, "vllm", target_vocab=target_vocab, dtype=dtype)
+    cfg["architectures"] = [VLLM_PLUGIN_ARCHITECTURE]
+    bias = draft.tensors.get("fc.bias")
+    cfg["fc_bias"] = bias is not None
+    cfg["first_input_norm"] = draft.arch.first_input_norm
+    cfg["output_norm"] = draft.arch.output_norm
+    cfg["draft_vocab_size"] = int(draft.draft_to_target.shape[0])
+    return cfg
+
+
+VLLM_PLUGIN_USAGE = (
+    "pip install workloads/serving/vllm_plugin into the vLLM environment (make serve-env does), "
+    "then vllm serve <target> --speculative-config "
+    '\'{{"method": "eagle", "model": "{out}", "num_speculative_tokens": 3}}\''
+)
+"""how to load a plugin export; ``{out}`` is the folder"""
+
+
 @dataclass(frozen=True)
 class ExportResult:
     """What an export wrote.
@@ -352,6 +421,7 @@ def export_draft(
     out: Path,
     *,
     embed_weight: torch.Tensor | None = None,
+    lm_head_weight: torch.Tensor | None = None,
     dtype: str = "float32",
     overwrite: bool = False,
 ) -> ExportResult:
@@ -362,6 +432,8 @@ def export_draft(
         fmt: one of :data:`FORMATS`.
         out: the folder to create (written to a temporary sibling, then renamed into place).
         embed_weight: [V, h] the target's token embedding; required for the engine formats.
+        lm_head_weight: [V, h] the target's LM head; required for ``vllm`` of a draft with a
+            truncated vocabulary (its rows are the draft's LM head).
         dtype: element type of the weights (:data:`DTYPES`).
         overwrite: replace an existing non-empty ``out``.
 
@@ -398,6 +470,20 @@ def export_draft(
         files["model.safetensors"] = tensors
         files["config.json"] = hf_config(draft, dtype=dtype)
         usage = f"workloads.models.export.load_hf('{out}', embed_weight=..., lm_head_weight=...)"
+    elif (
+        fmt == "vllm"
+        and embed_weight is not None
+        and vllm_needs_plugin(draft, target_vocab=int(embed_weight.shape[0]))
+    ):
+        v = int(embed_weight.shape[0])
+        state = vllm_plugin_state_dict(
+            draft, embed_weight=embed_weight.detach(), lm_head_weight=lm_head_weight
+        )
+        files["model.safetensors"] = {
+            k: (t if k == "d2t" else t.to(cast)).contiguous() for k, t in state.items()
+        }
+        files["config.json"] = vllm_plugin_config(draft, target_vocab=v, dtype=dtype)
+        usage = VLLM_PLUGIN_USAGE.format(out=out)
     else:
         assert embed_weight is not None and target_vocab is not None
         rules = ENGINES[fmt]

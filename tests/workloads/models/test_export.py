@@ -116,7 +116,7 @@ def test_sglang_keeps_a_truncated_vocabulary_as_its_token_map(tiny, tmp_path: Pa
     assert cfg["vocab_size"] == V  # embedding and lm_head rows are the target's
 
 
-def test_vllm_takes_a_draft_whose_fc_bias_is_zero_and_omits_it(tiny, tmp_path: Path) -> None:  # noqa: ANN001
+def test_vllm_stock_layout_for_a_draft_eagle1_holds(tiny, tmp_path: Path) -> None:  # noqa: ANN001
     config, embed, head = tiny
     draft = _draft(config, embed, head, rope_theta=None)
     with torch.no_grad():
@@ -151,7 +151,8 @@ def test_hf_export_loads_back_with_norm_and_vocabulary_map(tiny, tmp_path: Path)
         config, embed, head, output_norm=True, first_input_norm=True, rope_theta=None, vocab=vocab
     )
     weights = _saved(draft, tmp_path)
-    assert all(ex.problems(weights, f) for f in ("eagle", "sglang", "vllm"))
+    assert all(ex.problems(weights, f) for f in ("eagle", "sglang"))
+    assert ex.vllm_needs_plugin(weights, target_vocab=V)
     res = ex.export_draft(weights, "hf", tmp_path / "hf")
     cfg = json.loads((res.out / "config.json").read_text())
     assert cfg["architectures"] == [ex.HF_ARCHITECTURE]
@@ -197,9 +198,15 @@ def test_each_engine_refuses_what_it_cannot_load(
     refused_by: set[str],
     needle: str,
 ) -> None:
+    """eagle and sglang refuse; vllm's stock EAGLE-1 class cannot hold the same drafts, which
+    go to the plugin's class instead (never refused)."""
     config, embed, head = tiny
     weights = _saved(_draft(config, embed, head, **variant), tmp_path)
-    for fmt in ("eagle", "sglang", "vllm", "hf"):
+    stock = [p for p in ex.stock_problems(weights, "vllm", target_vocab=V) if needle in p]
+    assert bool(stock) == ("vllm" in refused_by)
+    assert ex.vllm_needs_plugin(weights, target_vocab=V)  # every draft here has an fc bias
+    assert ex.problems(weights, "vllm", target_vocab=V) == []
+    for fmt in ("eagle", "sglang", "hf"):
         found = [p for p in ex.problems(weights, fmt, target_vocab=V) if needle in p]
         assert bool(found) == (fmt in refused_by), (fmt, ex.problems(weights, fmt))
         out = tmp_path / f"out-{fmt}"
@@ -209,6 +216,56 @@ def test_each_engine_refuses_what_it_cannot_load(
             assert "\n" not in str(err.value) and "Fix:" in str(err.value)
             assert not out.exists()
             assert not list(tmp_path.glob(f".{out.name}.*"))  # no temporary folder left
+    res = ex.export_draft(weights, "vllm", tmp_path / "v", embed_weight=embed, lm_head_weight=head)
+    arch = json.loads((res.out / "config.json").read_text())["architectures"]
+    assert arch == [ex.VLLM_PLUGIN_ARCHITECTURE]
+
+
+def test_vllm_plugin_export_holds_norms_bias_and_truncated_vocab(tiny, tmp_path: Path) -> None:  # noqa: ANN001
+    """The default Scylla draft's shape: both norms, fc bias, N < V; the d2t offsets and the
+    LM head rows are EAGLE-3's, and a forward written from the exported tensors alone (the
+    plugin's math) gives our draft's logits mapped to target ids."""
+    config, embed, head = tiny
+    vocab = torch.tensor([0, 3, 4, 9, 17, 40, 41, 95])
+    draft = _draft(
+        config, embed, head, output_norm=True, first_input_norm=True, rope_theta=None, vocab=vocab
+    )
+    weights = _saved(draft, tmp_path)
+    res = ex.export_draft(
+        weights, "vllm", tmp_path / "v", embed_weight=embed, lm_head_weight=head
+    )
+    t = load_file(str(res.out / "model.safetensors"))
+    cfg = json.loads((res.out / "config.json").read_text())
+    assert cfg["architectures"] == [ex.VLLM_PLUGIN_ARCHITECTURE]
+    assert (cfg["fc_bias"], cfg["first_input_norm"], cfg["output_norm"]) == (True, True, True)
+    assert cfg["draft_vocab_size"] == len(vocab) and cfg["vocab_size"] == V
+    assert t["d2t"].dtype == torch.int64
+    assert torch.equal(t["d2t"] + torch.arange(len(vocab)), vocab)  # target = draft id + d2t
+    assert torch.equal(t["lm_head.weight"], head[vocab])
+    assert {"norm.weight", "fc.bias", "layers.0.input_layernorm.weight"} <= set(t)
+    assert "pip install workloads/serving/vllm_plugin" in res.usage
+    # the plugin's forward from the exported tensors: fc, our layers, norm, lm_head, d2t scatter
+    back = DraftModel(draft.arch, embed_weight=t["embed_tokens.weight"], lm_head_weight=head)
+    back.load_state_dict({k: v for k, v in t.items() if k in back.state_dict()}, strict=False)
+    back.eval()
+    ids = torch.randint(0, V, (1, 7), generator=torch.Generator().manual_seed(1))
+    hidden = torch.randn(1, 7, H, generator=torch.Generator().manual_seed(2))
+    pos = torch.arange(7)[None]
+    with torch.no_grad():
+        f = back(hidden, ids, pos)
+        full = torch.full((7, V), float("-inf"))
+        full[:, torch.arange(len(vocab)) + t["d2t"]] = f[0] @ t["lm_head.weight"].T
+        ours = draft.logits(draft(hidden, ids, pos))[0]
+    assert torch.allclose(full[:, vocab], ours, atol=1e-5)
+    assert torch.equal(full.argmax(-1), vocab[ours.argmax(-1)])
+
+
+def test_vllm_truncated_export_without_the_lm_head_is_refused(tiny, tmp_path: Path) -> None:  # noqa: ANN001
+    config, embed, head = tiny
+    weights = _saved(_draft(config, embed, head, vocab=torch.arange(0, V, 2)), tmp_path)
+    with pytest.raises(ValueError, match="needs the target's LM head"):
+        ex.export_draft(weights, "vllm", tmp_path / "v", embed_weight=embed)
+    assert not (tmp_path / "v").exists()
 
 
 def test_a_prefix_vocabulary_shorter_than_the_target_is_truncated(tiny, tmp_path: Path) -> None:  # noqa: ANN001

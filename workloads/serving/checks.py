@@ -1,0 +1,68 @@
+"""Checks of a ``serve_bench`` sweep at submit, before anything is written (no model loaded).
+
+Each refusal is a :class:`~workloads.config.ConfigError` naming the field at fault and a fix:
+no serving environment (say ``make serve-env``), a draft that cannot be found, a fixed port in
+use, a target vLLM cannot load (random weights; a local folder without ``config.json``), a
+prompt that does not fit the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from workloads.config import ConfigError
+from workloads.serving.config import ServeBenchConfig
+
+
+def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
+    """Run every check over the distinct configs (see the module docstring).
+
+    Raises:
+        ConfigError: the first problem found.
+    """
+    from workloads.registry import check_bench_prompts
+    from workloads.serving.bench import engine_config, find_served_draft
+    from workloads.serving.env import ServingEnvError, find_env
+    from workloads.serving.server import port_in_use
+
+    for python in sorted({c.serve.python for c in configs}):
+        try:
+            find_env(python)
+        except ServingEnvError as exc:
+            raise ConfigError(str(exc), ("serve", "python")) from exc
+    for c in configs:
+        if c.serve.port and port_in_use(c.serve.port):
+            raise ConfigError(
+                f"serve.port {c.serve.port} on 127.0.0.1 is in use. Fix: serve.port: 0 (a free "
+                "port is picked for each server) or another port",
+                ("serve", "port"),
+            )
+        _check_target(c)
+        try:
+            find_served_draft(c, run_root)
+        except ValueError as exc:
+            field = (
+                ("pretrain", "tokens") if c.draft.source == "sweep" else ("draft", c.draft.source)
+            )
+            raise ConfigError(
+                str(exc), field if field[1] != "trial" else ("draft", "trial_key")
+            ) from exc
+    check_bench_prompts([engine_config(c, None) for c in configs], run_root)
+
+
+def _check_target(c: ServeBenchConfig) -> None:
+    """vLLM loads the target from a folder with config.json and weights, or from the hub."""
+    if c.target.weights == "random":
+        raise ConfigError(
+            "target.weights 'random': vLLM loads a target's weights from a folder or the hub, "
+            "so it cannot serve a random-weight target. Fix: target.weights: pretrained",
+            ("target", "weights"),
+        )
+    local = Path(c.target.model).expanduser()
+    if local.is_dir() and not (local / "config.json").exists():
+        raise ConfigError(
+            f"target.model {local} has no config.json: vLLM cannot load it. Fix: a Hugging Face "
+            "model folder (config.json + safetensors) or the builtin smollm2-135m-instruct",
+            ("target", "model"),
+        )
