@@ -622,6 +622,24 @@ def check_serving(configs: Sequence[ServeBenchConfig], run_root: Path, **_: obje
     check_configs(configs, run_root)
 
 
+def check_serve_prompts(
+    configs: Sequence[ServeBenchConfig],
+    run_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    **_: object,
+) -> None:
+    """Every prompt a serving trial sends fits the target, as :func:`check_bench_prompts` (the
+    same prompts: this platform's engine decodes them too).
+
+    Raises:
+        ConfigError: blaming ``prompts.prompt_sets``.
+    """
+    from workloads.serving.bench import engine_config
+
+    check_bench_prompts([engine_config(c, None) for c in configs], run_root, cache_dir=cache_dir)
+
+
 def _run_sleep(cfg: SleepConfig, ctx: TrialContext) -> TrialResult:
     return run_sleep(cfg, out_dir=ctx.out_dir, progress=ctx.progress)
 
@@ -678,7 +696,7 @@ WORKLOADS: dict[str, Workload] = {
             config_model=ServeBenchConfig,
             run=_run_serve_bench,
             summary="a trained draft served by a real vLLM server against one without it",
-            preflight=(check_targets, check_serving),
+            preflight=(check_targets, check_serving, check_serve_prompts),
             progress=(
                 ("acceptance_length", ".3f"),
                 ("engine.acceptance_length", ".3f"),

@@ -25,6 +25,7 @@ from analysis.laws import LogLinearFit, baseline_summary
 from analysis.numbers import fmt
 from analysis.review import LawReview, review_law
 from analysis.variants import variant_summary
+from dashboards.serving import serving_figures
 from dashboards.sweep_page import LOSS_SERIES, write_sweep_dashboard
 from dashboards.table_page import write_table_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
@@ -214,7 +215,8 @@ def _fit_sweep(
         tracker.log_metrics(parent_run, review_metrics(review, base))
     dashboard.parent.mkdir(parents=True, exist_ok=True)
     tradeoff = depth_tradeoff_figure(done) if law == "layers" else None
-    extra = [("Gain and cost of depth", tradeoff)] if tradeoff is not None else None
+    extra = [("Gain and cost of depth", tradeoff)] if tradeoff is not None else []
+    extra += serving_figures(done, x)  # a serving sweep's agreement and throughput
     write_sweep_dashboard(
         dashboard,
         sweep_name=sweep_name,

@@ -22,7 +22,6 @@ import json
 import logging
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,7 +30,7 @@ from workloads.models.draft import TRAINED_WITH
 from workloads.result import Progress, TrialResult
 from workloads.serving.config import ServeBenchConfig
 from workloads.serving.env import ServingEnv, find_env
-from workloads.serving.metrics import SpecCounters, parse_spec_counters
+from workloads.serving.metrics import ServerRun, parse_spec_counters
 from workloads.serving.server import ServerError, VllmServer, tail
 
 log = logging.getLogger(__name__)
@@ -68,6 +67,11 @@ def find_served_draft(cfg: ServeBenchConfig, run_root: Path | None) -> Path:
 
 
 def _draft_of_budget(run_root: Path, sweep: str, tokens: int | None, seed: int) -> Path:
+    if tokens is None:
+        raise ValueError(
+            "draft.source 'sweep' needs pretrain.tokens (the budget of the draft to serve). "
+            "Fix: grid: {pretrain.tokens: [...]} or draft.source: trial"
+        )
     trials = run_root / sweep / "trials"
     records = sorted(trials.glob(f"*/draft/{TRAINED_WITH}"))
     if not records:
@@ -120,26 +124,6 @@ def engine_config(cfg: ServeBenchConfig, folder: Path | None) -> DecodeBenchConf
         baselines=BaselineConfig(autoregressive=False, hf_generate=False),
         warmup=0,
     )
-
-
-@dataclass
-class ServerRun:
-    """What one server measured.
-
-    Attributes:
-        startup_s: launch to ``/health`` 200.
-        outputs: greedy output token ids per prompt.
-        per_request: per prompt (accepted draft tokens, verification steps) as vLLM counts them
-            (the response's ``metrics.speculative_decoding``; speculating server only).
-        counters: the spec-decode counters over the greedy pass.
-        bench: per b, the benchmark client's result JSON.
-    """
-
-    startup_s: float = float("nan")
-    outputs: list[list[int]] = field(default_factory=list)
-    per_request: list[tuple[int, int]] = field(default_factory=list)
-    counters: SpecCounters = field(default_factory=SpecCounters)
-    bench: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 def server_args(cfg: ServeBenchConfig, draft_dir: Path | None) -> list[str]:

@@ -2,8 +2,8 @@
 
 Each refusal is a :class:`~workloads.config.ConfigError` naming the field at fault and a fix:
 no serving environment (say ``make serve-env``), a draft that cannot be found, a fixed port in
-use, a target vLLM cannot load (random weights; a local folder without ``config.json``), a
-prompt that does not fit the target.
+use, a target vLLM cannot load (random weights; a local folder without ``config.json``).
+The prompts are checked as ``decode_bench``'s (``registry.check_serve_prompts``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
     Raises:
         ConfigError: the first problem found.
     """
-    from workloads.registry import check_bench_prompts
-    from workloads.serving.bench import engine_config, find_served_draft
+    from workloads.serving.bench import find_served_draft
     from workloads.serving.env import ServingEnvError, find_env
     from workloads.serving.server import port_in_use
 
@@ -42,13 +41,8 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
         try:
             find_served_draft(c, run_root)
         except ValueError as exc:
-            field = (
-                ("pretrain", "tokens") if c.draft.source == "sweep" else ("draft", c.draft.source)
-            )
-            raise ConfigError(
-                str(exc), field if field[1] != "trial" else ("draft", "trial_key")
-            ) from exc
-    check_bench_prompts([engine_config(c, None) for c in configs], run_root)
+            field = {"sweep": ("pretrain", "tokens"), "trial": ("draft", "trial_key")}
+            raise ConfigError(str(exc), field.get(c.draft.source, ("draft", "path"))) from exc
 
 
 def _check_target(c: ServeBenchConfig) -> None:

@@ -95,11 +95,6 @@ class ServeBenchConfig(_Frozen):
 
     @model_validator(mode="after")
     def _check_budget(self) -> ServeBenchConfig:
-        if self.draft.source == "sweep" and self.pretrain.tokens is None:
-            raise ValueError(
-                "draft.source 'sweep' needs pretrain.tokens (the budget of the draft to serve). "
-                "Fix: grid: {pretrain.tokens: [...]} or draft.source: trial"
-            )
         if self.target.dtype not in ("float32", "bfloat16"):
             raise ValueError(
                 f"target.dtype {self.target.dtype!r}: serve_bench serves (and compares) in "

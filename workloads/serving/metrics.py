@@ -10,7 +10,8 @@ same pooled definition this project's engine reports as ``acceptance_length``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -91,3 +92,23 @@ def parse_spec_counters(text: str) -> SpecCounters:
         num_accepted_tokens=totals.get("num_accepted_tokens", 0.0),
         accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(max(per_pos, default=-1) + 1)),
     )
+
+
+@dataclass
+class ServerRun:
+    """What one server measured.
+
+    Attributes:
+        startup_s: launch to ``/health`` 200.
+        outputs: greedy output token ids per prompt.
+        per_request: per prompt (accepted draft tokens, verification steps) as vLLM counts them
+            (the response's ``metrics.speculative_decoding``; speculating server only).
+        counters: the spec-decode counters over the greedy pass.
+        bench: per b, the benchmark client's result JSON.
+    """
+
+    startup_s: float = float("nan")
+    outputs: list[list[int]] = field(default_factory=list)
+    per_request: list[tuple[int, int]] = field(default_factory=list)
+    counters: SpecCounters = field(default_factory=SpecCounters)
+    bench: dict[int, dict[str, Any]] = field(default_factory=dict)

@@ -35,8 +35,8 @@ from workloads.engine.acceptance import acceptance_metrics
 
 if TYPE_CHECKING:
     from workloads.models.target import Target
-    from workloads.serving.bench import ServerRun
     from workloads.serving.config import ServeBenchConfig
+    from workloads.serving.metrics import ServerRun
 
 NAN = float("nan")
 

@@ -1,0 +1,109 @@
+"""Figures of a serving sweep (``serve_bench``): the train-to-serve agreement per draft, and
+throughput with and without the draft against batch size in vLLM (docs/serving.md).
+
+Pure: the wide trial table in, plotly figures out; a table without the serving columns gives
+no figures.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analysis.laws import fit_log_linear
+from dashboards._html import plot_text
+
+_B = re.compile(r"^tokens_per_s/b(\d+)$")
+
+
+def _num(df: pd.DataFrame, col: str) -> pd.Series:
+    return pd.to_numeric(df[col], errors="coerce") if col in df.columns else pd.Series(dtype=float)
+
+
+def _law_label(done: pd.DataFrame, x: str, y: str, name: str) -> str:
+    """``name``: the token law's slope with its 95% CI, when it can be fitted."""
+    fit = fit_log_linear(done[[x, y]].apply(pd.to_numeric, errors="coerce"), x, y, law="tokens")
+    if fit.status != "ok":
+        return name
+    return f"{name}: a = {fit.a:.3f} [{fit.a_ci[0]:.3f}, {fit.a_ci[1]:.3f}], R² {fit.r2:.2f}"
+
+
+def agreement_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figure | None:
+    """vLLM's acceptance length and this platform's engine's, each with its 95% CI, against
+    ``x``; a trial whose two CIs are disjoint (``agreement.disjoint``) marked and named, and
+    each series' token law in its legend. None without the serving columns."""
+    need = ("acceptance_length", "engine.acceptance_length", "agreement.disjoint")
+    if x not in done.columns or not all(c in done.columns for c in need):
+        return None
+    xs = _num(done, x).clip(lower=1)  # the SFT-only draft (0 tokens) drawn at 1 on a log axis
+    fig = go.Figure()
+    for col, name in (("acceptance_length", "vLLM"), ("engine.acceptance_length", "this engine")):
+        y, lo, hi = _num(done, col), _num(done, col + "_ci_low"), _num(done, col + "_ci_high")
+        bars = {"type": "data", "array": (hi - y).tolist(), "arrayminus": (y - lo).tolist()}
+        fig.add_trace(
+            go.Scatter(x=xs, y=y, mode="markers", name=_law_label(done, x, col, name), error_y=bars)
+        )
+    flagged = done[_num(done, "agreement.disjoint") == 1]
+    if len(flagged):
+        fig.add_trace(
+            go.Scatter(
+                x=xs[flagged.index], y=_num(flagged, "acceptance_length"), mode="markers",
+                marker={"symbol": "x", "size": 14, "color": "red"},
+                name=f"CIs disjoint ({len(flagged)}): see docs/serving.md, which acceptance length",
+            )
+        )  # fmt: skip
+    fig.update_layout(
+        title={"text": "train-to-serve agreement: the same draft, prompts and K in both engines",
+               "font": {"size": 13}},
+        xaxis={"title": {"text": plot_text(x)}, "type": "log"},
+        yaxis={"title": {"text": "acceptance length (tokens per verification step)"}},
+        height=420,
+    )  # fmt: skip
+    return fig
+
+
+def throughput_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figure | None:
+    """Output tokens/s with the draft and without (the baseline server) against batch size,
+    means over the trials of each ``x``, and the speedup on the right axis (1 = break-even).
+    None without ``tokens_per_s/b<b>`` columns."""
+    bs = sorted(int(m.group(1)) for c in done.columns if (m := _B.match(str(c))))
+    if not bs:
+        return None
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    base = [float(_num(done, f"baseline.tokens_per_s/b{b}").mean()) for b in bs]
+    fig.add_trace(go.Scatter(x=bs, y=base, mode="lines+markers", name="vLLM, no draft"))
+    groups = done.groupby(x) if x in done.columns else [("all", done)]
+    for value, g in groups:
+        label = f"{plot_text(x)} = {value:g}" if isinstance(value, (int, float)) else str(value)
+        tps = [float(_num(g, f"tokens_per_s/b{b}").mean()) for b in bs]
+        sp = [float(_num(g, f"speedup/b{b}").mean()) for b in bs]
+        fig.add_trace(go.Scatter(x=bs, y=tps, mode="lines+markers", name=f"with draft, {label}"))
+        fig.add_trace(
+            go.Scatter(x=bs, y=sp, mode="lines", line={"dash": "dot"}, name=f"speedup, {label}"),
+            secondary_y=True,
+        )
+    fig.add_hline(y=1.0, line={"dash": "dash", "color": "grey"}, secondary_y=True)
+    fig.update_layout(
+        title={"text": "vLLM output tokens/s against batch size (vllm bench serve)",
+               "font": {"size": 13}},
+        xaxis={"title": {"text": "batch size (max concurrency)"}, "type": "log"},
+        height=420,
+    )  # fmt: skip
+    fig.update_yaxes(title_text="output tokens/s", secondary_y=False)
+    fig.update_yaxes(title_text="speedup over no draft", secondary_y=True)
+    return fig
+
+
+def serving_figures(done: pd.DataFrame, x: str = "pretrain.tokens") -> list[tuple[str, go.Figure]]:
+    """(heading, figure) pairs for a serving sweep's dashboard; empty for any other sweep."""
+    out = []
+    for heading, fig in (
+        ("Train-to-serve agreement (vLLM vs this engine)", agreement_figure(done, x)),
+        ("Throughput in vLLM against batch size", throughput_figure(done, x)),
+    ):
+        if fig is not None:
+            out.append((heading, fig))
+    return out

@@ -1,0 +1,53 @@
+"""A serving trial's metrics: both acceptance definitions, the agreement flag, speedups."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workloads.serving.config import ServeBenchConfig
+from workloads.serving.metrics import ServerRun, SpecCounters
+from workloads.serving.report import agreement, trial_metrics
+
+
+def _spec() -> ServerRun:
+    # two requests of 9 output tokens: 8 after the prefill token, in 4 steps each; vLLM counted
+    # one more accepted token in the last step of the first request (cut by max_tokens)
+    return ServerRun(
+        startup_s=50.0,
+        outputs=[list(range(9)), list(range(9))],
+        per_request=[(5, 4), (4, 4)],
+        counters=SpecCounters(8, 24, 9, (6, 2, 1)),
+        bench={1: {"output_throughput": 12.0, "mean_tpot_ms": 80.0,
+                   "spec_decode_acceptance_length": 2.1}},
+    )  # fmt: skip
+
+
+def test_both_definitions_and_the_speedup() -> None:
+    cfg = ServeBenchConfig(draft={"source": "path", "path": "x"}, serve={"batch_sizes": [1]})
+    base = ServerRun(
+        startup_s=40.0, outputs=_spec().outputs, bench={1: {"output_throughput": 10.0}}
+    )
+    ours = {"acceptance_length": 2.0, "acceptance_length_ci_low": 2.0,
+            "acceptance_length_ci_high": 2.0, "mismatches": 0.0, "cycles": 8.0}  # fmt: skip
+    m = trial_metrics(cfg, _spec(), base, ours, {"mismatches": 0.0, "near_ties": 0.0})
+    assert m["acceptance_length"] == 2.0  # 16 emitted / 8 steps
+    assert m["acceptance_length_vllm"] == pytest.approx(17 / 8)  # 1 + 9 accepted / 8
+    assert m["acceptance_length_counters"] == pytest.approx(17 / 8)
+    assert m["acceptance_rate/pos0"] == 0.75 and m["verify_steps"] == 8
+    assert m["speedup"] == pytest.approx(1.2) and m["tokens_per_s"] == 12.0
+    assert m["baseline.startup_s"] == 40.0 and m["tpot_ms/b1"] == 80.0
+    assert m["agreement.difference"] == 0.0 and m["engine.verify_steps"] == 8
+
+
+def test_disjoint_cis_are_flagged_and_missing_figures_are_nan() -> None:
+    vllm = {"acceptance_length": 1.5, "acceptance_length_ci_low": 1.45,
+            "acceptance_length_ci_high": 1.55}  # fmt: skip
+    far = {"acceptance_length": 1.3, "acceptance_length_ci_low": 1.25,
+           "acceptance_length_ci_high": 1.35}  # fmt: skip
+    near = {"acceptance_length": 1.42, "acceptance_length_ci_low": 1.35,
+            "acceptance_length_ci_high": 1.46}  # fmt: skip
+    assert agreement(vllm, far)["agreement.disjoint"] == 1.0
+    assert agreement(vllm, near)["agreement.disjoint"] == 0.0
+    assert math.isnan(agreement(vllm, None)["agreement.difference"])
