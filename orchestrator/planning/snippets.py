@@ -5,10 +5,11 @@
 Conventions (k is this project's: verified tokens per sequence per cycle, the tree root
 included, as SGLang's ``--speculative-num-draft-tokens``):
 
-- vLLM (``num_speculative_tokens_per_batch_size``, vllm#32374): inclusive ``"lo-hi"`` batch
-  ranges -> K speculative tokens, K = k - 1 (vLLM counts drafted tokens; its EAGLE drafts a
-  chain; K = 0 where the plan has k = 1, no speculation), ``num_speculative_tokens`` the
-  largest K (the startup maximum it sizes buffers for);
+- vLLM (``num_speculative_tokens_per_batch_size``, vllm#32374; vLLM 0.32 reads a list of
+  ``[range_start, range_end, K]``, inclusive ranges from 1): K speculative tokens, K = k - 1
+  (vLLM counts drafted tokens; its EAGLE drafts a chain; K = 0 where the plan has k = 1, no
+  speculation), ``num_speculative_tokens`` the largest K (the startup maximum it sizes buffers
+  for); ``null`` when every K is 0 (vLLM needs K > 0: serve the target without speculation);
 - SGLang has one setting per server: one launch line per batch range, with
   ``--max-running-requests`` at the range's top, ``--speculative-num-steps`` the tree depth,
   ``--speculative-eagle-topk`` the decode sweep's topk and ``--speculative-num-draft-tokens``
@@ -48,17 +49,25 @@ def batch_ranges(batch_sizes: Sequence[int]) -> list[tuple[int, int]]:
     return out
 
 
-def vllm_config(rows: Sequence[Mapping[str, Any]], draft: str) -> dict[str, Any]:
-    """vLLM's ``speculative_config`` for the plan's rows (batch_size, k)."""
+def vllm_config(rows: Sequence[Mapping[str, Any]], draft: str) -> dict[str, Any] | None:
+    """vLLM's ``speculative_config`` for the plan's rows (batch_size, k): its
+    ``num_speculative_tokens_per_batch_size`` is a list of ``[range_start, range_end, K]``
+    (inclusive, from 1; vLLM 0.32 ``vllm/v1/spec_decode/dynamic/utils.py`` validates it), and
+    ``num_speculative_tokens`` the largest K. None when every planned k is 1: vLLM takes no
+    speculative config with K = 0 everywhere, so the target is served alone."""
     ranges = batch_ranges([int(r["batch_size"]) for r in rows])
     by_b = {int(r["batch_size"]): int(r["k"]) for r in rows}
-    per = {
-        f"{lo}-{hi}": max(0, by_b[b] - 1) for (lo, hi), b in zip(ranges, sorted(by_b), strict=True)
-    }
+    per = [
+        [lo, hi, max(0, by_b[b] - 1)]
+        for (lo, hi), b in zip(ranges, sorted(by_b), strict=True)
+    ]
+    top = max(k for _, _, k in per)
+    if top == 0:
+        return None
     return {
         "method": "eagle",
         "model": draft,
-        "num_speculative_tokens": max(per.values()),
+        "num_speculative_tokens": top,
         "num_speculative_tokens_per_batch_size": per,
     }
 
