@@ -3,7 +3,9 @@
 The server runs in its own process group on 127.0.0.1 (a free port unless one is given), its
 output goes to a log file kept as the trial's artifact, readiness is ``GET /health`` answering
 200, and it is stopped by PID (SIGTERM to its group, SIGKILL after a grace period), also when the
-code inside the ``with`` block raises.
+code inside the ``with`` block raises. A guard (:mod:`workloads.serving._guard`) owns the group
+and ends it when this process dies without stopping it (a cancelled or killed Ray worker), so
+no server or vLLM engine process outlives its trial.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +28,8 @@ from typing import Any
 
 HOST = "127.0.0.1"
 """servers bind to loopback only"""
+
+_GUARD = Path(__file__).with_name("_guard.py")
 
 
 class ServerError(RuntimeError):
@@ -43,6 +48,15 @@ def port_in_use(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex((HOST, port)) == 0
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while any process of group ``pgid`` is alive (zombies included)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -77,7 +91,7 @@ class VllmServer:
     ready_timeout_s: float = 600.0
     env: dict[str, str] = field(default_factory=dict)
     startup_s: float = float("nan")
-    _proc: subprocess.Popen[bytes] | None = None
+    _pgid: int | None = None
 
     @property
     def url(self) -> str:
@@ -85,7 +99,12 @@ class VllmServer:
 
     @property
     def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+        """The process group of the server (its guard's pid); None when stopped."""
+        return self._pgid
+
+    @property
+    def _exit_file(self) -> Path:
+        return self.log_path.with_suffix(".exit")
 
     def command(self) -> list[str]:
         """The server's command line."""
@@ -102,13 +121,19 @@ class VllmServer:
                 f"port {self.port} on {HOST} is in use. Fix: serve.port: 0 (a free one)"
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._exit_file.unlink(missing_ok=True)
         env = {**os.environ, "VLLM_HOST_IP": HOST, **self.env}
         t0 = time.perf_counter()
-        with self.log_path.open("ab") as log:
-            self._proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+        guard = [sys.executable, str(_GUARD), str(os.getpid()), str(self._exit_file)]
+        launched = subprocess.run(
+            [*guard, str(self.log_path), "--", *self.command()], env=env, capture_output=True,
+            text=True, stdin=subprocess.DEVNULL, timeout=60, check=False,
+        )  # fmt: skip
+        try:
+            self._pgid = int(launched.stdout.split()[0])
+        except (IndexError, ValueError):
+            why = launched.stderr[-500:]
+            raise ServerError(f"the server's guard did not start: {why}") from None
         try:
             self._wait_ready()
         except BaseException:
@@ -122,11 +147,17 @@ class VllmServer:
     ) -> None:
         self.stop()
 
+    def _exited(self) -> str | None:
+        """The server's exit code when it has exited (its guard wrote it), else None."""
+        try:
+            return self._exit_file.read_text().strip() or "?"
+        except OSError:
+            return None if self._pgid is not None and _group_alive(self._pgid) else "?"
+
     def _wait_ready(self) -> None:
-        assert self._proc is not None
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
-            code = self._proc.poll()
+            code = self._exited()
             if code is not None:
                 raise ServerError(
                     f"vLLM server exited with code {code} before it was ready; its log "
@@ -146,21 +177,16 @@ class VllmServer:
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM the server's process group, SIGKILL it after ``grace_s``; idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        pgid, self._pgid = self._pgid, None
+        if pgid is None:
             return
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError):  # workers it spawned in the same group
-            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
 
     def get(self, path: str, *, timeout_s: float = 30.0) -> str:
         """GET ``path`` as text."""

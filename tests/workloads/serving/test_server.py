@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +94,35 @@ def test_a_port_in_use_is_refused_before_starting(tmp_path: Path) -> None:
         ):
             pass
     assert not (tmp_path / "server.log").exists()
+
+
+def test_a_killed_trial_process_takes_its_server_with_it(tmp_path: Path) -> None:
+    """SIGKILL of the process that started the server (as Ray does to a cancelled worker):
+    the guard ends the server's process group."""
+    script = tmp_path / "trial.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[3])!r})\n"
+        "from pathlib import Path\n"
+        "from workloads.serving.server import VllmServer\n"
+        f"s = VllmServer(python=Path({str(_python(tmp_path))!r}), model='m', args=[],\n"
+        f"               log_path=Path({str(tmp_path / 'server.log')!r}))\n"
+        "s.__enter__()\n"
+        "print(s.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pgid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.2)
+    assert not _group_alive(pgid)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
