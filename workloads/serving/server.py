@@ -50,7 +50,7 @@ def port_in_use(port: int) -> bool:
         return s.connect_ex((HOST, port)) == 0
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """True while any process of group ``pgid`` is alive (zombies included)."""
     try:
         os.killpg(pgid, 0)
@@ -152,7 +152,7 @@ class VllmServer:
         try:
             return self._exit_file.read_text().strip() or "?"
         except OSError:
-            return None if self._pgid is not None and _group_alive(self._pgid) else "?"
+            return None if self._pgid is not None and group_alive(self._pgid) else "?"
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
@@ -183,7 +183,7 @@ class VllmServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        while group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.2)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)

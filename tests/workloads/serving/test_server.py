@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import stat
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from workloads.serving.bench import greedy_pass
-from workloads.serving.server import ServerError, VllmServer, free_port
+from workloads.serving.server import ServerError, VllmServer, free_port, group_alive
 
 FAKE = Path(__file__).with_name("fake_vllm.py")
 
@@ -26,14 +25,6 @@ def _python(tmp_path: Path) -> Path:
     exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return exe
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _server(tmp_path: Path, mode: str = "ok", **kw: object) -> VllmServer:
@@ -47,11 +38,11 @@ def test_ready_then_measured_then_stopped_by_pid(tmp_path: Path) -> None:
     server = _server(tmp_path)
     with server:
         pid = server.pid
-        assert pid is not None and _alive(pid)
+        assert pid is not None and group_alive(pid)
         assert server.startup_s >= 1.0  # /health answered 503 for 1.5 s first
         assert server.url.startswith("http://127.0.0.1:")
         run = greedy_pass(server, [[1, 2, 7], [3, 9]], max_new_tokens=6)
-    assert not _alive(pid)
+    assert not group_alive(pid)
     assert run.outputs == [[8, 9, 10, 11, 12, 13], [10, 11, 12, 13, 14, 15]]
     assert run.per_request == [(3, 3), (3, 3)]  # (accepted, steps): 3 steps emitting 2 tokens each
     assert run.counters.num_drafts == 6 and run.counters.acceptance_length == 2.0
@@ -80,7 +71,7 @@ def test_an_error_inside_the_block_still_stops_the_server(tmp_path: Path) -> Non
     with pytest.raises(RuntimeError, match="trial failed"), server:
         pid = server.pid
         raise RuntimeError("trial failed")
-    assert pid is not None and not _alive(pid)
+    assert pid is not None and not group_alive(pid)
 
 
 def test_a_port_in_use_is_refused_before_starting(tmp_path: Path) -> None:
@@ -115,14 +106,6 @@ def test_a_killed_trial_process_takes_its_server_with_it(tmp_path: Path) -> None
     assert out.returncode == -signal.SIGKILL, out.stderr
     pgid = int(out.stdout.split()[0])
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _group_alive(pgid):
+    while time.monotonic() < deadline and group_alive(pgid):
         time.sleep(0.2)
-    assert not _group_alive(pgid)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    assert not group_alive(pgid)
