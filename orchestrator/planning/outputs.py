@@ -67,7 +67,8 @@ def write_plan(folder: Path, plan: Mapping[str, Any], *, name: str, draft: str) 
         "sglang_launch.sh": _atomic(
             folder / "sglang_launch.sh",
             "#!/bin/sh\n# one SGLang server setting per batch range (orchestrator plan "
-            f"{name})\n"
+            f"{name})\n# UNCHECKED: never run by this project (SGLang's registry build needs "
+            "CUDA; docs/serving.md)\n"
             + where
             + "\n".join(
                 sglang_lines(

@@ -123,7 +123,8 @@ ENGINES: dict[str, EngineRules] = {
         token_map=True,
         weight_files=("model.safetensors",),
         usage="python -m sglang.launch_server --model-path <target> --speculative-algorithm "
-        "EAGLE --speculative-draft-model-path {out}{token_map}",
+        "EAGLE --speculative-draft-model-path {out}{token_map} (unchecked: no SGLang server "
+        "runs on this project's CPU machines, docs/serving.md)",
     ),
     "vllm": EngineRules(
         name="vLLM EagleLlamaForCausalLM, EAGLE-1",

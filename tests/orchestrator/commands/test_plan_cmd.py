@@ -293,7 +293,7 @@ def test_snippets_name_the_planned_target_and_cover_its_batch_sizes(tmp_path: Pa
     assert res.exit_code == 0, res.output
     sh = (run_root / "big" / "sglang_launch.sh").read_text()
     assert "--model-path llama-3-8b" in sh and "smollm2" not in sh
-    assert "put its checkpoint" in sh
+    assert "put its checkpoint" in sh and "# UNCHECKED: never run by this project" in sh
     per = json.loads((run_root / "big" / "vllm_speculative_config.json").read_text())
     assert per["num_speculative_tokens_per_batch_size"][-1][1] == 10000
 
