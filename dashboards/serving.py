@@ -31,6 +31,15 @@ def _law_label(done: pd.DataFrame, x: str, y: str, name: str) -> str:
     return f"{name}: a = {fit.a:.3f} [{fit.a_ci[0]:.3f}, {fit.a_ci[1]:.3f}], R² {fit.r2:.2f}"
 
 
+def _batch_law_label(points: list[tuple[int, float]], name: str) -> str:
+    """``name``: Thm 1.3's tokens/s = a*log2(b) + b0 over the points, when it can be fitted."""
+    frame = pd.DataFrame(points, columns=["batch_size", "tokens_per_s"])
+    fit = fit_log_linear(frame, "batch_size", "tokens_per_s", law="batch", log_base=2)
+    if fit.status != "ok":
+        return name
+    return f"{name}: {fit.a:.1f}·log2(b) + {fit.b:.1f}, R² {fit.r2:.2f}"
+
+
 def agreement_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figure | None:
     """vLLM's acceptance length and this platform's engine's, each with its 95% CI, against
     ``x``; a trial whose two CIs are disjoint (``agreement.disjoint``) marked and named, and
@@ -74,13 +83,17 @@ def throughput_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figu
         return None
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     base = [float(_num(done, f"baseline.tokens_per_s/b{b}").mean()) for b in bs]
-    fig.add_trace(go.Scatter(x=bs, y=base, mode="lines+markers", name="vLLM, no draft"))
+    trials = [(b, v) for b in bs for v in _num(done, f"baseline.tokens_per_s/b{b}").dropna()]
+    label = _batch_law_label(trials, "vLLM, no draft")
+    fig.add_trace(go.Scatter(x=bs, y=base, mode="lines+markers", name=label))
     groups = done.groupby(x) if x in done.columns else [("all", done)]
     for value, g in groups:
         label = f"{plot_text(x)} = {value:g}" if isinstance(value, (int, float)) else str(value)
         tps = [float(_num(g, f"tokens_per_s/b{b}").mean()) for b in bs]
         sp = [float(_num(g, f"speedup/b{b}").mean()) for b in bs]
-        fig.add_trace(go.Scatter(x=bs, y=tps, mode="lines+markers", name=f"with draft, {label}"))
+        points = [(b, v) for b in bs for v in _num(g, f"tokens_per_s/b{b}").dropna()]
+        name = _batch_law_label(points, f"with draft, {label}")
+        fig.add_trace(go.Scatter(x=bs, y=tps, mode="lines+markers", name=name))
         fig.add_trace(
             go.Scatter(x=bs, y=sp, mode="lines", line={"dash": "dot"}, name=f"speedup, {label}"),
             secondary_y=True,
