@@ -109,7 +109,7 @@ def engine_config(cfg: ServeBenchConfig, folder: Path | None) -> DecodeBenchConf
     )
     return DecodeBenchConfig(
         seed=cfg.seed,
-        device="cpu",
+        device="auto",
         target=cfg.target,
         draft=draft,
         decode=DecodeConfig(
@@ -277,7 +277,7 @@ def run(
     env = find_env(cfg.serve.python)
     folder = find_served_draft(cfg, run_root)
     target = load_target(
-        cfg.target.model, cache_dir=cache_dir, dtype=cfg.target.dtype, device="cpu",
+        cfg.target.model, cache_dir=cache_dir, dtype=cfg.target.dtype, device="auto",
         weights=cfg.target.weights, seed=cfg.seed,
     )  # fmt: skip
     target_path = served_target_path(cfg, cache_dir)
