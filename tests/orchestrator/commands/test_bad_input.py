@@ -89,7 +89,7 @@ CASES: dict[str, Case] = {
     "bool-as-search-number": Case(
         SEARCH + "  n_trials: on\n", "sweep.yaml:6: search.n_trials: Input should be a number"
     ),
-    "unknown-workload": Case("name: t\nworkload: draft_trian\n", "'decode_bench' or 'sleep'"),
+    "unknown-workload": Case("name: t\nworkload: draft_trian\n", "'serve_bench' or 'sleep'"),
     "bad-sweep-name": Case("name: 'a b/c'\n", "may use only ASCII letters, digits"),
     # -- budgets --------------------------------------------------------------------------------
     "negative-budget": Case(

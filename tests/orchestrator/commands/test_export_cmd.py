@@ -105,7 +105,6 @@ def test_hf_export_of_the_best_trial(tiny_root: Path, tmp_path: Path) -> None:
     [
         ("eagle", "draft.output_norm: false"),
         ("sglang", "draft.output_norm: false"),
-        ("vllm", "draft.output_norm: false"),
     ],
 )
 def test_refusal_is_one_line_exit_2_and_writes_nothing(
