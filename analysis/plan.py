@@ -171,7 +171,8 @@ class ServingPlan:
 
     rows: list[dict[str, Any]]
     """per b: batch_size, share, k, k_ci, acceptance_length (+_ci), tokens_per_s (+_ci),
-    ar_tokens_per_s, speedup (+_ci), labels"""
+    ar_tokens_per_s, speedup (+_ci), speedup_by_k ({candidate k: the fit's predicted speedup over
+    AR had that k been used}: what a served fixed k is compared with), labels"""
     mix_speedup: float
     mix_speedup_ci: tuple[float, float]
     rescale: float
@@ -410,6 +411,7 @@ def plan_serving(
                 "ar_tokens_per_s": float(ar),
                 "speedup": float(speed[0]),
                 "speedup_ci": _ci(speed[1:], alpha),
+                "speedup_by_k": {int(k): float(tps[0, j] / ar) for j, k in enumerate(ks)},
                 "labels": row_labels,
             }
         )

@@ -37,12 +37,12 @@ def main(argv: list[str]) -> int:
         return 2
     import torch
 
+    from workloads.config import TargetConfig
     from workloads.data import chat_prompt_ids
     from workloads.data.sharegpt import read_sharegpt, split_conversations
     from workloads.engine.ar_decode import ar_generate
     from workloads.models.target import load_target
     from workloads.serving.bench import SERVED_NAME, served_target_path
-    from workloads.serving.config import ServeBenchConfig
     from workloads.serving.env import find_env
     from workloads.serving.server import VllmServer
 
@@ -63,9 +63,8 @@ def main(argv: list[str]) -> int:
     ours_s = time.perf_counter() - t0
 
     a.out.mkdir(parents=True, exist_ok=True)
-    cfg = ServeBenchConfig(draft={"source": "path", "path": "-"})
     server = VllmServer(
-        python=env.python, model=served_target_path(cfg, a.cache_dir),
+        python=env.python, model=served_target_path(TargetConfig(), a.cache_dir),
         args=["--served-model-name", SERVED_NAME, "--dtype", "float32", "--max-model-len",
               "2048", "--max-num-seqs", str(a.batch_size)],
         log_path=a.out / "server.log", env={"VLLM_CPU_KVCACHE_SPACE": "2"},

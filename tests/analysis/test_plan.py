@@ -378,6 +378,23 @@ def test_k_per_batch_size_maximises_roofline_throughput(tau_k: TauKFit) -> None:
         assert row["ar_tokens_per_s"] == pytest.approx(row["batch_size"] / C0)
 
 
+def test_speedup_by_k_is_each_candidates_predicted_speedup(tau_k: TauKFit) -> None:
+    """Every candidate k's speedup by hand; the planned k's equals the row's (when speculating),
+    and at b = 1024 (speculation off) every candidate is below 1."""
+    ks = np.array(KS, dtype=float)
+    tau = np.minimum(1 + (tau_k.predict(ks)[0] - 1), ks)
+    for row in _serve(tau_k).rows:
+        b = row["batch_size"]
+        by_k = row["speedup_by_k"]
+        assert sorted(by_k) == list(KS)
+        for t, k in zip(tau, KS, strict=True):
+            assert by_k[k] == pytest.approx((b * t / (C0 + C1 * b * k)) / (b / C0))
+        if row["speculate"]:
+            assert by_k[row["k"]] == pytest.approx(row["speedup"])
+        else:
+            assert max(by_k.values()) < 1.0
+
+
 def test_k_does_not_increase_with_batch_size(tau_k: TauKFit) -> None:
     ks = [r["k"] for r in _serve(tau_k).rows]
     assert all(a >= b for a, b in zip(ks, ks[1:], strict=False)), ks

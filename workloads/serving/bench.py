@@ -22,10 +22,17 @@ import json
 import logging
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from workloads.config import BaselineConfig, DecodeBenchConfig, DecodeConfig, DraftSourceConfig
+from workloads.config import (
+    BaselineConfig,
+    DecodeBenchConfig,
+    DecodeConfig,
+    DraftSourceConfig,
+    TargetConfig,
+)
 from workloads.models.draft import TRAINED_WITH
 from workloads.result import Progress, TrialResult
 from workloads.serving.config import ServeBenchConfig
@@ -142,6 +149,8 @@ def server_args(cfg: ServeBenchConfig, draft_dir: Path | None) -> list[str]:
             "model": str(draft_dir),
             "num_speculative_tokens": s.num_speculative_tokens,
         }
+        if s.schedule is not None:
+            spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in s.schedule]
         args += [
             "--speculative-config",
             json.dumps(spec),
@@ -280,7 +289,7 @@ def run(
         cfg.target.model, cache_dir=cache_dir, dtype=cfg.target.dtype, device="auto",
         weights=cfg.target.weights, seed=cfg.seed,
     )  # fmt: skip
-    target_path = served_target_path(cfg, cache_dir)
+    target_path = served_target_path(cfg.target, cache_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     draft = ex.read_draft(folder)
     model: Any = target.model
@@ -297,9 +306,12 @@ def run(
             text = target.tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
             f.write(json.dumps({"prompt": text}) + "\n")
     say(f"vLLM {env.vllm_version} serving {folder} (K={cfg.serve.num_speculative_tokens})")
-    kw = dict(target_path=target_path, prompts=prompts, dataset=dataset, out_dir=out_dir, say=say)
-    base = serve_and_measure(cfg, env, draft_dir=None, **kw) if cfg.serve.baseline else None  # type: ignore[arg-type]
-    spec = serve_and_measure(cfg, env, draft_dir=exported.out, **kw)  # type: ignore[arg-type]
+    measure = partial(
+        serve_and_measure, cfg, env, target_path=target_path, prompts=prompts, dataset=dataset,
+        out_dir=out_dir, say=say,
+    )  # fmt: skip
+    base = measure(draft_dir=None) if cfg.serve.baseline else None
+    spec = measure(draft_dir=exported.out)
     ours = None
     if cfg.serve.compare_engine:
         say("this platform's engine: the same prompts, a chain of K")
@@ -312,7 +324,7 @@ def run(
     return result
 
 
-def served_target_path(cfg: ServeBenchConfig, cache_dir: Path) -> str:
+def served_target_path(target: TargetConfig, cache_dir: Path) -> str:
     """What vLLM loads as the target: the builtin's converted safetensors folder in the cache,
     else ``target.model`` as given (a local folder or a hub id).
 
@@ -321,11 +333,11 @@ def served_target_path(cfg: ServeBenchConfig, cache_dir: Path) -> str:
     """
     from workloads.models.target import DEFAULT_TARGET, _materialize_default
 
-    if cfg.target.weights == "random":
+    if target.weights == "random":
         raise ValueError(
             "target.weights 'random': vLLM loads a target's weights from a folder or the hub. "
             "Fix: target.weights: pretrained"
         )
-    if cfg.target.model == DEFAULT_TARGET:
+    if target.model == DEFAULT_TARGET:
         return str(_materialize_default(cache_dir))
-    return cfg.target.model
+    return target.model

@@ -54,6 +54,11 @@ class ServeConfig(_Frozen):
     on a GPU node, the Python of an environment with vllm and the plugin"""
     num_speculative_tokens: int = Field(default=3, ge=1, le=16)
     """K, draft tokens per verification step (vLLM's EAGLE drafts a chain of K)"""
+    schedule: list[tuple[int, int, int]] | None = None
+    """vLLM's ``num_speculative_tokens_per_batch_size``: ``[[range_start, range_end, K], ...]``,
+    inclusive batch-size ranges from 1, K >= 0 (what ``orchestrator plan`` writes to
+    ``vllm_speculative_config.json``); the speculating server then drafts K by its running
+    batch size, and ``num_speculative_tokens`` must be the largest K. None: K at every b"""
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 4, 16])
     """concurrency levels b the benchmark client drives, each at least 2b requests"""
     max_new_tokens: int = Field(default=48, ge=1, le=4096)
@@ -79,6 +84,41 @@ class ServeConfig(_Frozen):
         if not value or any(b < 1 or b > 1024 for b in value):
             raise ValueError("serve.batch_sizes must be a non-empty list of integers in [1, 1024]")
         return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> ServeConfig:
+        if self.schedule is None:
+            return self
+        ranges = sorted(self.schedule)
+        ks = [k for _, _, k in ranges]
+        ok = bool(ranges) and ranges[0][0] == 1 and min(ks) >= 0
+        ok = ok and all(lo <= hi for lo, hi, _ in ranges)
+        ok = ok and all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        if not ok:
+            raise ValueError(
+                f"serve.schedule {self.schedule}: vLLM takes [[range_start, range_end, K], ...] "
+                "with inclusive, non-overlapping ranges starting at 1 and K >= 0. Fix: copy "
+                "num_speculative_tokens_per_batch_size from a plan's vllm_speculative_config.json"
+            )
+        if max(ks) != self.num_speculative_tokens:
+            raise ValueError(
+                f"serve.schedule's largest K is {max(ks)}, serve.num_speculative_tokens "
+                f"{self.num_speculative_tokens}: vLLM sizes its buffers for the latter. Fix: "
+                f"serve.num_speculative_tokens: {max(ks)}"
+            )
+        return self
+
+    def k_at(self, b: int) -> int:
+        """K the speculating server drafts at batch size ``b`` (vLLM's lookup: a gap carries the
+        previous range's K, the tail the last's)."""
+        if self.schedule is None:
+            return self.num_speculative_tokens
+        k = 0
+        for lo, _, k_range in sorted(self.schedule):
+            if lo > b:
+                break
+            k = k_range
+        return k
 
 
 class ServeBenchConfig(_Frozen):

@@ -23,7 +23,8 @@ Names (b is each of ``serve.batch_sizes``; the headline ``tokens_per_s``/``speed
 - ``startup_s``, ``baseline.startup_s``: launch to ready; ``tokens_per_s/b{b}``,
   ``tpot_ms/b{b}``, ``baseline.tokens_per_s/b{b}``, ``baseline.tpot_ms/b{b}``,
   ``speedup/b{b}`` (output tokens/s over the baseline's), ``bench.acceptance_length/b{b}``
-  (vLLM's, from the benchmark client's counters).
+  (vLLM's, from the benchmark client's counters), ``num_speculative_tokens/b{b}`` (K at b:
+  ``serve.schedule``'s, else ``serve.num_speculative_tokens``).
 """
 
 from __future__ import annotations
@@ -80,14 +81,9 @@ def trial_metrics(
     steps = [c for _, c in spec.per_request]
     emitted = [len(out) - 1 for out in spec.outputs] if spec.per_request else []
     m.update(acceptance_metrics(emitted, steps))
-    vllm = acceptance_metrics([a + c for a, c in spec.per_request], steps, suffix="/vllm")
-    m.update(
-        {
-            k.replace("acceptance_length", "acceptance_length_vllm").removesuffix("/vllm"): v
-            for k, v in vllm.items()
-            if "prompt_mean" not in k
-        }
-    )
+    vllm = acceptance_metrics([a + c for a, c in spec.per_request], steps)  # 1 + accepted / steps
+    for k in ("", "_ci_low", "_ci_high"):
+        m[f"acceptance_length_vllm{k}"] = vllm[f"acceptance_length{k}"]
     m["acceptance_length_counters"] = spec.counters.acceptance_length
     m["acceptance_rate"] = spec.counters.acceptance_rate
     for i, rate in enumerate(spec.counters.per_position_rates()):
@@ -103,6 +99,7 @@ def trial_metrics(
         m[f"baseline.tpot_ms/b{b}"] = _bench(base, b, "mean_tpot_ms")
         m[f"speedup/b{b}"] = tps / base_tps if base_tps > 0 else NAN
         m[f"bench.acceptance_length/b{b}"] = _bench(spec, b, "spec_decode_acceptance_length")
+        m[f"num_speculative_tokens/b{b}"] = float(cfg.serve.k_at(b))
     b0 = min(cfg.serve.batch_sizes)
     for name in ("tokens_per_s", "tpot_ms", "speedup"):
         m[name] = m[f"{name}/b{b0}"]
