@@ -80,7 +80,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import math
 import os
 import platform
@@ -111,6 +110,7 @@ from workloads.engine.ar_decode import ar_generate  # noqa: E402
 from workloads.engine.oracle_draft import OracleDraft  # noqa: E402
 from workloads.engine.steps import Steps, StepStats  # noqa: E402
 from workloads.engine.tree_decode import BatchResult, TreeShape, generate, reserve  # noqa: E402
+from workloads.files import atomic_json  # noqa: E402
 from workloads.models.draft import DraftArch, DraftModel  # noqa: E402
 from workloads.models.target import random_config, random_model  # noqa: E402
 from workloads.roofline.costs import k_opt  # noqa: E402
@@ -485,9 +485,7 @@ def _header(check: str, dev: torch.device, args: argparse.Namespace) -> dict[str
 def _write(result: dict[str, Any], out: Path | None) -> None:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        os.replace(tmp, out)
+        atomic_json(out, result)
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:

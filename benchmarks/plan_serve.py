@@ -6,7 +6,8 @@ each batch size b of the plan's mix:
 
 1. a server without speculation (the baseline of every speedup below);
 2. a server drafting a fixed K (``--k``, a chain) at every b: its measured speedup beside the
-   plan's predicted speedup had it planned k = K + 1 (``speedup_by_k``);
+   plan's predicted speedup had it planned k = K + 1 (``speedup_by_k``), its acceptance length
+   beside this platform's engine's on the same prompts;
 3. where the plan speculates at some b (its vLLM config is not ``null``), a server loaded with
    the plan's ``speculative_config`` as it was written (its per-batch-size schedule): the
    measured speedup at each b beside the plan's predicted speedup and its 95% interval.
@@ -87,8 +88,7 @@ def main(argv: list[str]) -> int:
         "pretrain": {"tokens": a.tokens}, "prompts": {"num_prompts": a.num_prompts},
     }  # fmt: skip
     serve = {"batch_sizes": bs, "max_new_tokens": a.max_new_tokens, "enforce_eager": a.eager}
-    fixed = ServeBenchConfig(**base, serve=serve | {"num_speculative_tokens": a.k,
-                                                     "compare_engine": False})  # fmt: skip
+    fixed = ServeBenchConfig(**base, serve=serve | {"num_speculative_tokens": a.k})
     root = a.run_root.resolve()
     try:
         bench.find_served_draft(fixed, root)
@@ -120,7 +120,8 @@ def main(argv: list[str]) -> int:
         })  # fmt: skip
     what = "null, the target alone" if snippet is None else "a per-batch-size schedule"
     print(f"\nplan {folder} (vLLM config: {what}); draft pretrain.tokens {a.tokens}, seed "
-          f"{a.seed}; acceptance at K = {a.k}: {m_fixed['acceptance_length']:.3f}, greedy "
+          f"{a.seed}; acceptance at K = {a.k}: {m_fixed['acceptance_length']:.3f} (this engine "
+          f"{m_fixed['engine.acceptance_length']:.3f}), greedy "
           f"mismatches {m_fixed['mismatches']:.0f}")  # fmt: skip
     print(f"{'b':>4s} {'plan k':>6s} {'predicted':>22s} {'measured':>9s}   "
           f"{'predicted k=' + str(a.k + 1):>14s} {'measured K=' + str(a.k):>12s}")  # fmt: skip

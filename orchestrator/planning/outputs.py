@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.planning.snippets import sglang_lines, vllm_config, write_k_law
+from workloads.files import atomic_json, atomic_write
 
 __all__ = ["PLAN_FILES", "log_plan", "write_plan"]
 
@@ -30,13 +31,6 @@ PLAN_FILES = (
 
 TAG_PLAN = "specscale.plan"
 """MLflow tag of a plan's run: the plan's name"""
-
-
-def _atomic(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
 
 
 def write_plan(folder: Path, plan: Mapping[str, Any], *, name: str, draft: str) -> dict[str, Path]:
@@ -59,12 +53,12 @@ def write_plan(folder: Path, plan: Mapping[str, Any], *, name: str, draft: str) 
         "(a local path or hub id) there\n"
     )
     out = {
-        "plan.json": _atomic(folder / "plan.json", json.dumps(plan, indent=1, default=str) + "\n"),
-        "vllm_speculative_config.json": _atomic(
+        "plan.json": atomic_json(folder / "plan.json", plan, default=str),
+        "vllm_speculative_config.json": atomic_write(
             folder / "vllm_speculative_config.json",
             json.dumps(vllm_config(rows, draft), indent=1) + "\n",
         ),
-        "sglang_launch.sh": _atomic(
+        "sglang_launch.sh": atomic_write(
             folder / "sglang_launch.sh",
             "#!/bin/sh\n# one SGLang server setting per batch range (orchestrator plan "
             f"{name})\n# UNCHECKED: never run by this project (SGLang's registry build needs "

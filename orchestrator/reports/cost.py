@@ -13,13 +13,13 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from analysis.numbers import fmt
 from orchestrator.store.results import ResultsStore
+from workloads.files import atomic_json
 
 if TYPE_CHECKING:
     from orchestrator.driving.costing import SweepCost
@@ -116,10 +116,7 @@ def write_prediction(folder: Path, cost: SweepCost) -> Path:
     if old:
         new["trials"] = {**new["trials"], **old.get("trials", {})}
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(new, indent=1) + "\n")
-    os.replace(tmp, path)
-    return path
+    return atomic_json(path, new)
 
 
 def read_prediction(path: Path) -> dict[str, Any]:

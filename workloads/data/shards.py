@@ -45,12 +45,12 @@ from workloads.data.source_shards import (
     WORK,
     SourceShards,
     WorkCounter,
-    atomic_json,
     ensure_source,
     memmap,
     source_dir,
 )
 from workloads.data.sources import source_fingerprint
+from workloads.files import atomic_json
 
 __all__ = [
     "SHARD_TOKENS",

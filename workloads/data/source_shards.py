@@ -22,7 +22,6 @@ import itertools
 import json
 import logging
 import multiprocessing
-import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +36,7 @@ from filelock import FileLock
 from workloads.config import CorpusSource
 from workloads.data.corpus import Document
 from workloads.data.sources import iter_source_documents, source_fingerprint
+from workloads.files import atomic_json, atomic_write
 
 __all__ = [
     "CACHE_VERSION",
@@ -44,8 +44,6 @@ __all__ = [
     "WORK",
     "SourceShards",
     "WorkCounter",
-    "atomic_array",
-    "atomic_json",
     "ensure_source",
     "memmap",
     "source_dir",
@@ -84,20 +82,6 @@ WORK = WorkCounter()
 
 # ---------------------------------------------------------------------------------------------
 # Small file helpers
-
-
-def atomic_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (temporary file, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
-def atomic_array(path: Path, arr: np.ndarray) -> None:
-    """Write the raw bytes of ``arr`` to ``path`` atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    arr.tofile(tmp)
-    os.replace(tmp, path)
 
 
 def memmap(path: Path, dtype: Any, count: int) -> np.ndarray:
@@ -319,8 +303,8 @@ class _ShardWriter:
         man = self.man
         name = f"shard-{len(man['shards']):05d}"
         lengths = np.concatenate(self.lens)
-        atomic_array(self.folder / f"{name}.bin", np.concatenate(self.parts))
-        atomic_array(self.folder / f"{name}.idx", np.cumsum(lengths))
+        atomic_write(self.folder / f"{name}.bin", np.concatenate(self.parts).tobytes())
+        atomic_write(self.folder / f"{name}.idx", np.cumsum(lengths).tobytes())
         man["shards"].append({"name": name, "docs": int(lengths.size), "tokens": self.buffered})
         man["docs"] += int(lengths.size)
         man["tokens"] += self.buffered

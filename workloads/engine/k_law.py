@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workloads.files import atomic_json
 from workloads.roofline.costs import DRAFT_STEPS, k_opt
 from workloads.roofline.hardware import (
     BUILTIN_PROFILES,
@@ -426,10 +427,7 @@ def write_sweep_k_law(
         "form": "num_draft_tokens = A*sqrt(1 + B/batch_size) - C (Scylla Eq. 4)",
         "eq4": {k: _json_safe(v) for k, v in eq4.items()},
     }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_json(path, payload, allow_nan=False)
 
 
 def _check_hardware_name(name: str, dtype: str | None) -> None:

@@ -15,13 +15,14 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import platform
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from workloads.files import atomic_json
 
 logger = logging.getLogger(__name__)
 
@@ -205,9 +206,7 @@ def cached_local_cpu(
         if found is not None:
             return found, True
         prof = _measured(dt, used)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**key, "profile": dataclasses.asdict(prof)}, indent=1) + "\n")
-        os.replace(tmp, path)
+        atomic_json(path, {**key, "profile": dataclasses.asdict(prof)})
     logger.info("local-cpu profile cached in %s", path)
     return prof, False
 

@@ -61,6 +61,7 @@ from filelock import FileLock, Timeout
 from safetensors.torch import save
 
 from workloads.data.packing import PackedRows, RowSource
+from workloads.files import atomic_json, atomic_write
 from workloads.training.features import target_hidden
 
 log = logging.getLogger(__name__)
@@ -231,9 +232,7 @@ class _ChunkBuilder:
                 "hidden": hidden.contiguous(),
             }
         )
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(raw)
-        tmp.replace(path)
+        atomic_write(path, raw)
         self.checked[c] = _file_id(os.stat(path))
         _journal(self.folder, path.name, lo, hi, seq_len, hashlib.sha256(raw).hexdigest())
         stats.misses += 1
@@ -624,9 +623,7 @@ def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    tmp.replace(path)
+    atomic_json(path, data, indent=2, sort_keys=True)
 
 
 def _list_legacy_chunks(folder: Path, path: Path) -> None:
