@@ -40,3 +40,46 @@ def fmt_interval(pair: Any, spec: str = ".3f") -> str:
     if not pair or len(pair) != 2 or not (defined(pair[0]) and defined(pair[1])):
         return NA
     return f"[{fmt(pair[0], spec)}, {fmt(pair[1], spec)}]"
+
+
+_UNITS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0))
+
+
+def duration(seconds: Any, *, narrow: bool = False) -> str:
+    """Seconds for a reader, in the largest unit it reaches twice: ``41.8 s``, ``12.5 min``,
+    ``3.20 h``, ``64.2 d``; ``narrow`` for a table cell: ``18.3s``, ``12min``, ``3.2h``; :data:`NA`
+    (``?`` when narrow) when undefined."""
+    if not defined(seconds):
+        return "?" if narrow else NA
+    s = float(seconds)
+    for unit, size in _UNITS:
+        if s >= 2 * size:
+            if narrow:
+                return f"{s / size:.2g}{unit}" if s < 10 * size else f"{s / size:.0f}{unit}"
+            return f"{s / size:.3g} {unit}"
+    return f"{s:.3g}s" if narrow else f"{s:.3g} s"
+
+
+def gpu_hours(hours: Any) -> str:
+    """GPU time with its unit: ``2,902 GPU-hours``, ``0.42 GPU-hours``, ``0.044 GPU-seconds``
+    (below 0.01 h), ``unknown GPU-hours``."""
+    if not defined(hours):
+        return "unknown GPU-hours"
+    h = float(hours)
+    if h >= 10:
+        return f"{h:,.0f} GPU-hours"
+    if h >= 0.01:
+        return f"{h:.2g} GPU-hours"
+    return f"{h * 3600:.2g} GPU-seconds"
+
+
+def si(n: Any) -> str:
+    """A count with a K/M/B/T suffix at three significant digits (``131K``, ``1.5B``, ``512``);
+    :data:`NA` when undefined."""
+    if not defined(n):
+        return NA
+    x = float(n)
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if x >= size:
+            return f"{x / size:.3g}{unit}"
+    return f"{x:.0f}"

@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from analysis.numbers import duration
 from orchestrator.driving.costing import Predictor, SweepCost, predictor
-from orchestrator.reports.cost import duration
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import load_spec
 from orchestrator.store.results import ResultsStore

@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from analysis.numbers import duration
 from orchestrator.commands.render import out
 from orchestrator.errors import OrchestratorError
 from orchestrator.reports.cost import total_lines
@@ -24,20 +25,6 @@ SHORT = {"features_pretrain": "feat.pre", "features_sft": "feat.sft", "regenerat
 
 MARK = {"calibrated": "c", "modelled": "m", "unknown": "?"}
 """a basis in one letter"""
-
-
-def compact(seconds: float | None) -> str:
-    """Seconds in a narrow cell: ``18.3s``, ``12min``, ``3.2h``, ``64d``; ``?`` unknown."""
-    if seconds is None:
-        return "?"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if seconds >= 2 * size:
-            return (
-                f"{seconds / size:.2g}{unit}"
-                if seconds < 10 * size
-                else f"{seconds / size:.0f}{unit}"
-            )
-    return f"{seconds:.3g}s"
 
 
 def print_cost_table(
@@ -69,11 +56,10 @@ def print_cost_table(
                 cells.append("-")
             else:
                 mark = f" {MARK[found.basis]}" if mixed and found.seconds is not None else ""
-                cells.append(compact(found.seconds) + mark)
+                cells.append(duration(found.seconds, narrow=True) + mark)
         basis = "+".join(MARK.get(b, b) for b in c.basis.split("+"))
-        table.add_row(
-            key, *[str(point.get(a, "")) for a in axes], *cells, compact(c.total_s), basis
-        )
+        total = duration(c.total_s, narrow=True)
+        table.add_row(key, *[str(point.get(a, "")) for a in axes], *cells, total, basis)
     wide = out if out.is_terminal else Console(width=200, soft_wrap=True)  # a pipe, a log
     wide.print(table)
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from analysis.numbers import fmt
+from analysis.numbers import duration, fmt, gpu_hours
 from orchestrator.store.results import ResultsStore
 from workloads.files import atomic_json
 
@@ -29,29 +29,6 @@ PREDICTION_FILE = "cost_prediction.json"
 
 SECTION_ID = "cost"
 """the id of the dashboard's cost section"""
-
-
-def duration(seconds: float | None) -> str:
-    """``seconds`` for a reader: ``41.8 s``, ``12.5 min``, ``3.20 h``, ``64.2 d``; ``n/a``
-    when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return "n/a"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:.3g} {unit}"
-    return f"{seconds:.3g} s"
-
-
-def gpu_hours(hours: float | None) -> str:
-    """GPU time with its unit: ``2,902 GPU-hours``, ``0.42 GPU-hours``, ``0.044 GPU-seconds``
-    (below 0.01 h), ``unknown GPU-hours``."""
-    if hours is None or not math.isfinite(hours):
-        return "unknown GPU-hours"
-    if hours >= 10:
-        return f"{hours:,.0f} GPU-hours"
-    if hours >= 0.01:
-        return f"{hours:.2g} GPU-hours"
-    return f"{hours * 3600:.2g} GPU-seconds"
 
 
 def total_lines(cost: SweepCost) -> list[str]:

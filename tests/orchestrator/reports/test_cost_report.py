@@ -59,6 +59,4 @@ def test_no_prediction_no_section(tmp_path: Path) -> None:
     page = tmp_path / "dashboard.html"
     page.write_text("<html><body><script></script></body></html>")
     assert not report.add_cost_section(page, store, 1)
-    assert report.duration(None) == "n/a" and report.duration(90) == "90 s"
-    assert report.duration(7200) == "2 h" and report.duration(5.55e6) == "64.2 d"
     store.close()

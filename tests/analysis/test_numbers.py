@@ -1,0 +1,36 @@
+"""analysis.numbers: the one format of numbers, intervals, durations, GPU time and counts;
+undefined values print as n/a (``?`` in a narrow cell)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analysis.numbers import NA, duration, fmt, fmt_interval, gpu_hours, si
+
+
+@pytest.mark.parametrize(
+    ("seconds", "wide", "narrow"),
+    [
+        (None, NA, "?"), (math.nan, NA, "?"), (90, "90 s", "90s"), (119.9, "120 s", "120s"),
+        (120, "2 min", "2min"), (7200, "2 h", "2h"), (36000, "10 h", "10h"),
+        (5.55e6, "64.2 d", "64d"), (18.34, "18.3 s", "18.3s"),
+    ],
+)  # fmt: skip
+def test_duration_uses_the_largest_unit_reached_twice(
+    seconds: object, wide: str, narrow: str
+) -> None:
+    assert duration(seconds) == wide
+    assert duration(seconds, narrow=True) == narrow
+
+
+def test_gpu_hours_counts_and_seconds() -> None:
+    assert gpu_hours(2902.4) == "2,902 GPU-hours" and gpu_hours(0.42) == "0.42 GPU-hours"
+    assert gpu_hours(0.0000122) == "0.044 GPU-seconds" and gpu_hours(None) == "unknown GPU-hours"
+
+
+def test_si_and_the_number_formats() -> None:
+    assert [si(x) for x in (512, 131072, 1.5e9, 2e12, None)] == ["512", "131K", "1.5B", "2T", NA]
+    assert fmt(3.0, "d") == "3" and fmt(float("inf")) == NA and fmt(True) == NA
+    assert fmt_interval((1, 2), ".1f") == "[1.0, 2.0]" and fmt_interval((1, None)) == NA
