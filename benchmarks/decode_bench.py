@@ -68,6 +68,7 @@ from workloads.data import chat_prompt_ids, load_prompt_sets  # noqa: E402
 from workloads.decode_bench import find_trial_draft  # noqa: E402
 from workloads.engine.ar_decode import ar_generate  # noqa: E402
 from workloads.engine.ar_decode import reserve as reserve_ar  # noqa: E402
+from workloads.engine.hf_baseline import hf_generate  # noqa: E402
 from workloads.engine.oracle_draft import OracleDraft  # noqa: E402
 from workloads.engine.steps import Steps  # noqa: E402
 from workloads.engine.tree_decode import (  # noqa: E402
@@ -126,21 +127,6 @@ class Engine:
 
 def _rss_mb() -> float:
     return float(psutil.Process().memory_info().rss) / 2**20
-
-
-def _hf(target: Target, prompt: list[int], n: int) -> tuple[list[int], float]:
-    eos = sorted(target.eos_token_ids)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = target.model.generate(  # type: ignore[operator]
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            max_new_tokens=n,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=eos[0],
-        )
-    return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
 
 
 class Tally:
@@ -278,7 +264,7 @@ def oracle_b1(
         reserve(spec_steps, 1, longest, n, _chain(k), vocab=vocab)
     refs = []
     for i, p in enumerate(prompts):
-        ref, seconds = _hf(target, p, n)
+        ref, seconds = hf_generate(target.model, p, n, eos_ids=target.eos_token_ids)
         refs.append(ref)
         hf.tokens, hf.seconds, hf.cycles = (
             hf.tokens + len(ref),
@@ -373,7 +359,7 @@ def trained(
         for k in ks:
             reserve(spec_steps[m], 1, longest, n, _small_tree(k), vocab=vocab)
     for i, p in enumerate(prompts):
-        out, seconds = _hf(target, p, n)
+        out, seconds = hf_generate(target.model, p, n, eos_ids=target.eos_token_ids)
         ref = out if refs is None else refs[i]
         hf.tokens, hf.seconds, hf.cycles = (
             hf.tokens + len(out),

@@ -107,6 +107,7 @@ from transformers import LlamaConfig, PretrainedConfig  # noqa: E402
 
 from workloads.data.packing import InMemoryRows, PackedRows  # noqa: E402
 from workloads.engine.ar_decode import ar_generate  # noqa: E402
+from workloads.engine.hf_baseline import hf_generate  # noqa: E402
 from workloads.engine.oracle_draft import OracleDraft  # noqa: E402
 from workloads.engine.steps import Steps, StepStats  # noqa: E402
 from workloads.engine.tree_decode import BatchResult, TreeShape, generate, reserve  # noqa: E402
@@ -699,27 +700,6 @@ def _random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int
     return [torch.randint(0, vocab, (int(m),), generator=gen).tolist() for m in lengths]
 
 
-def _hf_generate(
-    model: Any, prompt: list[int], n: int, dev: torch.device
-) -> tuple[list[int], float]:
-    """HF ``generate`` greedy, exactly ``n`` new tokens (the model's EOS is unset): ids, seconds."""
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt], device=dev),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=dev),
-            max_new_tokens=n,
-            min_new_tokens=n,
-            do_sample=False,
-            pad_token_id=0,
-        )
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
-
-
 class _Clock:
     """The decode check's budget: each cell gets an equal share of what is left."""
 
@@ -1291,9 +1271,9 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
     hf, hf_refs = Cell(), []
     t0 = time.perf_counter()
     try:
-        _hf_generate(model, prompts[0][:8], 2, dev)
+        hf_generate(model, prompts[0][:8], 2)
         for p in prompts:
-            toks, sec = _hf_generate(model, p, n, dev)
+            toks, sec = hf_generate(model, p, n)
             hf_refs.append(toks)
             hf.calls, hf.tokens = hf.calls + 1, hf.tokens + len(toks)
             hf.total_s += sec

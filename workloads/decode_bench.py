@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import resource
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -26,6 +25,7 @@ from workloads.data.prompts import check_prompt_room, check_prompt_spec, round_r
 from workloads.engine.acceptance import acceptance_metrics
 from workloads.engine.ar_decode import ar_generate
 from workloads.engine.ar_decode import reserve as reserve_ar
+from workloads.engine.hf_baseline import hf_generate
 from workloads.engine.k_law import make_k_law
 from workloads.engine.oracle_draft import OracleDraft
 from workloads.engine.steps import Steps
@@ -177,28 +177,6 @@ def bench_prompts(cfg: DecodeBenchConfig, target: Target) -> list[list[int]]:
     b = d.batch_size
     n = -(-len(ids) // b) * b
     return [ids[i % len(ids)] for i in range(n)]
-
-
-def _hf_generate(
-    target: Target, prompt: list[int], n: int, temperature: float = 0.0
-) -> tuple[list[int], float]:
-    """HF ``generate``, timed (not cached): greedy at temperature 0, else sampling at it (no
-    top-k/top-p), as the engine decodes."""
-    eos = sorted(target.eos_token_ids)
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": None, "top_p": None}
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = target.model.generate(  # type: ignore[operator]
-            torch.tensor([prompt], device=target.model.device),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long, device=target.model.device),
-            max_new_tokens=n,
-            **(sampling if temperature > 0 else {"do_sample": False}),
-            eos_token_id=eos,
-            pad_token_id=eos[0],
-        )
-    if target.model.device.type == "cuda":
-        torch.cuda.synchronize()
-    return out[0, len(prompt) :].tolist(), time.perf_counter() - t0
 
 
 def mismatch_kind(target: Target, prompt: list[int], ref: list[int], out: list[int]) -> str:
@@ -482,7 +460,10 @@ def _timed_batches(
         ar = dec.ar(batch) if cfg.baselines.autoregressive else None
         sp = dec.spec(batch, idx, d.max_new_tokens)
         if d.batch_size == 1 and cfg.baselines.hf_generate:
-            hf_out, seconds = _hf_generate(target, batch[0], d.max_new_tokens, d.temperature)
+            hf_out, seconds = hf_generate(
+                target.model, batch[0], d.max_new_tokens, eos_ids=target.eos_token_ids,
+                temperature=d.temperature,
+            )  # fmt: skip
             out.hf_s += seconds
             out.hf_tokens += len(hf_out)
         if d.temperature == 0:
