@@ -52,11 +52,13 @@ def write_compare_page(
     y: str,
     means: pd.DataFrame,
     slope_diff: SlopeDifference,
+    warning: str = "",
 ) -> Path:
     """Write one self-contained page (plotly.js inlined): figure ``compare`` with both sweeps'
     fitted trials (``reviews[i].fit.x``/``y``), fitted lines and bands on a log x axis; the
     side-by-side table of fits and checks (id "side-by-side"); the slope difference; mean ``y``
-    per ``x`` (id "means")."""
+    per ``x`` (id "means"). ``warning`` (e.g. the sweeps were measured on other prompt sets),
+    when given, is shown escaped above the figure (id "warning")."""
     fig = go.Figure()
     for name, rev, rgb in zip(names, reviews, COLOURS, strict=True):
         fit = rev.fit
@@ -91,6 +93,9 @@ def write_compare_page(
         f"<h1>{html.escape(names[0])} vs {html.escape(names[1])}</h1>",
         "<p class='note'>Completed trials with x &gt; 0; bands: 95% CI of the mean (HC3) and "
         "95% prediction interval of one trial.</p>",
+        f"<p class='description' id='warning'><strong>{html.escape(warning)}</strong></p>"
+        if warning
+        else "",
         fig.to_html(full_html=False, include_plotlyjs=True, div_id="compare"),
         "<h2>Fits side by side</h2>",
         table(

@@ -133,10 +133,12 @@ def compare(
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
 ) -> None:
-    """Compare two sweeps' laws: fits, checks and slope difference side by side, mean per x."""
+    """Compare two sweeps' laws: fits, checks and slope difference side by side, mean per x;
+    a warning (console and page) when the sweeps' trials differ in prompt sets or temperature."""
     from analysis.compare import per_x_means, slope_difference
     from dashboards.compare_page import side_by_side_rows, write_compare_page
     from orchestrator.errors import OrchestratorError
+    from orchestrator.reports.conditions import compared_line
     from orchestrator.reports.law_tables import law_table
 
     if sweep_a == sweep_b:
@@ -155,6 +157,9 @@ def compare(
             f"{sweep_a} fits {a.y} vs log{a.log_base}({a.x}) but {sweep_b} fits {b.y} vs "
             f"log{b.log_base}({b.x}); compare two sweeps of the same law"
         )
+    warning = compared_line(store, ((info_a, a.trial_keys), (info_b, b.trial_keys)))
+    if warning:
+        console.print(warning, markup=False)
     diff = slope_difference(a.review.fit, b.review.fit)
     means = per_x_means(a.table, b.table, a.x, a.y)
     grid = Table(title=f"{a.y} = a*log{a.log_base}({a.x}) + b")
@@ -192,6 +197,7 @@ def compare(
             y=a.y,
             means=means,
             slope_diff=diff,
+            warning=warning,
         )
     except OSError as exc:
         raise OrchestratorError(f"cannot write {page}: {exc.strerror or exc}") from exc

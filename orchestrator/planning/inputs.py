@@ -291,6 +291,7 @@ def decode_data(store: ResultsStore, info: SweepInfo) -> DecodeData | None:
     frame = store.metrics_frame(info.id)
     if frame.empty:
         return None
+    frame = _with_fixed_knobs(frame, store.trials(info.id))
     try:
         table = decode_table(frame)
     except ValueError:
@@ -315,6 +316,21 @@ def decode_data(store: ResultsStore, info: SweepInfo) -> DecodeData | None:
         int((first.get("decode") or {}).get("depth") or 0),
         max(1, int(float((first.get("resources") or {}).get("num_cpus") or 1))),
     )
+
+
+def _with_fixed_knobs(frame: pd.DataFrame, trials: Sequence[TrialInfo]) -> pd.DataFrame:
+    """``frame`` with ``decode.batch_size`` and ``decode.num_draft_tokens`` read from each
+    trial's full config where the grid does not vary them (fixed in ``base`` or defaulted), so
+    such a sweep reads as the same sweep with a one-value grid column does. NaN for a trial whose
+    config lacks the knob; ``frame`` is not modified."""
+    configs = {t.key: t.config.get("decode") or {} for t in trials}
+    out = frame.copy()
+    for knob in ("batch_size", "num_draft_tokens"):
+        if knob not in out and f"decode.{knob}" not in out:
+            out[f"decode.{knob}"] = out["trial_key"].map(
+                lambda key, k=knob: configs.get(key, {}).get(k, math.nan)
+            )
+    return out
 
 
 def _target(trials: Sequence[TrialInfo]) -> str:

@@ -9,7 +9,9 @@ A sweep whose trials differ in a condition of the measurement (``decode.temperat
 ``draft.oracle_accept``) is analysed per condition (:func:`analysis.throughput.split_conditions`),
 never pooled into one (b, k) cell: one labelled page and set of console lines per condition; the
 stored fits and ``k_law.json`` are those of the reference condition (the first: the lowest
-temperature, the highest oracle_accept), and say which.
+temperature, the highest oracle_accept), and say which. Trials that differ in
+``prompts.prompt_sets`` are pooled as before, with a warning on the console and the page
+(:func:`orchestrator.reports.conditions.pooled_sets_line`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from analysis.throughput import (
     split_conditions,
 )
 from dashboards.decode_page import write_decode_dashboard
+from orchestrator.reports.conditions import pooled_sets_line, prompt_sets
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker
 from workloads.engine.k_law import write_sweep_k_law
@@ -161,10 +164,12 @@ def fit_decode_sweep(
     dashboard (``description``: the sweep's spec ``description``, shown on it). Trials that
     differ in temperature or oracle_accept are analysed per condition (see the module): the
     fits stored and returned are the reference condition's, and each other condition gets its
-    own page beside ``dashboard``.
+    own page beside ``dashboard``. Trials of different prompt sets pooled on a page get a
+    warning there and on the console.
 
     Returns:
-        The Thm 1.3 fit and summary lines for the console (best k per b, speedups, roofline).
+        The Thm 1.3 fit and summary lines for the console (best k per b, speedups, roofline,
+        the pooled-prompt-sets warning).
 
     Raises:
         StoreError, TrackingError: the DB or MLflow failed.
@@ -173,6 +178,8 @@ def fit_decode_sweep(
     trials = store.trials(sweep_id)
     cfg: dict[str, Any] = trials[0].config if trials else {}
     parts = _parts(df, cfg, dashboard)
+    sets = {t.key: prompt_sets(t.config) for t in trials}
+    pooled = {p.label: pooled_sets_line(p.trials, sets) for p in parts}
     ref = parts[0]
     if persist:
         cond = {"condition": ref.label} if ref.label else {}
@@ -201,11 +208,14 @@ def fit_decode_sweep(
             peak_fit=part.peak,
             k_fit=part.kfit,
             roofline=part.roof,
-            description=_page_description(description, part, parts),
+            description=" ".join(
+                x for x in (_page_description(description, part, parts), pooled[part.label]) if x
+            ),
         )
         if tracker is not None and parent_run is not None:
             tracker.log_artifact(parent_run, part.page)
     lines = left_out_lines(df) + _conditions_lines(parts)
+    lines += [f"{label}: {w}" if label else w for label, w in pooled.items() if w]
     for part in parts:
         lines += _best_lines(part, prefix=f"{part.label}: " if part.label else "")
     return peak, lines

@@ -35,6 +35,8 @@ class LawTable:
     law: str
     log_base: int
     review: LawReview
+    trial_keys: frozenset[str] = frozenset()
+    """the completed trials the law rests on (a throughput sweep: its reference condition's)"""
 
 
 def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
@@ -49,6 +51,7 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
         # the reference condition (temperature, oracle_accept), as the stored fits
         reference = split_conditions(decode_frame(store, info.id))[0][1]
         best = best_per_batch(reference).assign(state="completed")
+        keys = reference.loc[reference["state"] == "completed", "trial_key"]
         x, y, law, base, unit = "batch_size", "peak_tokens_per_s", "batch", 2, "batch sizes"
         table = best
     elif kind == "law":
@@ -70,6 +73,7 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
                 f"sweep {info.name!r} has no trials over {x} yet; compare sweeps with trials"
             )
         y, base, unit = Y, 10, "trials"
+        keys = table.loc[table["state"] == "completed", "trial_key"]
     else:
         with_law = ", ".join(n for n, w in WORKLOADS.items() if w.report != "table")
         raise OrchestratorError(
@@ -79,4 +83,4 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
     if y not in table.columns:
         table = table.assign(**{y: float("nan")})
     review = review_law(table, x, y, law=law, log_base=base, unit=unit)
-    return LawTable(info.name, table, x, y, law, base, review)
+    return LawTable(info.name, table, x, y, law, base, review, frozenset(map(str, keys)))

@@ -19,11 +19,12 @@ value and the seed). A spec with ``design:`` has no ``grid:``, ``search:`` or ``
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
 from workloads.config import NoBoolNumbers
@@ -208,8 +209,58 @@ def check_layout(
             f"per prompt set as <metric>/<set>; workloads/registry.py law_metrics). "
             f"Fix: metric: {metrics[0]}"
         )
+    _check_metric_set(design, workload, data, line_of, path)
     if design.max_seeds is not None and "seeds" in data:
         raise SpecError(
             f"{path}:{line_of(('design', 'max_seeds'))}: design.max_seeds and seeds: both say "
             "which seeds the design repeats a value with. Fix: keep one of them"
         )
+
+
+def _check_metric_set(
+    design: DesignSpec,
+    workload: Workload,
+    data: dict[str, Any],
+    line_of: Callable[..., int],
+    path: object,
+) -> None:
+    """Refuse a per-set ``design.metric`` (``<law metric>/<set>``) whose set is not one the
+    trials evaluate: the sets of the ``base:`` config's ``eval.prompt_sets`` (or
+    ``prompts.prompt_sets``) as :func:`workloads.data.prompts.prompt_set_sources` names them
+    (no trial would report it). A metric without a set passes, and so does a base or set list
+    that is refused on its own line (an invalid base, an unknown set, a missing directory).
+
+    Raises:
+        SpecError: ``file:line`` of design.metric, the valid choices and a fix.
+    """
+    from workloads.data.prompts import prompt_set_sources
+
+    law = next((m for m in workload.law_metrics if design.metric.startswith(f"{m}/")), None)
+    if law is None:
+        return
+    try:
+        config = workload.config_model.model_validate(data.get("base") or {})
+    except ValidationError:
+        return
+    field, sets = next(
+        (
+            (f"{block}.prompt_sets", getattr(config, block).prompt_sets)
+            for block in ("eval", "prompts")
+            if hasattr(getattr(config, block, None), "prompt_sets")
+        ),
+        ("", None),
+    )
+    try:
+        names = [name for name, _ in prompt_set_sources(sets)] if sets is not None else []
+    except ValueError:
+        return
+    wanted = design.metric[len(law) + 1 :]
+    if not names or wanted in names:
+        return
+    close = difflib.get_close_matches(wanted, names, n=1)
+    raise SpecError(
+        f"{path}:{line_of(('design', 'metric'))}: design.metric {design.metric!r}: no trial "
+        f"evaluates a prompt set {wanted!r} (base {field} gives "
+        f"{', '.join(f'{law}/{n}' for n in names)}). Fix: metric: {law}/{(close or names)[0]}, "
+        f"or metric: {law} (all sets pooled)"
+    )

@@ -313,3 +313,69 @@ def test_a_db_without_a_decode_sweep_says_which_to_run(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["plan", "--run-root", str(run_root), "--resamples", "100"])
     assert res.exit_code == 2, res.output
     assert "Fix: run orchestrator submit sweeps/batch.yaml" in " ".join(res.output.split())
+
+
+FIXED_B_SPEC = """name: batch
+workload: decode_bench
+seeds: [0]
+grid:
+  decode.num_draft_tokens: [2, 4, 8, 16, 32]
+base:
+  target: {model: smollm2-135m-instruct}
+  draft: {source: trial, sweep: tokens, trial_key: best}
+  decode: {depth: 6, topk: 4, max_new_tokens: 8%s}
+  prompts: {num_prompts: 4}
+resources: {num_cpus: 1}
+"""
+
+
+@pytest.mark.parametrize("fixed", ["base", "default"])
+def test_a_decode_sweep_whose_batch_size_is_not_a_grid_column_is_planned_from(
+    tmp_path: Path, fixed: str
+) -> None:
+    """Issue 33: a decode sweep with ``decode.batch_size`` fixed in ``base`` (or left at its
+    default, 1) is the sweep with ``decode.batch_size: [1]`` in the grid (same trial keys, same
+    metrics): the plan reads it at that batch size, not "no finished decode sweep"."""
+    from orchestrator.planning.inputs import choose_sweeps
+    from orchestrator.spec.grid import expand
+    from orchestrator.spec.sweep import parse_spec
+
+    grid_store = build_db(tmp_path / "grid", batch_sizes=(1,))
+    store = build_db(tmp_path / "fixed")
+    try:
+        measured = grid_store.metrics_frame(grid_store.get_sweep("batch").id)  # type: ignore[union-attr]
+        measured = measured.set_index("trial_key")
+        old = store.get_sweep("batch")
+        assert old is not None
+        store.delete_sweep(old.id)
+        text = FIXED_B_SPEC % (", batch_size: 1" if fixed == "base" else "")
+        spec = parse_spec(text, tmp_path / "fixed" / "batch.yaml")
+        sweep_id = store.upsert_sweep(spec.name, spec.workload, text, "batch.yaml")
+        trials = expand(spec)
+        assert {t.key for t in trials} == set(measured.index)  # the same trials
+        store.add_trials(
+            sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
+        )
+        names = ["acceptance_length", "tokens_per_s", "ar_tokens_per_s", "speedup"]
+        for t in trials:
+            info = store.trial(sweep_id, t.key)
+            assert info is not None
+            store.mark_running(info.id, None)
+            store.log_metrics(info.id, {n: float(measured.at[t.key, n]) for n in names})
+            store.mark_completed(info.id, 1.0)
+        want = choose_sweeps(grid_store, []).decode.table
+        got = choose_sweeps(store, []).decode.table
+    finally:
+        store.close()
+        grid_store.close()
+    assert list(got["batch_size"]) == [1.0] * 5
+    sort = ["num_draft_tokens"]
+    assert (
+        got.sort_values(sort)
+        .reset_index(drop=True)
+        .equals(want.sort_values(sort).reset_index(drop=True))
+    )
+    res = CliRunner().invoke(
+        app, ["plan", "--run-root", str(tmp_path / "fixed"), "--resamples", "100"]
+    )
+    assert res.exit_code == 0, res.output

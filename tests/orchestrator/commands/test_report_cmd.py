@@ -12,17 +12,21 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.reports.fit import fit_sweep
 from orchestrator.store.results import ResultsStore
-from workloads.config import DraftTrainConfig
+from workloads.config import DecodeBenchConfig, DraftTrainConfig
 
 SPEC = "name: {name}\ngrid:\n  pretrain.tokens: [0, 8192, 32768, 131072, 524288]\n"
 
 
-def _token_sweep(store: ResultsStore, name: str, slope: float, seed: int) -> int:
+def _token_sweep(
+    store: ResultsStore, name: str, slope: float, seed: int, prompt_sets: str = "sharegpt"
+) -> int:
     """A stored token sweep: 5 budgets x 2 seeds (x = 0 is the baseline), one failed trial,
-    loss series per trial; acceptance_length = slope*log10(tokens) + 0.7 + noise."""
+    loss series per trial; acceptance_length = slope*log10(tokens) + 0.7 + noise; evaluated on
+    ``prompt_sets``."""
     rng = np.random.default_rng(seed)
     sweep_id = store.upsert_sweep(name, "draft_train", SPEC.format(name=name), f"{name}.yaml")
-    cfg = DraftTrainConfig().model_dump(mode="json")
+    raw = {"eval": {"prompt_sets": prompt_sets.split("+")}}
+    cfg = DraftTrainConfig.model_validate(raw).model_dump(mode="json")
     grid = [(t, s) for t in (0, 8192, 32768, 131072, 524288) for s in (0, 1)]
     store.add_trials(
         sweep_id,
@@ -98,10 +102,57 @@ def test_compare_two_token_sweeps(run_root: Path, tmp_path: Path) -> None:
     assert "mean acceptance_length per pretrain.tokens" in text
     html = page.read_text()
     assert "side-by-side" in html and "tok-a: a = 0.1" in html and "tok-b: a = 0.19" in html
+    assert "measured differently" not in text and "id='warning'" not in html
     code, text = _cli("compare", "tok-a", "diag", "--run-root", str(run_root))
     assert code == 2 and "fits no law" in text
     code, text = _cli("compare", "tok-a", "tok-a", "--run-root", str(run_root))
     assert code == 2 and "both sweeps are 'tok-a'" in text
+
+
+def _decode_sweep(store: ResultsStore, name: str, temperature: float) -> None:
+    """A stored decode sweep at one ``temperature``: b in 1..8, k in 2, 4; tokens/s = 20*log2(b)
+    + 8 at the best k."""
+    sweep_id = store.upsert_sweep(name, "decode_bench", f"name: {name}\n", f"{name}.yaml")
+    rows = []
+    for b in (1, 2, 4, 8):
+        for k in (2, 4):
+            decode = {"batch_size": b, "num_draft_tokens": k, "temperature": temperature}
+            cfg = DecodeBenchConfig.model_validate({"decode": decode}).model_dump(mode="json")
+            over = {"decode.batch_size": b, "decode.num_draft_tokens": k}
+            rows.append((f"{name}-{b}-{k}", cfg, over))
+    store.add_trials(sweep_id, rows)
+    for t in store.trials(sweep_id):
+        b, k = t.overrides["decode.batch_size"], t.overrides["decode.num_draft_tokens"]
+        tps = 20 * math.log2(b) + 8 - (k == 2)
+        store.log_metrics(t.id, {"tokens_per_s": tps, "prompt_tokens_mean": 9.0})
+        store.mark_completed(t.id, 1.0)
+
+
+def test_compare_warns_of_sweeps_measured_on_other_prompt_sets_or_temperatures(
+    tmp_path: Path,
+) -> None:
+    """Issue 33: compared sweeps whose trials differ in prompt sets (token laws) or temperature
+    (throughput laws) are said to be measured differently, on the console and the page."""
+    store = ResultsStore.sqlite_under(tmp_path / "runs")
+    _token_sweep(store, "tok-a", 0.10, 0)
+    _token_sweep(store, "tok-h", 0.20, 1, prompt_sets="humaneval+sharegpt")
+    _decode_sweep(store, "greedy", 0.0)
+    _decode_sweep(store, "sampled", 0.7)
+    store.close()
+    root = str(tmp_path / "runs")
+    page = tmp_path / "cmp.html"
+    code, text = _cli("compare", "tok-a", "tok-h", "--run-root", root, "--out", str(page))
+    assert code == 0, text
+    said = (
+        "warning: the sweeps were measured differently: prompt sets sharegpt (tok-a) vs "
+        "humaneval+sharegpt (tok-h);"
+    )
+    assert said in text and "; temperature" not in text, text
+    assert said in page.read_text() and "id='warning'" in page.read_text()
+    code, text = _cli("compare", "greedy", "sampled", "--run-root", root, "--out", str(page))
+    assert code == 0, text
+    said = "measured differently: temperature 0 (greedy) vs 0.7 (sampled);"
+    assert said in text and said in page.read_text(), text
 
 
 def test_fit_sweep_stores_the_review_and_writes_the_index(run_root: Path) -> None:

@@ -111,3 +111,37 @@ def test_trials_at_other_temperatures_are_analysed_apart(tmp_path: Path) -> None
     assert "dash-temperature-0.7.html" in (tmp_path / "b" / "dash.html").read_text()
     law = json.loads((tmp_path / "b" / "k_law.json").read_text())
     assert law["eq4"]["condition"] == "temperature=0"
+
+
+def test_trials_of_other_prompt_sets_pooled_into_one_point_are_warned_of(tmp_path: Path) -> None:
+    """Issue 33: trials of different ``prompts.prompt_sets`` at one (b, k) are pooled as if
+    seeds (the figures stay as they were) and the console and the page say so."""
+    store = ResultsStore.sqlite_under(tmp_path)
+    sweep_id = store.upsert_sweep("b", "decode_bench", "name: b\n", "b.yaml")
+    rows = []
+    for i, sets in enumerate((["humaneval"], ["sharegpt"])):
+        for b in (1, 2, 4):
+            for k in (2, 4):
+                raw = {"decode": {"batch_size": b, "num_draft_tokens": k}, "prompts": {}}
+                raw["prompts"] = {"prompt_sets": sets}
+                cfg = DecodeBenchConfig.model_validate(raw).model_dump(mode="json")
+                over = {"decode.batch_size": b, "decode.num_draft_tokens": k}
+                rows.append((f"{b:04d}{k:04d}{i:08d}", cfg, over))
+    store.add_trials(sweep_id, rows)
+    for trial in store.trials(sweep_id):
+        b = trial.overrides["decode.batch_size"]
+        tps = (
+            20 * math.log2(b)
+            + 8
+            + (1 if trial.config["prompts"]["prompt_sets"] == ["sharegpt"] else -1)
+        )
+        store.log_metrics(trial.id, {"tokens_per_s": tps, "prompt_tokens_mean": 9.0})
+        store.mark_completed(trial.id, 1.0)
+    rep = fit_sweep(store, sweep_id, "b", tmp_path / "b" / "dash.html")
+    assert math.isclose(rep.fit.a, 20, rel_tol=1e-9)  # pooled as before: the mean of both
+    warned = [ln for ln in rep.lines if ln.startswith("warning: ")]
+    assert len(warned) == 1, rep.lines
+    assert "differ in prompt sets (humaneval: 6 trials; sharegpt: 6 trials)" in warned[0]
+    assert "6 of 6 (b, k) cells" in warned[0] and "Fix: " in warned[0]
+    page = (tmp_path / "b" / "dash.html").read_text()
+    assert "differ in prompt sets (humaneval: 6 trials; sharegpt: 6 trials)" in page

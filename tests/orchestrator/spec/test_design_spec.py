@@ -77,6 +77,11 @@ BAD: dict[str, tuple[str, int, str]] = {
         4,
         "design.values[1] 2048.5 is not a value of pretrain.tokens",
     ),
+    "misspelt-prompt-set-in-the-metric": (
+        TOKENS.format(hours=1).replace("base:", "  metric: acceptance_length/humaneva\nbase:"),
+        7,
+        "no trial evaluates a prompt set 'humaneva'",
+    ),
     "budget-below-the-initial-design": (
         TOKENS.format(hours=0.001),
         6,
@@ -164,6 +169,27 @@ def test_the_design_metric_defaults_to_the_workloads_first_law_metric(tmp_path: 
         TOKENS.format(hours=1).replace("base:", "  metric: acceptance_length/humaneval\nbase:")
     )
     assert (d := load_spec(spec_path).design) is not None and d.metric.endswith("/humaneval")
+
+
+def test_a_per_set_metric_names_a_set_the_trials_evaluate(tmp_path: Path) -> None:
+    """Issue 33: ``acceptance_length/<set>`` of a set the base's ``eval.prompt_sets`` does not
+    evaluate (a misspelling, or a builtin left out) is refused at validation, in one line with
+    the valid choices, not after two trials that never report it."""
+    spec_path = tmp_path / "sweep.yaml"
+    text = TOKENS.format(hours=1).replace("base:", "  metric: METRIC\nbase:")
+    spec_path.write_text(text.replace("METRIC", "acceptance_length_prompt_mean/sharegpt"))
+    assert (d := load_spec(spec_path).design) is not None and d.metric.endswith("/sharegpt")
+    only = text.replace("base:\n", "base:\n  eval: {prompt_sets: [sharegpt]}\n")
+    spec_path.write_text(only.replace("METRIC", "acceptance_length/humaneval"))
+    with pytest.raises(SpecError) as err:
+        load_spec(spec_path)
+    msg = str(err.value)
+    assert len(msg.splitlines()) == 1 and len(msg) < 400, msg
+    assert msg.startswith(f"{spec_path}:7: design.metric 'acceptance_length/humaneval': "), msg
+    assert "(base eval.prompt_sets gives acceptance_length/sharegpt)" in msg, msg
+    assert msg.endswith(
+        "Fix: metric: acceptance_length/sharegpt, or metric: acceptance_length (all sets pooled)"
+    ), msg
 
 
 GRID_SECONDS = {8192: 120.0, 16384: 170.0, 32768: 170.0, 65536: 275.0, 131072: 577.0}
