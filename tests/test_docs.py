@@ -11,9 +11,9 @@ code span that starts like a command (``orchestrator ``, ``make ``, ``python ben
 - a path under ``sweeps/`` or ``benchmarks/`` named in a command exists;
 - anything else in a shell block must be in :data:`ALLOWED` with the reason it is not run here.
 
-Also: README.md has at most 300 lines and links every docs page; every relative link (and its
-``#anchor``) resolves; the trial config field tables of docs/sweep-spec.md match the workloads'
-config models, and its key tables match the spec models. Fast (seconds), nothing written.
+Also: README.md links every docs page; every relative link (and its ``#anchor``) resolves; the
+trial config field tables of docs/sweep-spec.md match the workloads' config models, and its key
+tables match the spec models. Fast (seconds), nothing written.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PAGES = [README, *DOCS]
-MAX_README_LINES = 300
 
 SHELL = {"sh", "bash", "shell", "console"}
 """fence languages whose lines are commands"""
@@ -243,11 +242,9 @@ def test_the_two_setup_commands_are_make_run_and_make_test() -> None:
     assert "orchestrator submit sweeps/tokens.yaml" in makefile.split("\nrun:", 1)[1]
 
 
-def test_readme_is_short_and_links_every_docs_page() -> None:
-    lines = README.read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines"
+def test_readme_links_every_docs_page() -> None:
     assert DOCS, "docs/ has no pages"
-    targets = {t.split("#", 1)[0] for t in _LINK.findall("\n".join(lines))}
+    targets = {t.split("#", 1)[0] for t in _LINK.findall(README.read_text(encoding="utf-8"))}
     missing = [_rel(p) for p in DOCS if _rel(p) not in targets]
     assert not missing, f"README.md does not link {missing}"
 
