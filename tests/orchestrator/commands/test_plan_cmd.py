@@ -287,7 +287,7 @@ def test_snippets_name_the_planned_target_and_cover_its_batch_sizes(tmp_path: Pa
     build_db(run_root).close()
     res = CliRunner().invoke(
         app,
-        ["plan", "--run-root", str(run_root), "--resamples", "100", "--model", "llama-3-8b",
+        ["plan", "--run-root", str(run_root), "--resamples", "100", "--model", "llama-3-8b", "--hardware", "h200",
          "--batch-mix", "1:0.5,10000:0.5", "--name", "big"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
