@@ -287,8 +287,8 @@ def test_snippets_name_the_planned_target_and_cover_its_batch_sizes(tmp_path: Pa
     build_db(run_root).close()
     res = CliRunner().invoke(
         app,
-        ["plan", "--run-root", str(run_root), "--resamples", "100", "--model", "llama-3-8b", "--hardware", "h200",
-         "--batch-mix", "1:0.5,10000:0.5", "--name", "big"],
+        ["plan", "--run-root", str(run_root), "--resamples", "100", "--model", "llama-3-8b",
+         "--hardware", "h200", "--batch-mix", "1:0.5,10000:0.5", "--name", "big"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     sh = (run_root / "big" / "sglang_launch.sh").read_text()
