@@ -1,6 +1,6 @@
 """Time of ``orchestrator plan`` on a results DB of about 1,000 trials (issue 25: under 10 s).
 
-Builds a synthetic DB with known laws (:mod:`orchestrator.planning.synthetic`): a token sweep of
+Builds a synthetic DB with known laws (:mod:`tests.orchestrator.plan_synthetic`): a token sweep of
 ``--budgets`` x ``--seeds`` trials and a decode sweep of batch sizes x k x ``--decode-seeds``,
 then times :func:`orchestrator.planning.plan.make_plan` (reading the DB, every fit, the
 bootstrap, the roofline per (b, k)) and, separately, the CLI end to end twice (files, MLflow
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.planning.plan import PlanOptions, make_plan  # noqa: E402
-from orchestrator.planning.synthetic import PROFILE, build_db  # noqa: E402
+from tests.orchestrator.plan_synthetic import PROFILE, build_db  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """``orchestrator plan`` on a hand-built results DB with known laws
-(:mod:`orchestrator.planning.synthetic`): the files it writes (the snippets parse, the k_law file
+(:mod:`tests.orchestrator.plan_synthetic`): the files it writes (the snippets parse, the k_law file
 is accepted by ``decode.k_law``, the index links the page), the extrapolation labels exactly when
 they apply, the holdout score, and every bad input refused in one line, exit 2, nothing written."""
 
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.planning.plan import PlanOptions, make_plan
-from orchestrator.planning.synthetic import PROFILE, build_db
+from tests.orchestrator.plan_synthetic import PROFILE, build_db
 from workloads.engine.k_law import read_sweep_k_law
 
 MIX = "1:0.2,8:0.5,32:0.3"
@@ -271,7 +271,7 @@ def test_a_flat_token_law_is_labelled_uncertain_and_acceptance_stays_at_least_1(
     tmp_path: Path,
 ) -> None:
     """(The default DB's law is not flagged: the labels test above finds no label at all.)"""
-    from orchestrator.planning.synthetic import TrueLaws
+    from tests.orchestrator.plan_synthetic import TrueLaws
 
     store = build_db(tmp_path / "run", laws=TrueLaws(a=-0.05, b=1.3))
     try:
