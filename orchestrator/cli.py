@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import typer
 from rich.text import Text
+from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer vendors click
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from orchestrator._secrets import redact
@@ -25,6 +27,7 @@ from orchestrator.commands.render import err
 from orchestrator.commands.report import compare, report
 from orchestrator.commands.roofline import roofline
 from orchestrator.commands.setup import loopback_ray as _loopback_ray
+from orchestrator.commands.usage import usage_line
 from orchestrator.errors import OrchestratorError
 
 __all__ = ["_loopback_ray", "app", "main"]
@@ -37,11 +40,41 @@ def _no_bool_metavar(option: Any) -> Any:
     return option
 
 
+def _say_error(message: str) -> None:
+    """Print ``error: message`` on stderr as one line."""
+    # a Text, not markup: paths and values in the message are printed as they are
+    line = Text.assemble(("error:", "bold red"), f" {message}")
+    err.print(line, highlight=False, soft_wrap=True, emoji=False)
+
+
+@contextmanager
+def _usage_in_one_line(ctx: Any, args: Sequence[str]) -> Iterator[None]:
+    """Turn a usage error typer raises while parsing ``args`` in ``ctx`` (a bad number, a
+    missing argument, an unknown option or command) into one line with a fix and exit code 2;
+    bare ``orchestrator`` still prints the help."""
+    try:
+        yield
+    except NoArgsIsHelpError:
+        raise
+    except UsageError as exc:
+        _say_error(usage_line(exc, args, ctx))
+        raise typer.Exit(2) from None
+
+
 class _Group(TyperGroup):
-    """The top-level ``orchestrator``: its ``--help`` row reads like a flag (no ``<bool>``)."""
+    """The top-level ``orchestrator``: its ``--help`` row reads like a flag (no ``<bool>``);
+    an unknown command or option is one line with a fix."""
 
     def get_help_option(self, ctx: Any) -> Any:  # typer vendors click: its own Context type
         return _no_bool_metavar(super().get_help_option(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        with _usage_in_one_line(ctx, list(args)):  # a copy: parsing consumes the list
+            return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        with _usage_in_one_line(ctx, list(args)):
+            return super().resolve_command(ctx, args)
 
 
 app = typer.Typer(
@@ -70,6 +103,12 @@ class _Command(TyperCommand):
 
     def get_help_option(self, ctx: Any) -> Any:  # typer vendors click: its own Context type
         return _no_bool_metavar(super().get_help_option(ctx))
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """typer's parsing; its usage errors (a non-number for a numeric flag, a missing
+        argument, an unknown option) become one line with a fix and exit code 2."""
+        with _usage_in_one_line(ctx, list(args)):  # a copy: parsing consumes the list
+            return super().parse_args(ctx, args)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -114,9 +153,7 @@ def _one_line_errors(fn: F) -> F:
                 kwargs.get("tracking_uri"),
                 kwargs.get("address") or os.environ.get("RAY_ADDRESS"),
             )
-            # a Text, not markup: paths and values in the message are printed as they are
-            line = Text.assemble(("error:", "bold red"), f" {message}")
-            err.print(line, highlight=False, soft_wrap=True, emoji=False)
+            _say_error(message)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

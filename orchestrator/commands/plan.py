@@ -3,6 +3,7 @@ it (:mod:`orchestrator.planning`)."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -20,86 +21,97 @@ MIN_RESAMPLES = 100
 """fewest bootstrap replicates the CLI accepts"""
 
 
+Sweeps = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="sweeps to plan from: a token sweep, a decode sweep and optionally a depth sweep "
+        "(default: every sweep of the DB, each kind found once)"
+    ),
+]
+BatchMix = Annotated[
+    str,
+    typer.Option(
+        "--batch-mix",
+        help="serving batch sizes and their shares of decoding steps, e.g. 1:0.2,8:0.5,32:0.3 "
+        "(shares sum to 1)",
+    ),
+]
+BudgetHours = Annotated[
+    float | None,
+    typer.Option(
+        "--budget-hours",
+        help="training hours the recommended draft may take at most, e.g. 2 (default: no "
+        "budget; the plan stops at --min-gain)",
+    ),
+]
+MinGain = Annotated[
+    float,
+    typer.Option(
+        "--min-gain",
+        help="the least acceptance-length gain per added training hour worth training for",
+    ),
+]
+Model = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="target shape of the serving roofline (llama-3-8b, qwen2.5-72b, ...; default: the "
+        "measured target's)",
+    ),
+]
+Hardware = Annotated[
+    str | None,
+    typer.Option(
+        "--hardware",
+        help="hardware of training cost and serving roofline: local-cpu (default) or a "
+        "datasheet GPU (a100, h100, h200, h800)",
+    ),
+]
+Prefix = Annotated[
+    int, typer.Option("--prefix", help="prefix length s of the serving roofline (tokens)")
+]
+Holdout = Annotated[
+    float | None,
+    typer.Option(
+        "--holdout",
+        help="plan from the token trials at budgets <= this and score the prediction on the "
+        "larger ones (e.g. 32768)",
+    ),
+]
+AllowMixedTargets = Annotated[
+    bool, flag("--allow-mixed-targets", help="plan from sweeps of different targets (labelled)")
+]
+Name = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        help="the plan's folder under the run root and its MLflow run (default: plan-<token "
+        "sweep>); decode.k_law: sweep:<name> then reads its k_law.json",
+    ),
+]
+Draft = Annotated[
+    str,
+    typer.Option("--draft", help="draft path the serving snippets name (an `orchestrator export`)"),
+]
+Resamples = Annotated[
+    int, typer.Option("--resamples", help="bootstrap replicates of the intervals")
+]
+
+
 def plan(
-    sweeps: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="sweeps to plan from: a token sweep, a decode sweep and optionally a depth "
-            "sweep (default: every sweep of the DB, each kind found once)"
-        ),
-    ] = None,
+    sweeps: Sweeps = None,
     *,
-    batch_mix: Annotated[
-        str,
-        typer.Option(
-            "--batch-mix",
-            help="serving batch sizes and their shares of decoding steps, e.g. "
-            "1:0.2,8:0.5,32:0.3 (shares sum to 1)",
-        ),
-    ] = "1:1",
-    budget_hours: Annotated[
-        float | None,
-        typer.Option(
-            "--budget-hours",
-            help="training hours the recommended draft may take at most (default: no budget; "
-            "the plan stops at --min-gain)",
-        ),
-    ] = None,
-    min_gain: Annotated[
-        float,
-        typer.Option(
-            "--min-gain",
-            help="the least acceptance-length gain per added training hour worth training for",
-        ),
-    ] = 0.05,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            help="target shape of the serving roofline (llama-3-8b, qwen2.5-72b, ...; default: "
-            "the measured target's)",
-        ),
-    ] = None,
-    hardware: Annotated[
-        str | None,
-        typer.Option(
-            "--hardware",
-            help="hardware of training cost and serving roofline: local-cpu (default) or a "
-            "datasheet GPU (a100, h100, h200, h800)",
-        ),
-    ] = None,
-    prefix: Annotated[
-        int, typer.Option("--prefix", help="prefix length s of the serving roofline (tokens)")
-    ] = 1024,
-    holdout: Annotated[
-        float | None,
-        typer.Option(
-            "--holdout",
-            help="plan from the token trials at budgets <= this and score the prediction on "
-            "the larger ones (e.g. 32768)",
-        ),
-    ] = None,
-    allow_mixed_targets: Annotated[
-        bool,
-        flag("--allow-mixed-targets", help="plan from sweeps of different targets (labelled)"),
-    ] = False,
-    name: Annotated[
-        str | None,
-        typer.Option(
-            "--name",
-            help="the plan's folder under the run root and its MLflow run (default: "
-            "plan-<token sweep>); decode.k_law: sweep:<name> then reads its k_law.json",
-        ),
-    ] = None,
-    draft: Annotated[
-        str,
-        typer.Option(
-            "--draft", help="draft path the serving snippets name (an `orchestrator export`)"
-        ),
-    ] = "exported/draft",
-    resamples: Annotated[
-        int, typer.Option("--resamples", help="bootstrap replicates of the intervals")
-    ] = 1000,
+    batch_mix: BatchMix = "1:1",
+    budget_hours: BudgetHours = None,
+    min_gain: MinGain = 0.05,
+    model: Model = None,
+    hardware: Hardware = None,
+    prefix: Prefix = 1024,
+    holdout: Holdout = None,
+    allow_mixed_targets: AllowMixedTargets = False,
+    name: Name = None,
+    draft: Draft = "exported/draft",
+    resamples: Resamples = 1000,
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
     tracking_uri: TrackingUri = None,
@@ -127,27 +139,17 @@ def plan(
 
     mix = parse_batch_mix(batch_mix)
     check_budget(budget_hours)
-    if not (min_gain >= 0):
-        raise OrchestratorError(f"--min-gain {min_gain:g} must be >= 0. Fix: e.g. --min-gain 0.05")
+    _check_numbers(min_gain=min_gain, prefix=prefix, holdout=holdout, resamples=resamples)
     if not draft.strip():
         raise OrchestratorError(
             "--draft must name the draft the snippets serve (a path or hub id). Fix: --draft "
             "exported/draft (after orchestrator export)"
         )
-    if prefix < 0:
-        raise OrchestratorError(f"--prefix {prefix} must be >= 0 (tokens). Fix: --prefix 1024")
-    if resamples < MIN_RESAMPLES:
-        raise OrchestratorError(
-            f"--resamples {resamples} is too few for a 95% interval (at least {MIN_RESAMPLES}: "
-            "its ends are the 2.5th and 97.5th percentiles). Fix: --resamples 1000 (the default)"
-        )
     if model is not None:
         resolve_shape_name(model)
     resolve_hardware_name(hardware or "local-cpu")
-    if name is not None and not _NAME.fullmatch(name):
-        raise OrchestratorError(
-            f"--name {name!r} may use only letters, digits, '.', '_' and '-'. Fix: e.g. plan-1"
-        )
+    if name is not None:
+        _check_name(name)
     from orchestrator.planning.plan import PlanOptions
 
     run_root = run_root.resolve()
@@ -165,6 +167,42 @@ def plan(
         cache_dir=run_root / "cache",
     )
     _run(opts, name=name, draft=draft, run_root=run_root, db_url=db_url, tracking_uri=tracking_uri)
+
+
+def _check_numbers(*, min_gain: float, prefix: int, holdout: float | None, resamples: int) -> None:
+    """Refuse a numeric option out of its range before anything is opened.
+
+    Raises:
+        OrchestratorError: the option, its rule and a fix.
+    """
+    if not (min_gain >= 0):
+        raise OrchestratorError(f"--min-gain {min_gain:g} must be >= 0. Fix: e.g. --min-gain 0.05")
+    if prefix < 0:
+        raise OrchestratorError(f"--prefix {prefix} must be >= 0 (tokens). Fix: --prefix 1024")
+    if holdout is not None and not (math.isfinite(holdout) and holdout > 0):
+        raise OrchestratorError(
+            f"--holdout {holdout:g} must be a positive pretraining-token budget (the plan fits "
+            "the token trials at or below it and scores the rest). Fix: e.g. --holdout 32768"
+        )
+    if resamples < MIN_RESAMPLES:
+        raise OrchestratorError(
+            f"--resamples {resamples} is too few for a 95% interval (at least {MIN_RESAMPLES}: "
+            "its ends are the 2.5th and 97.5th percentiles). Fix: --resamples 1000 (the default)"
+        )
+
+
+def _check_name(name: str) -> None:
+    """Refuse a ``--name`` that is not a plain folder name.
+
+    Raises:
+        OrchestratorError: the rule (a letter or digit first, then letters, digits, '.', '_'
+            and '-') and a fix.
+    """
+    if not _NAME.fullmatch(name):
+        raise OrchestratorError(
+            f"--name {name!r} must start with a letter or digit and use only letters, digits, "
+            "'.', '_' and '-' (a folder under the run root). Fix: e.g. --name plan-1"
+        )
 
 
 def _run(

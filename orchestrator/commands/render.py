@@ -6,6 +6,7 @@ an undefined value (NaN, a metric a trial does not report) is ``n/a``.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from analysis.numbers import fmt
 from orchestrator.driving.events import (
@@ -182,14 +184,16 @@ def print_best(metric: str, best: Any) -> None:
 
 def print_browse(uri: str, experiment_id: str) -> None:
     """How to open the sweep in the MLflow UI (its runs table, not the default overview);
-    ``uri`` is the tracking URI, password masked."""
+    ``uri`` is the tracking URI, password masked. The ``mlflow ui`` command is shell-quoted,
+    so it pastes as it is for a run root with a space (or a ``[``) in its path."""
     if uri.startswith(("http://", "https://")):
-        out.print(f"browse: {uri.rstrip('/')}/#/experiments/{experiment_id}/runs")
+        line = f"browse: {uri.rstrip('/')}/#/experiments/{experiment_id}/runs"
     else:
-        out.print(
-            f"browse: mlflow ui --backend-store-uri {uri} --host 127.0.0.1, then open "
-            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
+        line = (
+            f"browse: mlflow ui --backend-store-uri {shlex.quote(uri)} --host 127.0.0.1, then "
+            f"open http://127.0.0.1:5000/#/experiments/{experiment_id}/runs"
         )
+    out.print(line, markup=False, highlight=False)
 
 
 def print_space(sweep: Any) -> None:
@@ -261,15 +265,23 @@ def print_trials(
 ) -> None:
     """A trial table: key, grid point, state (and error), the given metrics (the workload's
     ``status_columns``; none for planned trials, which have no metrics yet), each in its
-    format from ``formats`` (the workload's progress formats), else ``.4f``."""
+    format from ``formats`` (the workload's progress formats), else ``.4f``. A header wider
+    than its column folds onto more lines, never cut: two metrics that start alike stay
+    distinguishable on a narrow terminal; a metric's numbers keep their width."""
     table = Table(title=f"sweep {name}")
     axes = sorted({k for _, _, o, _ in rows for k in o})
-    for col in ["trial_key", *axes, "state", *columns]:
-        table.add_column(col)
+    spec = formats or {}
+    cells = []
     for key, state, overrides, metrics in rows:
-        spec = formats or {}
         values = [
             "" if metrics is None else fmt(metrics.get(c), spec.get(c, ".4f")) for c in columns
         ]
-        table.add_row(key, *[str(overrides.get(a, "")) for a in axes], state, *values)
+        cells.append((key, [str(overrides.get(a, "")) for a in axes], state, values))
+    for col in ["trial_key", *axes, "state"]:
+        table.add_column(Text(col, overflow="fold"))
+    for i, col in enumerate(columns):
+        widest = max((len(values[i]) for *_, values in cells), default=0)
+        table.add_column(Text(col, overflow="fold"), min_width=widest)
+    for key, points, state, values in cells:
+        table.add_row(key, *points, state, *values)
     out.print(table)

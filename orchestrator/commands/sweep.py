@@ -19,7 +19,7 @@ from orchestrator.commands.render import err, out
 from orchestrator.commands.setup import loopback_ray, quiet_env
 from orchestrator.errors import OrchestratorError
 from orchestrator.spec.sweep import MAX_TRIALS
-from orchestrator.store.access import find_sweep, open_store
+from orchestrator.store.access import find_sweep, open_store, open_sweep
 
 if TYPE_CHECKING:
     from orchestrator.driving.destinations import Destinations
@@ -213,8 +213,7 @@ def status(
     from orchestrator.reports.status import study_best, sweep_status
 
     root = run_root.resolve()
-    store = open_store(root, db_url, must_exist=True)
-    info = find_sweep(store, sweep)
+    store, info = open_sweep(root, db_url, sweep)
     view = sweep_status(store, info)
     render.print_trials(sweep, view.rows, view.columns, view.formats)
     out.print(", ".join(f"{v} {k}" for k, v in sorted(view.counts.items())))
@@ -250,8 +249,7 @@ def fit(
     from orchestrator.tracking.tracker import Tracker, default_tracking_uri
 
     root = run_root.resolve()
-    store = open_store(root, db_url, must_exist=True)
-    info = find_sweep(store, sweep)
+    store, info = open_sweep(root, db_url, sweep)
     check_sinks_apart(root, db_url, tracking_uri)
     uri = tracking_uri or default_tracking_uri(root)
     check_parent_run(uri, info, run_root)
@@ -328,8 +326,7 @@ def cancel(
 
     root = run_root.resolve()
     check_sinks_apart(root, db_url, tracking_uri)
-    store = open_store(root, db_url, must_exist=True)
-    info = find_sweep(store, sweep)
+    store, info = open_sweep(root, db_url, sweep)
 
     def told(n_pending: int, n_running: int, live: bool) -> None:
         out.print(f"sweep {sweep}: {n_pending} pending trials cancelled.")

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from orchestrator.driving import runner
 from orchestrator.driving.events import Listener, Tally, TrialEvent
 from orchestrator.driving.task import TaskOutcome
+from orchestrator.driving.worker_exit import crash_error
 from orchestrator.sinks import Sinks, StoreSink, TrackerSink, TrialRef
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.results import ResultsStore, TrialInfo, TrialState
@@ -95,14 +96,15 @@ class SweepRun:
 
     def finish(self, task: ray.ObjectRef, ref: TrialRef, wall_s: float) -> TaskOutcome:
         """Fetch a finished task's outcome and record it in every sink; never raises for a
-        trial error (a worker or node that died after its retries is a failed outcome)."""
+        trial error (a worker or node that died after its retries is a failed outcome, its
+        error naming the exit Ray reports: :func:`.worker_exit.crash_error`)."""
         try:
             outcome: TaskOutcome = ray.get(task)
         except (ray.exceptions.RayError, OSError) as exc:  # worker/node died after retries
             out = self.paths.trial_dir(self.spec.name, ref.key) / "traceback.txt"
             outcome = TaskOutcome(
                 ok=False,
-                error=f"{type(exc).__name__}: {exc}"[:4000],
+                error=crash_error(exc, task)[:4000],  # a dead worker: how Ray says it ended
                 artifacts=[out] if out.exists() else [],
             )
         if outcome.ok:

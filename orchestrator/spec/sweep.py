@@ -441,8 +441,11 @@ def _explain(
     prefix: tuple[Any, ...],
     model: type[BaseModel],
     line_node: yaml.Node | None = None,
+    workload: object = None,
 ) -> SpecError:
-    """Turn the first pydantic error into a one-line SpecError with file:line and a fix."""
+    """Turn the first pydantic error into a one-line SpecError with file:line and a fix; the
+    example named is the block's (search, design), else that of the workload whose config is
+    ``model``, else that of ``workload`` (the spec's, for its top-level keys)."""
     errors = err.errors()
     # an unknown key first: a typo also shows up as the missing key it was meant to be
     e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
@@ -467,6 +470,7 @@ def _explain(
         blocks[(prefix + loc)[:1]]
         if (prefix + loc)[:1] in blocks
         else next((w.example for w in WORKLOADS.values() if w.config_model is model), "")
+        or getattr(WORKLOADS.get(str(workload)), "example", "")
         or "sweeps/tokens.yaml"
     )
     fix = {
@@ -598,7 +602,8 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
-        raise _explain(path, root, err, prefix=(), model=SweepSpec) from None
+        workload = data.get("workload", "draft_train") if isinstance(data, dict) else None
+        raise _explain(path, root, err, prefix=(), model=SweepSpec, workload=workload) from None
     if "seed" in spec.base:
         line = _key_node(root, ("base", "seed")).start_mark.line + 1
         seeds_now = "seeds: [0] (the default)" if "seeds" not in data else f"seeds: {spec.seeds}"

@@ -37,3 +37,19 @@ def find_sweep(store: ResultsStore, name: str) -> SweepInfo:
         names = ", ".join(s.name for s in store.list_sweeps()) or "none"
         raise OrchestratorError(f"no sweep named {name!r} in {store.url}; sweeps: {names}")
     return info
+
+
+def open_sweep(run_root: Path, db_url: str | None, name: str) -> tuple[ResultsStore, SweepInfo]:
+    """The results DB a command names (:func:`open_store`, which must exist) and its sweep
+    ``name``; on a refusal the DB is closed again, so it leaves nothing behind.
+
+    Raises:
+        OrchestratorError: no results DB, or no such sweep (as :func:`find_sweep`).
+        StoreError: the DB cannot be reached or opened.
+    """
+    store = open_store(run_root, db_url, must_exist=True)
+    try:
+        return store, find_sweep(store, name)
+    except Exception:
+        store.close()
+        raise

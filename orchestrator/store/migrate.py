@@ -10,7 +10,9 @@ The version table is ``ss_alembic_version``: Optuna keeps its own Alembic versio
 
 Concurrent first starts (two sweeps launched at once on a new database) are serialised: on
 PostgreSQL by a transaction-scoped advisory lock, on SQLite by a file lock next to the database
-file; the loser then finds the schema at head and does nothing.
+file; the loser then finds the schema at head and does nothing. A SQLite file already at head is
+opened without that lock, and the lock file is removed after a migration, so opening a run
+root's DB leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def upgrade(engine: Engine, url_text: str, sqlite_file: Path | None) -> str:
         engine: the store's engine (its ``search_path`` already selects the schema on PostgreSQL).
         url_text: the database URL with its password masked, for messages.
         sqlite_file: the SQLite database file (None for PostgreSQL or in-memory SQLite), whose
-            sibling ``<file>.migrate.lock`` serialises concurrent first starts.
+            sibling ``<file>.migrate.lock`` serialises concurrent first starts; it is taken only
+            when the file is new or below head, and removed afterwards.
 
     Returns:
         The revision found (``"none"`` for an empty database, ``"pre-alembic"`` for tables
@@ -73,10 +76,22 @@ def upgrade(engine: Engine, url_text: str, sqlite_file: Path | None) -> str:
     Raises:
         StoreError: the database is at a revision this code does not know.
     """
-    if sqlite_file is not None and sqlite_file.parent.is_dir():  # else connecting fails below
-        with FileLock(f"{sqlite_file}.migrate.lock", timeout=120):
+    if sqlite_file is None or not sqlite_file.parent.is_dir():  # else connecting fails below
+        return _upgrade_locked(engine, url_text)
+    if sqlite_file.is_file():
+        with engine.connect() as conn:  # BEGIN IMMEDIATE: waits for a migration under way
+            found = current_revision(conn)
+        if found is not None and found == head_revision():
+            return found
+    lock = Path(f"{sqlite_file}.migrate.lock")
+    try:
+        with FileLock(lock, timeout=120):
             return _upgrade_locked(engine, url_text)
-    return _upgrade_locked(engine, url_text)
+    finally:
+        # Safe to remove: whoever waits on this file re-reads the revision under it, a later
+        # opener finds the schema at head and takes no lock, and each migration runs in one
+        # BEGIN IMMEDIATE transaction, which SQLite itself serialises.
+        lock.unlink(missing_ok=True)
 
 
 def _upgrade_locked(engine: Engine, url_text: str) -> str:

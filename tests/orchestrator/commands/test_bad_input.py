@@ -303,3 +303,109 @@ def test_dry_run_refuses_an_unknown_target_as_the_submit_does(clean_env: Path) -
     res = CliRunner().invoke(app, [*argv, "--dry-run"], env={"HF_HUB_OFFLINE": "1"})
     assert res.exit_code == 2, res.output
     assert "smollm2-135m" in res.output and "Nothing was run" not in res.output
+
+
+# -- command-line mistakes typer finds before a command runs (issue 33) ----------------------
+
+NUMBERS = {
+    "plan-budget-hours-word": (
+        ("plan", "--budget-hours", "abc"),
+        "--budget-hours 'abc' must be a number. Fix: e.g. --budget-hours 2",
+    ),
+    "roofline-prefix-negative": (
+        ("roofline", "--prefix", "-1"),
+        "--prefix -1 must be a whole number >= 0. Fix: e.g. --prefix 10000 (the default)",
+    ),
+    "roofline-prefix-equals-word": (("roofline", "--prefix=x"), "--prefix 'x' must be a whole"),
+    "roofline-k-max-zero": (("roofline", "--k-max", "0"), "--k-max 0 must be a whole number >= 1"),
+    "roofline-threads-fraction": (
+        ("roofline", "--threads", "1.5"),
+        "--threads 1.5 must be a whole number >= 1. Fix: e.g. --threads 1",
+    ),
+    "plan-resamples-fraction": (
+        ("plan", "--resamples", "1.5"),
+        "--resamples 1.5 must be a whole number. Fix: e.g. --resamples 1000 (the default)",
+    ),
+    "plan-holdout-word": (("plan", "--holdout", "big"), "Fix: e.g. --holdout 32768"),
+    "cancel-wait-word": (
+        ("cancel", "s", "--wait", "soon"),
+        "--wait 'soon' must be a number. Fix: e.g. --wait 60 (the default)",
+    ),
+    "submit-devices-word": (
+        ("submit", "{spec}", "--dry-run", "--hardware", "h100", "--devices", "two"),
+        "--devices 'two' must be a whole number",
+    ),
+}
+
+
+def _one_line_refusal(argv: list[str], folder: Path) -> str:
+    """Run ``argv``; assert exit 2, one ``error:`` line with a ``Fix:``, nothing written."""
+    before = _files(folder)
+    res = CliRunner().invoke(app, argv, env={"COLUMNS": "80"})
+    message = res.output.strip()
+    assert res.exit_code == 2, message
+    assert len(message.splitlines()) == 1 and message.startswith("error: "), message
+    assert "Fix:" in message and "╭" not in message and "Traceback" not in message, message
+    assert _files(folder) == before
+    return message
+
+
+@pytest.mark.parametrize("case_id", sorted(NUMBERS))
+def test_a_bad_value_of_a_numeric_flag_is_one_line_with_a_fix(
+    case_id: str, clean_env: Path
+) -> None:
+    args, needle = NUMBERS[case_id]
+    (clean_env / "s.yaml").write_text(GOOD)
+    argv = [a.replace("{spec}", str(clean_env / "s.yaml")) for a in args]
+    if argv[0] != "roofline":
+        argv += ["--run-root", str(clean_env / "runs")]
+    assert needle in _one_line_refusal(argv, clean_env)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["status"], "Missing argument 'SWEEP'. Fix: root status [OPTIONS] SWEEP"),
+        (["status", "s", "--bogus"], "No such option: --bogus. Fix: root status [OPTIONS] SWEEP"),
+        (["plan", "--prefix"], "Option '--prefix' requires an argument. Fix: root plan"),
+        (["stauts", "s"], "No such command 'stauts'. Did you mean 'status'? Fix: root [OPTIONS]"),
+        (
+            ["status", "s", "postgresql://u:hunter2@db/x"],
+            "unexpected extra argument(s) (postgresql://u:***@db/x)",
+        ),
+    ],
+    ids=["missing-argument", "unknown-option", "option-without-value", "unknown-command", "url"],
+)
+def test_other_command_line_mistakes_are_one_line_with_the_usage(
+    argv: list[str], needle: str, clean_env: Path
+) -> None:
+    message = _one_line_refusal(argv, clean_env)
+    assert needle in message and "hunter2" not in message, message
+
+
+def test_bare_orchestrator_still_prints_the_help() -> None:
+    res = CliRunner().invoke(app, [])
+    assert "Usage:" in res.output and "submit" in res.output and "error:" not in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--holdout", "-5"), "--holdout -5 must be a positive pretraining-token budget"),
+        (("--holdout", "nan"), "--holdout nan must be a positive"),
+        (
+            ("--name", "."),
+            "--name '.' must start with a letter or digit and use only letters, digits",
+        ),
+        (("--name", "-x"), "must start with a letter or digit"),
+    ],
+    ids=["holdout-negative", "holdout-nan", "name-dot", "name-dash"],
+)
+def test_plan_checks_its_flags_before_it_opens_the_db(
+    args: tuple[str, ...], needle: str, clean_env: Path
+) -> None:
+    """No results DB under the run root: a flag checked first says what is wrong with it,
+    not that the DB is missing."""
+    argv = ["plan", *args, "--run-root", str(clean_env / "runs")]
+    message = _one_line_refusal(argv, clean_env)
+    assert needle in message and "no results DB" not in message, message

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import shlex
 from datetime import UTC, datetime
 
 import pytest
+from rich.console import Console
 
 from analysis.numbers import fmt
 from orchestrator.commands import render
@@ -59,3 +61,49 @@ def test_each_workload_prints_its_own_metrics() -> None:
     assert "acceptance" not in sleep
     draft = render.metrics_line(WORKLOADS["draft_train"].progress, {"acceptance_length": 1.5})
     assert draft.startswith("acceptance_length=1.500")
+
+
+@pytest.mark.parametrize("root", ["/tmp/my runs", "/tmp/[x] runs", "/tmp/plain"])
+def test_the_browse_line_pastes_into_a_shell_as_it_is(
+    root: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = f"sqlite:///{root}/mlflow.db"
+    render.print_browse(uri, "7")
+    line = " ".join(capsys.readouterr().out.split("\n"))
+    command = line.removeprefix("browse: ").split(", then open")[0]
+    assert shlex.split(command) == [
+        "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1"
+    ]  # fmt: skip
+    assert "http://127.0.0.1:5000/#/experiments/7/runs" in line
+
+
+def _header_names(table: str) -> list[str]:
+    """The column names of a rich table's (possibly folded) header, each put back together."""
+    lines = table.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    bottom = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    rows = [line.strip("┃").split("┃") for line in lines[top + 1 : bottom]]
+    return ["".join(row[i].strip() for row in rows) for i in range(len(rows[0]))]
+
+
+def test_status_headers_stay_distinguishable_at_80_columns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two metrics that start alike (``acceptance_length``, ``acceptance_length_prompt_mean``)
+    were both headed ``acceptance_…`` in an 80-column terminal (issue 33)."""
+    monkeypatch.setattr(render, "out", Console(width=80, soft_wrap=True))
+    columns = ("acceptance_length", "acceptance_length_prompt_mean")
+    rows = [
+        (
+            "a1b2c3d4e5f6a7b8",
+            "completed",
+            {"pretrain.tokens": 1024, "draft.layers": 2},
+            {"acceptance_length": 1.51234, "acceptance_length_prompt_mean": 1.49},
+        )
+    ]
+    render.print_trials("tokens", rows, columns, {"acceptance_length": ".3f"})
+    table = capsys.readouterr().out
+    assert max(len(line) for line in table.splitlines()) <= 80
+    names = _header_names(table)
+    assert names == ["trial_key", "draft.layers", "pretrain.tokens", "state", *columns]
+    assert "1.512" in table and "1.4900" in table  # the numbers are whole too

@@ -188,6 +188,30 @@ def test_cancel_refuses_a_results_db_that_is_mlflows_default_store(tmp_path: Pat
     assert "is the results DB" in _refused(res)
 
 
+# -- a refusal that opens the results DB leaves the run root as it was (issue 33) -------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("status", "nope"), ("fit", "nope"), ("cancel", "nope"), ("plan",)],
+    ids=["status", "fit", "cancel", "plan"],
+)
+def test_a_refusal_that_opens_the_db_leaves_the_run_root_as_it_was(
+    argv: tuple[str, ...], tmp_path: Path
+) -> None:
+    run_root, store, _, _ = _sweep(tmp_path)
+    store.close()
+
+    def snapshot() -> dict[str, int]:
+        return {str(p.relative_to(run_root)): p.stat().st_size for p in run_root.rglob("*")}
+
+    before = snapshot()
+    assert list(before) == ["results.db"], before  # registering a sweep left no lock file
+    res = _invoke(*argv, "--run-root", str(run_root))
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert snapshot() == before
+
+
 # -- 7. status after a cancel ------------------------------------------------------------------
 
 

@@ -227,3 +227,29 @@ def test_numbers_refuse_booleans_but_keep_ints_as_floats_and_strings_as_paths(
     path.write_text("name: t\nworkload: sleep\nseeds: [0, true]\n")
     with pytest.raises(SpecError, match=r"s\.yaml:3: seeds: Input should be a number"):
         load_spec(path)
+
+
+@pytest.mark.parametrize(
+    ("workload", "example"),
+    [
+        ("decode_bench", "sweeps/batch.yaml"),
+        ("sleep", "sweeps/sleep.yaml"),
+        (None, "sweeps/tokens.yaml"),  # draft_train, the default workload
+    ],
+    ids=["decode_bench", "sleep", "draft_train"],
+)
+@pytest.mark.parametrize(
+    "resources", ["{num_cpus: 0}", "{num_cpu: 1}", "3"], ids=["value", "key", "type"]
+)
+def test_a_resources_error_names_the_workloads_own_example(
+    workload: str | None, example: str, resources: str, tmp_path: Path
+) -> None:
+    """A top-level block (``resources``) is not the workload's config, but the spec's workload
+    still decides which shipped sweep the fix points to (issue 33)."""
+    spec = tmp_path / "r.yaml"
+    head = f"name: r\nworkload: {workload}\n" if workload else "name: r\n"
+    spec.write_text(f"{head}resources: {resources}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(spec)
+    message = str(err.value)
+    assert "resources" in message and f"see {example} for a commented example" in message

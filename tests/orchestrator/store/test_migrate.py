@@ -114,6 +114,42 @@ def test_a_newer_database_is_refused(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
 
 
+def test_opening_leaves_no_lock_file_and_a_db_at_head_takes_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creating, reopening and a refused newer database leave only the database file
+    (issue 33: every open left an empty ``results.db.migrate.lock``)."""
+    url = _sqlite_url(tmp_path)
+
+    def files() -> list[str]:
+        return sorted(p.name for p in tmp_path.iterdir())
+
+    ResultsStore(url).close()  # created: migrated under the lock, which is then removed
+    assert files() == ["results.db"]
+    locks: list[str] = []
+    real = migrate.FileLock
+
+    def counting(path: str, **kwargs: object) -> object:
+        locks.append(str(path))
+        return real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(migrate, "FileLock", counting)
+    ResultsStore(url).close()  # at head: read, not locked
+    assert locks == [] and files() == ["results.db"]
+    old = tmp_path / "old.db"
+    _stop_at(f"sqlite:///{old}", "0001")  # below head: upgraded under the lock, then it is gone
+    ResultsStore(f"sqlite:///{old}").close()
+    assert len(locks) == 1 and files() == ["old.db", "results.db"]
+    old.unlink()
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="newer version"):
+        ResultsStore(url)
+    assert files() == ["results.db"]
+
+
 def test_optunas_alembic_version_table_is_left_alone(tmp_path: Path) -> None:
     url = _sqlite_url(tmp_path)
     engine = create_engine(url)
