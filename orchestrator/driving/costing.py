@@ -14,29 +14,28 @@ Every stage figure has a basis:
   on GPUs until ``benchmarks/gpu_check.py train`` measures it).
 - ``unknown``: no cost model, no shape, no hardware profile; never a guess shown as a figure.
 
-Shared work (cached features, regenerated replies, a wsd-fork trunk, greedy references) costs
-only what is not cached yet: :class:`Predictor` reads the cache folder. :meth:`Predictor.sweep`
-runs the sweep's schedule as the driver does (:func:`simulate`: trials in order, ``slots`` at a
-time, each starting when a slot frees): a trial that needs shared work another running trial is
-building splits it (feature chunks, batches of replies: a lock per chunk, taken without waiting)
-or waits for it (a wsd-fork trunk, greedy references), so both seeds of a budget that run at
-once pay the build in their wall seconds, and a trial after them finds it built. A trial's
-figure is then its own work plus its waits; the sweep's serial seconds (their sum) and wall
-seconds come from the same schedule. Called with one config, the predictor costs the trial run
-alone now (the adaptive design prices candidates so). The start-up of a trial (loading the
-target, the draft vocabulary, the step-cost probe) is calibrated as the ``setup`` stage
-(measured wall seconds less the stages'), apart for the first trial of each slot of a sweep (it
-starts a Ray worker: imports, data read once per process), and left out when nothing calibrates
-it (the figure is then the stages' only, said in the notes). The evaluation is costed at the
-acceptance length matched trials measured: on the same prompt sets, else the mean of each of
-its sets' own (``acceptance_length/<set>``), else theirs on other sets, else 1 (an upper bound).
+Shared work (cached features, regenerated replies, a wsd-fork trunk, greedy references) costs only
+what is not cached yet: :class:`Predictor` reads the cache folder. :meth:`Predictor.sweep` runs the
+sweep's schedule as the driver does (:func:`orchestrator.driving.cost_schedule.simulate`: trials in
+order, ``slots`` at a time, each starting when a slot frees): a trial that needs shared work
+another running trial is building splits it (feature chunks, batches of replies: a lock per chunk,
+taken without waiting) or waits for it (a wsd-fork trunk, greedy references), so both seeds of a
+budget that run at once pay the build in their wall seconds, and a trial after them finds it built.
+A trial's figure is then its own work plus its waits; the sweep's serial seconds (their sum) and
+wall seconds come from the same schedule. Called with one config, the predictor costs the trial run
+alone now (the adaptive design prices candidates so). The start-up of a trial (loading the target,
+the draft vocabulary, the step-cost probe) is calibrated as the ``setup`` stage (measured wall
+seconds less the stages'), apart for the first trial of each slot of a sweep (it starts a Ray
+worker: imports, data read once per process), and left out when nothing calibrates it (the figure
+is then the stages' only, said in the notes). The evaluation is costed at the acceptance length
+matched trials measured: on the same prompt sets, else the mean of each of its sets' own
+(``acceptance_length/<set>``), else theirs on other sets, else 1 (an upper bound).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import heapq
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -46,6 +45,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from orchestrator.driving.cost_fit import StageFit, fit_stage
+from orchestrator.driving.cost_schedule import StageRun, Step, simulate, wall_time
 from orchestrator.errors import OrchestratorError
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.history import CompletedTrial
@@ -180,18 +181,6 @@ class SweepCost:
         """The bases of its trials' figures joined by ``+``."""
         parts = {p for _, c in self.trials for p in c.basis.split("+")}
         return "+".join(b for b in ("calibrated", "modelled", "unknown") if b in parts) or "unknown"
-
-
-def wall_time(totals: Sequence[float | None], slots: int) -> float | None:
-    """Wall seconds of trials run in order on ``slots`` parallel slots, each starting on the
-    first slot to come free (as the driver submits them); None when any total is unknown."""
-    if any(t is None for t in totals):
-        return None
-    free = [0.0] * max(1, slots)
-    for t in totals:
-        start = heapq.heappop(free)
-        heapq.heappush(free, start + (t or 0.0))
-    return max(free)
 
 
 def slots_for(num_cpus: float, num_gpus: float, *, cpus: float, gpus: float) -> int:
@@ -332,70 +321,6 @@ def resolve_hardware(
     return _gpu(name, spec, max(1, devices), extra_gpus)
 
 
-@dataclass(frozen=True)
-class StageFit:
-    """Measured seconds of one stage, linear in its work (seconds at utilisation 1)."""
-
-    stage: str
-    a: float
-    """seconds at zero work (0 for a ratio)"""
-    b: float
-    """seconds per second of work at utilisation 1 (1 / the effective utilisation)"""
-    r2: float | None
-    """R² of the OLS fit (None: a ratio or a mean, no variation to explain)"""
-    n: int
-    """trials used"""
-    method: Literal["ols", "ratio", "mean"]
-    x_max: float
-    """the largest work fitted (a prediction beyond it extrapolates)"""
-    at_zero: float | None = None
-    """mean seconds of the trials that did none of this work (None: no such trial)"""
-
-    def predict(self, x: float) -> float:
-        """Seconds at work ``x`` (at least 0)."""
-        if x <= 0 or self.method == "mean":
-            return self.at_zero if x <= 0 and self.at_zero is not None else max(0.0, self.a)
-        return max(0.0, self.a + self.b * x)
-
-    def detail(self, x: float | None = None) -> str:
-        """The fit in words (and whether ``x`` extrapolates beyond it)."""
-        if self.method == "mean":
-            text = f"mean of {self.n} trials"
-        elif self.method == "ratio":
-            text = f"ratio to the work, {self.n} trial{'s' if self.n != 1 else ''}"
-        else:
-            text = f"OLS on the work, n={self.n}, R² {self.r2:.3f}"
-        if x is not None and self.x_max > 0 and x > 2 * self.x_max:
-            text += f", extrapolated {x / self.x_max:.3g}x beyond the largest"
-        return text
-
-
-def fit_stage(stage: str, points: Sequence[tuple[float, float]]) -> StageFit | None:
-    """The fit of one stage's (work, seconds) points: OLS with an intercept over the points
-    with work when there are at least 3 of them with 2 distinct values and the slope is
-    positive, else a ratio through the origin; None without a point with work. ``at_zero``:
-    the mean seconds of the points without work."""
-    import numpy as np
-    import statsmodels.api as sm
-
-    pts = [(x, y) for x, y in points if math.isfinite(x) and math.isfinite(y) and y >= 0]
-    zero = [y for x, y in pts if x <= 0]
-    work = [(x, y) for x, y in pts if x > 0]
-    at_zero = float(np.mean(zero)) if zero else None
-    if not work:
-        return None
-    xs = np.array([x for x, _ in work])
-    ys = np.array([y for _, y in work])
-    if len(work) >= 3 and len(set(xs.tolist())) >= 2:
-        res = sm.OLS(ys, sm.add_constant(xs)).fit()
-        a, b = float(res.params[0]), float(res.params[1])
-        if b > 0:
-            r2 = float(res.rsquared)
-            return StageFit(stage, a, b, r2, len(work), "ols", float(xs.max()), at_zero)
-    b = float(sm.OLS(ys, xs).fit().params[0])
-    return StageFit(stage, 0.0, b, None, len(work), "ratio", float(xs.max()), at_zero)
-
-
 @dataclass
 class _Taus:
     """Acceptance lengths measured by the matched trials of one tau group (target, draft,
@@ -427,30 +352,6 @@ def _finite(value: float | None) -> bool:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One step of a trial in the schedule of :func:`simulate`: seconds of its own, or shared
-    units under a key."""
-
-    stage: str
-    seconds: float = 0.0
-    """its own seconds (a step without ``key``)"""
-    idle: float | None = None
-    """its own seconds when the trial found all of the stage's shared work done, neither built
-    nor waited for (None: ``seconds``)"""
-    key: str | None = None
-    """the shared work's key (:attr:`workloads.trial_cost.StageWork.shared`)"""
-    units: float = 0.0
-    """the prefix of the shared units this trial needs"""
-    per_unit: float = 0.0
-    """seconds a unit takes one trial building it"""
-    split: bool = False
-    """trials at this step together split the units (else one builds, the others wait)"""
-    lookahead: float = 0.0
-    """split: units a trial builds beyond the prefix while it waits for another's last ones
-    (:attr:`workloads.trial_cost.StageWork.lookahead`)"""
-
-
-@dataclass(frozen=True)
 class _StagePlan:
     stage: str
     basis: Basis
@@ -460,171 +361,8 @@ class _StagePlan:
     """its shared work in words (``features``, ``replies``, ...), for the detail"""
 
 
-@dataclass
-class StageRun:
-    """What the schedule made of one stage of one trial."""
-
-    spent: float = 0.0
-    """seconds from the stage's start to its end"""
-    waited: float = 0.0
-    """of them, seconds waiting for shared work another trial was building"""
-    company: int = 0
-    """most trials building its shared units at once, itself included"""
-    touched: bool = False
-    """it built or waited for some of its shared units"""
-
-
 SHARED_WORK = {"features": "features", "regen": "replies", "trunk": "trunk", "greedy": "greedy"}
 """a shared key's prefix -> the work in words"""
-
-
-def simulate(
-    trials: Sequence[Sequence[Step]], slots: int, have: dict[str, float]
-) -> tuple[list[float], list[float], list[dict[str, StageRun]]]:
-    """Run ``trials`` (each its steps in order) as the driver does: in order, ``slots`` at a
-    time, each starting when a slot frees. ``have``: shared units done before the sweep (the
-    cache), by key. Returns each trial's start and end seconds and what each of its stages
-    spent.
-
-    The rule of shared work (a step with a key; units under one key are nested prefixes, built
-    from the first):
-
-    - ``split`` (feature chunks, batches of replies: a lock per chunk, taken without waiting):
-      every trial at such a step whose prefix is not built yet builds, the prefix growing at the
-      sum of their rates; each leaves when the prefix it needs is built, so trials that need it
-      together split it and each pays its share plus the wait for the last chunk, about the
-      time all of it takes them together. Where the work looks ahead (``lookahead``: replies,
-      whose waiting trial generates the batch after the one it waits for), ``k`` trials that
-      built it together need ``k - 1`` lookaheads more.
-    - else (a wsd-fork trunk: one lock for the whole trunk, ``workloads.training.stages``;
-      greedy references: a blocking lock per prompt, taken just before the prompt's own
-      decoding, so two evaluations go in step, each waiting for the reference the other
-      computes): the first trial to need units not built yet builds them and holds the work
-      until it has built the prefix it needs; a trial that needs it meanwhile waits until then
-      (whether or not it needs less), then builds what it needs beyond it, if anything, and
-      goes on with its own work.
-
-    A trial's stage lasts from its first step to its last, waits included, so the stage
-    seconds of a trial add up to its wall seconds; a stage's own seconds come after its shared
-    steps. Each trial computes at its own calibrated rate (one slot each; a waiting trial's
-    slot idles), chunks are continuous (the wait for another's last chunk is not counted).
-    """
-    n = len(trials)
-    done = dict(have)
-    owner: dict[str, int] = {}
-    """key -> the trial building it (wait rule)"""
-    arrived: dict[int, float] = {}
-    """trial -> when it reached the shared step it is at (who builds next under the wait rule)"""
-    pos: list[int] = [0] * n
-    company: list[int] = [1] * n
-    """most trials building the shared work of a trial's step with it, itself included"""
-    left: list[float | None] = [None] * n
-    """seconds left of a trial's own step (None: not begun)"""
-    start, end = [0.0] * n, [0.0] * n
-    tracks: list[dict[str, StageRun]] = [{} for _ in range(n)]
-    queue = list(range(n))[::-1]
-    running: list[int] = []
-    t = 0.0
-
-    def track(i: int, stage: str) -> StageRun:
-        return tracks[i].setdefault(stage, StageRun())
-
-    def near(x: float, y: float) -> bool:
-        return x >= y - 1e-9 * max(1.0, abs(y))
-
-    def need(i: int) -> float:
-        s = trials[i][pos[i]]
-        return s.units + s.lookahead * (company[i] - 1)
-
-    def settle(i: int) -> bool:
-        """Move trial i past the steps that are complete now; True when it has finished."""
-        steps = trials[i]
-        while pos[i] < len(steps):
-            s = steps[pos[i]]
-            tr = track(i, s.stage)
-            if s.key is None:
-                if left[i] is None:
-                    left[i] = s.seconds if tr.touched or s.idle is None else s.idle
-                if (left[i] or 0.0) > 1e-9:
-                    return False
-                left[i] = None
-            else:
-                k = s.key
-                holder = owner.get(k)
-                free = s.split or holder is None or holder == i
-                if free and s.per_unit <= 0 and not near(done.setdefault(k, 0.0), need(i)):
-                    done[k] = need(i)  # it takes no time
-                    tr.touched = True
-                got = done.setdefault(k, 0.0)
-                if holder == i and near(got, need(i)):
-                    del owner[k]  # built what it needs: the lock is free
-                elif not free or not near(got, need(i)):
-                    arrived.setdefault(i, t)
-                    if not s.split and holder is None:
-                        owner[k] = i
-                    return False
-                arrived.pop(i, None)
-            pos[i] += 1
-            company[i] = 1
-        return True
-
-    def advance_all() -> None:
-        """Settle every running trial (those waiting first by when they came), start the next
-        trials in the slots that free, until nothing changes."""
-        while True:
-            before = (tuple(pos), tuple(running), tuple(sorted(owner.items())))
-            for i in sorted(running, key=lambda j: (arrived.get(j, t), j)):
-                if settle(i):
-                    end[i] = t
-                    running.remove(i)
-                    if queue:
-                        j = queue.pop()
-                        start[j] = t
-                        running.append(j)
-            if (tuple(pos), tuple(running), tuple(sorted(owner.items()))) == before:
-                return
-
-    for _ in range(min(max(1, slots), n)):
-        running.append(queue.pop())
-    advance_all()
-    while running:
-        builders: dict[str, list[int]] = {}
-        for i in running:
-            s = trials[i][pos[i]]
-            if s.key is None:
-                continue
-            if s.split or owner.get(s.key) == i:
-                builders.setdefault(s.key, []).append(i)
-        for b in builders.values():
-            for i in b:
-                company[i] = max(company[i], len(b))
-        rate = {k: sum(1.0 / trials[i][pos[i]].per_unit for i in b) for k, b in builders.items()}
-        dt = math.inf
-        for i in running:
-            s = trials[i][pos[i]]
-            if s.key is None:
-                dt = min(dt, left[i] or 0.0)
-            elif s.key in rate and i in builders[s.key]:
-                dt = min(dt, max(0.0, need(i) - done[s.key]) / rate[s.key])
-        if not math.isfinite(dt):
-            raise RuntimeError("cost schedule: no trial can move (a bug in the simulation)")
-        for i in running:
-            s = trials[i][pos[i]]
-            tr = track(i, s.stage)
-            tr.spent += dt
-            if s.key is None:
-                left[i] = (left[i] or 0.0) - dt
-                continue
-            tr.touched = True
-            if i in builders.get(s.key, ()):
-                tr.company = max(tr.company, len(builders[s.key]))
-            else:
-                tr.waited += dt
-        for k, b in builders.items():
-            done[k] = min(max(need(i) for i in b), done[k] + rate[k] * dt)
-        t += dt
-        advance_all()
-    return start, end, tracks
 
 
 class Predictor:
