@@ -24,9 +24,18 @@ import pandas as pd
 
 from analysis.budget_effect import BudgetEffect, budget_effect
 from analysis.holdout import score_holdout
-from analysis.laws import fit_log_linear
-from analysis.plan import Law, ServingInputs, fit_law, plan_serving, plan_training, tokens_labels
-from analysis.tau_k import fit_tau_k
+from analysis.laws import LogLinearFit, fit_log_linear
+from analysis.plan import (
+    Law,
+    ServingInputs,
+    ServingPlan,
+    TrainingPlan,
+    fit_law,
+    plan_serving,
+    plan_training,
+    tokens_labels,
+)
+from analysis.tau_k import TauKFit, fit_tau_k
 from orchestrator.errors import OrchestratorError
 from orchestrator.planning.inputs import (
     LAYERS,
@@ -84,17 +93,87 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
             hardware, or a training cost the cost model cannot give.
     """
     t0 = time.perf_counter()
+    # 1. the sweeps, the roofline's target shape and hardware, and the labels they imply
     hw_name = resolve_hardware_name(opts.hardware or "local-cpu")
     sw = choose_sweeps(store, opts.sweeps, allow_mixed_targets=opts.allow_mixed_targets)
     measured_shape = _shape_of(sw.tokens.target)
+    model = _planned_shape(sw, opts, measured_shape)
+    labels = _context_labels(sw, model, measured_shape, hw_name, opts)
+    # 2. the laws: tokens (on the trials --holdout keeps), depth, the trials' draft depth
+    laws = _fit_laws(sw, opts)
+    # 3. training: its hours from the cost model, the budget where the gain falls off
+    costed_as = _costed_as(sw, model, measured_shape, hw_name)
+    hours, cost_basis = _hours_fn(store, sw, opts, costed_as)
+    training = _plan_training(laws, hours, opts, labels)
+    # 4. serving: k per batch size for the planned draft, checked against the measured one
+    serve = _plan_serving(sw, opts, laws, training, labels, model, measured_shape, hw_name)
+    # 5. the plan as data
+    where = _Setting(hw_name, model, measured_shape, costed_as, cost_basis)
+    data = _plan_data(store, sw, opts, where, laws, training, serve, labels)
+    return {**data, "elapsed_s": time.perf_counter() - t0}
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """What a plan is for and how its training is costed."""
+
+    hw_name: str
+    model: str
+    """the roofline target shape"""
+    measured_shape: str | None
+    """the measured target's shape (None: no built-in one)"""
+    costed_as: Mapping[str, str]
+    """target and dtype the training hours are costed for (:func:`_costed_as`)"""
+    cost_basis: str
+    """the bases of the training hours (``calibrated``, ``modelled``, joined by ``+``)"""
+
+
+@dataclass(frozen=True)
+class _Laws:
+    """The laws a plan rests on."""
+
+    xs: np.ndarray
+    """pretraining tokens of the token trials kept (all, or those at or below --holdout)"""
+    ys: np.ndarray
+    """their acceptance lengths"""
+    holdout: dict[str, Any] | None
+    """the score of the budgets --holdout left out (None: no --holdout)"""
+    fit: LogLinearFit
+    """the token law's OLS fit (a, b, their CIs, R²)"""
+    shared: BudgetEffect
+    """the token law with a shared deviation per budget, for its intervals"""
+    tokens: Law
+    depth: Law | None
+    d0: int
+    """the draft decoder layers the token trials trained (their mode)"""
+
+
+@dataclass(frozen=True)
+class _Serving:
+    """The serving half of a plan."""
+
+    tau_k: TauKFit
+    plan: ServingPlan
+    rescale_note: str
+    measured_k: list[dict[str, Any]]
+    ladder: ServingPlan
+    """k per power-of-two batch size up to the mix's largest (and 64), weighted evenly"""
+
+
+def _planned_shape(sw: PlanSweeps, opts: PlanOptions, measured_shape: str | None) -> str:
+    """The roofline target shape: --model's, else the measured target's."""
     model = resolve_shape_name(opts.model) if opts.model else measured_shape
     if model is None:
         raise OrchestratorError(
             f"the measured target {sw.tokens.target!r} has no built-in roofline shape. Fix: "
             "name one with --model (e.g. --model smollm2-135m)"
         )
-    labels = _context_labels(sw, model, measured_shape, hw_name, opts)
+    return model
 
+
+def _fit_laws(sw: PlanSweeps, opts: PlanOptions) -> _Laws:
+    """The token law on the trials --holdout keeps (with the score of those it leaves out),
+    the depth law when there is a depth sweep, and the token trials' draft depth."""
     xs, ys = np.asarray(sw.tokens.x), np.asarray(sw.tokens.y)
     holdout = None
     if opts.holdout is not None:
@@ -125,26 +204,31 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
             seed=opts.seed + 1,
         )
     d0 = _mode(int((t.config.get("draft") or {}).get("layers", 1)) for t in sw.tokens.trials)
-    costed_as = _costed_as(sw, model, measured_shape, hw_name)
-    hours, cost_basis = _hours_fn(store, sw, opts, costed_as)
-
     shared = budget_effect(xs.tolist(), ys.tolist())
+    return _Laws(xs, ys, holdout, fit, shared, tokens, depth, d0)
+
+
+def _plan_training(
+    laws: _Laws, hours: Callable[[float, int], float], opts: PlanOptions, labels: list[str]
+) -> TrainingPlan:
+    """The training plan (:func:`analysis.plan.plan_training`); adds to ``labels`` that the
+    token law's slope is uncertain when its 95% CI reaches 0."""
 
     def mean_ci(t: float) -> tuple[float, float]:
-        p = shared.predict([t])  # an acceptance length is >= 1 (the bonus token): clipped there
+        p = laws.shared.predict([t])  # an acceptance length is >= 1 (the bonus token): clipped
         return max(1.0, float(p["value_lo"][0])), max(1.0, float(p["value_hi"][0]))
 
+    fit = laws.fit
     if not fit.a_ci[0] > 0:
         labels.append(
             f"uncertain: the token law's slope a = {fit.a:.4f} [{fit.a_ci[0]:.4f}, "
             f"{fit.a_ci[1]:.4f}] is not above 0 at 95%: more pretraining tokens may not help"
         )
-
     try:
-        training = plan_training(
-            tokens,
-            depth,
-            d0=d0,
+        return plan_training(
+            laws.tokens,
+            laws.depth,
+            d0=laws.d0,
             hours=hours,
             budget_hours=opts.budget_hours,
             min_gain=opts.min_gain,
@@ -153,6 +237,20 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
     except ValueError as e:
         raise OrchestratorError(f"{e}. Fix: a larger --budget-hours") from None
 
+
+def _plan_serving(
+    sw: PlanSweeps,
+    opts: PlanOptions,
+    laws: _Laws,
+    training: TrainingPlan,
+    labels: Sequence[str],
+    model: str,
+    measured_shape: str | None,
+    hw_name: str,
+) -> _Serving:
+    """Acceptance versus k fitted on the decode sweep, rescaled to the planned draft; the k
+    per batch size of the mix, of the measured setting (:func:`_measured_k`) and of a ladder
+    of batch sizes."""
     dec = sw.decode
     tau_k = fit_tau_k(
         dec.table["num_draft_tokens"],
@@ -160,7 +258,9 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         n_resamples=opts.n_resamples,
         seed=opts.seed + 2,
     )
-    g, g_note = _rescale(tokens, depth, d0, training.tokens, training.layers, sw, dec)
+    g, g_note = _rescale(
+        laws.tokens, laws.depth, laws.d0, training.tokens, training.layers, sw, dec
+    )
     serving_inputs = _serving_inputs(model, hw_name, opts, dec)
     measured_b = sorted({int(b) for b in dec.table["batch_size"]})
     serving = plan_serving(
@@ -177,6 +277,21 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
     on_ladder = plan_serving(
         tau_k, g, _serving_inputs(model, hw_name, opts, dec, even), measured_b=measured_b
     )
+    return _Serving(tau_k, serving, g_note, measured_k, on_ladder)
+
+
+def _plan_data(
+    store: ResultsStore,
+    sw: PlanSweeps,
+    opts: PlanOptions,
+    where: _Setting,
+    laws: _Laws,
+    training: TrainingPlan,
+    serve: _Serving,
+    labels: Sequence[str],
+) -> dict[str, Any]:
+    """The plan as JSON-safe data, all but ``elapsed_s`` (:func:`make_plan`'s keys)."""
+    dec, fit, shared = sw.decode, laws.fit, laws.shared
     return {
         "sweeps": {
             "tokens": sw.tokens.sweep,
@@ -186,10 +301,10 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         "targets": {
             "measured": sw.tokens.target,
             "decode": dec.target,
-            "shape": model,
-            "measured_shape": measured_shape,
+            "shape": where.model,
+            "measured_shape": where.measured_shape,
         },
-        "hardware": hw_name,
+        "hardware": where.hw_name,
         "options": {
             "batch_mix": {str(b): w for b, w in sorted(opts.batch_mix.items())},
             "budget_hours": opts.budget_hours,
@@ -209,15 +324,15 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
                 else "trials (OLS)",
             },
             "layers": _depth_summary(sw) if sw.depth else None,
-            "d0": d0,
-            "tau_k": tau_k.summary(),
+            "d0": laws.d0,
+            "tau_k": serve.tau_k.summary(),
         },
-        "cost_basis": cost_basis,
-        "costed_as": {**costed_as, "hardware": hw_name},
+        "cost_basis": where.cost_basis,
+        "costed_as": {**where.costed_as, "hardware": where.hw_name},
         "training": training.to_dict(),
-        "serving": {**serving.to_dict(), "rescale_note": g_note},
-        "measured_k": measured_k,
-        "k_ladder": [{"batch_size": r["batch_size"], "k": r["k"]} for r in on_ladder.rows],
+        "serving": {**serve.plan.to_dict(), "rescale_note": serve.rescale_note},
+        "measured_k": serve.measured_k,
+        "k_ladder": [{"batch_size": r["batch_size"], "k": r["k"]} for r in serve.ladder.rows],
         "tree": {"depth": dec.depth, "topk": _topk(store, dec)},
         "decode_points": [
             {
@@ -228,11 +343,10 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
             }
             for r in dec.table.itertuples()
         ],
-        "holdout": holdout,
-        "predictions": _predictions(shared, tokens, training.tokens),
-        "labels": list(dict.fromkeys([*labels, *training.labels, *serving.labels])),
+        "holdout": laws.holdout,
+        "predictions": _predictions(shared, laws.tokens, training.tokens),
+        "labels": list(dict.fromkeys([*labels, *training.labels, *serve.plan.labels])),
         "notes": sw.notes,
-        "elapsed_s": time.perf_counter() - t0,
     }
 
 
