@@ -1,85 +1,91 @@
-"""HTML helpers for the dashboards: escaped cells, tables and the page shell.
+"""The pages' one Jinja2 environment, the table data its macro draws, and the text helpers.
 
-Every user string (sweep names, trial keys, overrides, error texts) goes through
-:func:`html.escape` here, so a page never carries markup it did not write itself. Strings put
-into plotly figures (titles, legend names, tick labels, hover text) go through :func:`plot_text`:
-plotly.js renders a subset of HTML in them. plotly.py writes figure JSON with ``<``, ``>`` and
-``/`` as ``\u003c``, ``\u003e``, ``\u002f``, so no string can close the ``<script>`` it sits in.
+Every page is a template under ``dashboards/templates/`` rendered once, from complete data, by
+:func:`write_page`. Templates are autoescaped: every user string (sweep names, descriptions,
+trial keys, overrides, error texts) renders as text. Only plotly's own HTML goes in unescaped
+(``plotly(fig, div_id)`` in a template, :class:`_Plotly`). Strings put into plotly figures
+(titles, legend names, tick labels, hover text) go through :func:`plot_text`: plotly.js renders
+a subset of HTML in them. plotly.py writes figure JSON with ``<``, ``>`` and ``/`` as
+``\\u003c``, ``\\u003e``, ``\\u002f``, so no string can close the ``<script>`` it sits in.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from analysis.numbers import NA, fmt
 
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
-table { border-collapse: collapse; margin: 0.5rem 0 1.5rem; font-size: 0.85rem; }
-th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
-td.error { color: #a00; white-space: pre-wrap; max-width: 40rem; }
-p.note { color: #555; font-size: 0.85rem; }
-p.description { font-size: 1rem; margin-top: -0.5rem; white-space: pre-wrap; }
-div.scroll { overflow-x: auto; max-width: 100%; }
-table.sortable th { cursor: pointer; }
-table.sortable th[aria-sort=ascending]::after { content: " \\25B2"; }
-table.sortable th[aria-sort=descending]::after { content: " \\25BC"; }
-"""
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
-_SORT_JS = """
-document.querySelectorAll("table.sortable").forEach(function (tbl) {
-  tbl.querySelectorAll("thead th").forEach(function (th, col) {
-    th.addEventListener("click", function () {
-      var asc = th.getAttribute("aria-sort") !== "ascending";
-      tbl.querySelectorAll("thead th").forEach(function (o) { o.removeAttribute("aria-sort"); });
-      th.setAttribute("aria-sort", asc ? "ascending" : "descending");
-      var body = tbl.tBodies[0];
-      var rows = Array.prototype.slice.call(body.rows);
-      var key = function (r) {
-        var k = r.cells[col] ? r.cells[col].textContent.trim() : "";
-        return k === "n/a" ? "" : k;  // an undefined number sorts with the blanks
-      };
-      var numeric = rows.every(function (r) {
-        var k = key(r);
-        return k === "" || !isNaN(Number(k));
-      });
-      rows.sort(function (ra, rb) {
-        var a = key(ra), b = key(rb);
-        if (a === "" || b === "") { return (a === "") - (b === ""); }  // blanks last
-        var d = numeric ? Number(a) - Number(b) : a.localeCompare(b, undefined, {numeric: true});
-        return asc ? d : -d;
-      });
-      rows.forEach(function (r) { body.appendChild(r); });
-    });
-  });
-});
-"""
-"""sorts a ``table.sortable`` by the clicked column (numbers numerically, blanks and ``n/a``
-last)"""
+RANDOM_WEIGHTS = "target.random_weights"
+"""metric a trial sets to 1 when its target had random weights (``target.weights: random``)"""
 
 
-class Html(str):
-    """Cell text that is already HTML (built from escaped parts): :func:`format_cell` keeps it
-    as it is instead of escaping it a second time."""
+class Labels(tuple[str, ...]):
+    """A table cell of extrapolation labels (the plan page): each shown as a warning, or
+    "within the measured range" when there are none."""
 
 
-def format_cell(value: Any, *, missing: str = NA) -> str:
-    """A table cell as escaped text: floats to 6 significant digits; NaN (a number undefined
-    for the row: ``mismatches`` when sampling, a metric a trial does not report, a fit without
-    a slope) as ``missing`` (``n/a``, the console's word); None (no value at all) as empty."""
+class Section(Protocol):
+    """A section at the end of a sweep's page (the cost, the design): its data, given to
+    its template as ``section``."""
+
+    @property
+    def template(self) -> str:
+        """the section's template under ``dashboards/templates/``"""
+        ...
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table for the ``table`` macro (``templates/_macros.html.j2``).
+
+    ``rows`` hold values, shown by :func:`cell_text`; ``css`` gives an optional class per
+    column (``"error"``: text, where an undefined value is empty, not ``n/a``). A ``sortable``
+    table sorts by a column when its header is clicked (the script of ``base.html.j2``).
+    """
+
+    headers: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+    css: Sequence[str] = ()
+    sortable: bool = False
+    table_id: str | None = None
+
+    def body(self) -> list[list[tuple[str, Any]]]:
+        """The rows as (class, shown value) cells."""
+        out = []
+        for row in self.rows:
+            cells = []
+            for i, v in enumerate(row):
+                kind = self.css[i] if i < len(self.css) else ""
+                cells.append((kind, cell_text(v, missing="" if kind == "error" else NA)))
+            out.append(cells)
+        return out
+
+
+def cell_text(value: Any, *, missing: str = NA) -> Any:
+    """A table cell's text: floats to 6 significant digits; NaN (a number undefined for the
+    row: ``mismatches`` when sampling, a metric a trial does not report, a fit without a
+    slope) as ``missing`` (``n/a``, the console's word); None (no value at all) as empty;
+    :class:`Labels` as they are (the macro draws them)."""
     if value is None:
         return ""
-    if isinstance(value, Html):
-        return str(value)
+    if isinstance(value, Labels):
+        return value
     if isinstance(value, float):
-        return html.escape(missing) if math.isnan(value) else html.escape(f"{value:.6g}")
+        return missing if math.isnan(value) else f"{value:.6g}"
     if isinstance(value, list | tuple):
-        return html.escape("[" + ", ".join(_plain(v) for v in value) + "]")
-    return html.escape(str(value))
+        return "[" + ", ".join(_plain(v) for v in value) + "]"
+    return str(value)
 
 
 def shown(value: Any) -> Any:
@@ -94,30 +100,11 @@ def shown(value: Any) -> Any:
     return value
 
 
-def description_html(text: str | None) -> str:
-    """A sweep's ``description`` (its spec's free text) as an escaped paragraph, placed under
-    the page's heading; empty when there is none."""
-    if not text or not str(text).strip():
-        return ""
-    return f"<p class='description'>{html.escape(str(text).strip())}</p>"
-
-
-RANDOM_WEIGHTS = "target.random_weights"
-"""metric a trial sets to 1 when its target had random weights (``target.weights: random``)"""
-
-
-def random_weights_html(trials: Any) -> str:
-    """A warning paragraph when any trial of ``trials`` (a trial table) ran a target with
-    random weights: its throughput and memory are real, its acceptance is meaningless."""
+def random_weight_trials(trials: Any) -> int:
+    """How many trials of ``trials`` (a trial table) ran a target with random weights: their
+    throughput and memory are real, their acceptance is meaningless (the page warns)."""
     col = trials.get(RANDOM_WEIGHTS) if hasattr(trials, "get") else None
-    if col is None or not bool((col.fillna(0) == 1).any()):
-        return ""
-    n = int((col.fillna(0) == 1).sum())
-    return (
-        "<p class='description'><strong>Random-weight target</strong> in "
-        f"{n} trial{'s' if n != 1 else ''} (<code>target.weights: random</code>): throughput "
-        "and memory are real; acceptance length and the laws fitted on it are meaningless.</p>"
-    )
+    return 0 if col is None else int((col.fillna(0) == 1).sum())
 
 
 def plot_text(value: Any) -> str:
@@ -128,45 +115,49 @@ def plot_text(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
 
-def table(
-    headers: Sequence[str],
-    rows: Iterable[Sequence[Any]],
-    *,
-    css: Sequence[str] = (),
-    sortable: bool = False,
-    table_id: str | None = None,
-) -> str:
-    """An HTML table; ``css`` gives an optional class per column (e.g. "error"). A ``sortable``
-    table sorts by a column when its header is clicked (script in :func:`page`). An undefined
-    number is ``n/a`` (:func:`format_cell`), except in an "error" column (text: empty)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = []
-        for i, v in enumerate(row):
-            kind = css[i] if i < len(css) else ""
-            cls = f' class="{html.escape(kind)}"' if kind else ""
-            cells.append(f"<td{cls}>{format_cell(v, missing='' if kind == 'error' else NA)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    attrs = (" class='sortable'" if sortable else "") + (
-        f" id='{html.escape(table_id)}'" if table_id else ""
-    )
-    html_table = (
-        f"<table{attrs}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-    )
-    return f"<div class='scroll'>{html_table}</div>" if sortable else html_table
+class _Plotly:
+    """``plotly(fig, div_id)`` in a template: the figure's HTML, plotly.js inlined with the
+    page's first figure only (the page works offline, no CDN)."""
+
+    def __init__(self) -> None:
+        self.inlined = False
+
+    def __call__(self, fig: go.Figure, div_id: str) -> Markup:
+        out = fig.to_html(full_html=False, include_plotlyjs=not self.inlined, div_id=div_id)
+        self.inlined = True
+        return Markup(out)
 
 
-def page(title: str, parts: Iterable[str]) -> str:
-    """A complete HTML document; ``title`` is escaped, ``parts`` are trusted HTML fragments."""
-    t = html.escape(title)
-    return (
-        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
-        "<meta name='generator' content='specscale'>"
-        f"<title>{t}</title><style>{_STYLE}</style></head>\n<body>\n"
-        + "\n".join(parts)
-        + f"\n<script>{_SORT_JS}</script>\n</body></html>\n"
-    )
+ENV = Environment(
+    loader=PackageLoader("dashboards", "templates"),
+    autoescape=select_autoescape(
+        enabled_extensions=("html.j2",), disabled_extensions=("css", "js"), default=True
+    ),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+"""the one environment of every page: autoescaped, an undefined name is an error"""
+ENV.tests["labels"] = lambda value: isinstance(value, Labels)
+
+
+def render(template: str, **data: Any) -> str:
+    """``template`` rendered once from ``data`` (plus ``plotly``, see :class:`_Plotly`)."""
+    return ENV.get_template(template).render(plotly=_Plotly(), **data)
+
+
+def write_page(path: Path, template: str, **data: Any) -> Path:
+    """Render ``template`` from ``data`` (:func:`render`) to ``path`` (folders made); return it."""
+    text = render(template, **data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def table_html(table: Table) -> str:
+    """``table`` as a page draws it (the ``table`` macro)."""
+    return str(ENV.get_template("_macros.html.j2").module.table(table))  # type: ignore[attr-defined]
 
 
 def _plain(value: Any) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import plotly.graph_objects as go
 from analysis.compare import SlopeDifference
 from analysis.numbers import fmt
 from analysis.review import LawReview
-from dashboards._html import page, plot_text, table
+from dashboards._html import Table, plot_text, write_page
 from dashboards.review_tables import paper_rows, review_rows
 from dashboards.sweep_page import add_fit_line
 
@@ -89,29 +88,23 @@ def write_compare_page(
         if sd.status == "ok"
         else sd.status
     )
-    parts = [
-        f"<h1>{html.escape(names[0])} vs {html.escape(names[1])}</h1>",
-        "<p class='note'>Completed trials with x &gt; 0; bands: 95% CI of the mean (HC3) and "
-        "95% prediction interval of one trial.</p>",
-        f"<p class='description' id='warning'><strong>{html.escape(warning)}</strong></p>"
-        if warning
-        else "",
-        fig.to_html(full_html=False, include_plotlyjs=True, div_id="compare"),
-        "<h2>Fits side by side</h2>",
-        table(
-            ["check", names[0], names[1]],
-            side_by_side_rows(*reviews),
-            table_id="side-by-side",
+    return write_page(
+        path,
+        "compare.html.j2",
+        title=f"{names[0]} vs {names[1]}",
+        names=names,
+        warning=warning,
+        figure=fig,
+        side_by_side=Table(
+            ["check", names[0], names[1]], side_by_side_rows(*reviews), table_id="side-by-side"
         ),
-        f"<p>{html.escape(diff_text)}</p>",
-        f"<h2>Mean {html.escape(y)} per {html.escape(x)}</h2>",
-        table(
+        slope_difference=diff_text,
+        x=x,
+        y=y,
+        means=Table(
             [x, f"mean {names[0]}", "sd", "n", f"mean {names[1]}", "sd", "n", "delta (B - A)"],
             mean_rows(means),
             sortable=True,
             table_id="means",
         ),
-    ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(f"{names[0]} vs {names[1]}", parts), encoding="utf-8")
-    return path
+    )

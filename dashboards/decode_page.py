@@ -14,9 +14,9 @@ Reads tables and fits only (never models); plotly.js is inlined once, so the pag
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,14 @@ from analysis.throughput import (
     decode_table,
     throughput_surface,
 )
-from dashboards._html import description_html, page, plot_text, random_weights_html, shown, table
+from dashboards._html import (
+    Section,
+    Table,
+    plot_text,
+    random_weight_trials,
+    shown,
+    write_page,
+)
 from dashboards.review_tables import paper_table
 from dashboards.sweep_page import add_fit_line, fit_rows, fit_title
 
@@ -73,6 +80,7 @@ def write_decode_dashboard(
     k_fit: KOptFit | None,
     roofline: RooflineData | None,
     description: str = "",
+    sections: Sequence[Section] = (),
 ) -> Path:
     """Write the batch-size sweep's dashboard to ``path`` (one HTML file) and return it.
 
@@ -86,49 +94,41 @@ def write_decode_dashboard(
     ``description`` is the sweep's spec ``description`` (shown, escaped, under the heading).
     Trials with ``num_draft_tokens: auto`` get their own section (:data:`AUTO_TITLE`: a figure
     of auto / best fixed tokens/s per b and a table), and their mean k per cycle is drawn on
-    the best-k figure.
+    the best-k figure. ``sections`` (the cost, the design) close the page.
     """
     if not len(best):
         best = pd.DataFrame(columns=list(BEST_COLUMNS))
     knobs_ok = {"batch_size", "num_draft_tokens"} <= _knob_columns(trials)
     auto = _auto_frame(trials, best) if knobs_ok else None
-    figures, extra = _figures(trials, best, peak_fit, k_fit, roofline, auto, knobs_ok=knobs_ok)
-    titles = {**TITLES, "auto": AUTO_TITLE}
-    parts = [
-        "<p class='note'><a href='../index.html'>all sweeps</a></p>",
-        f"<h1>Decode sweep {html.escape(sweep_name)}</h1>",
-        description_html(description),
-        random_weights_html(trials),
-        *_notes(trials, auto, roofline),
-    ]
-    plotly_js_included = False
-    for key, fig, empty_note in figures:
-        parts.append(f"<h2>{html.escape(titles[key])}</h2>")
-        if fig is None:
-            parts.append(f"<p class='note'>{html.escape(empty_note)}</p>")
-        else:
-            parts.append(
-                fig.to_html(
-                    full_html=False, include_plotlyjs=not plotly_js_included, div_id=f"fig-{key}"
-                )
-            )
-            plotly_js_included = True
-        parts.append(extra.get(key, ""))
-    parts += [
-        "<h2>Best configuration per batch size</h2>",
-        _best_table(best),
-        "<h2>Fits</h2>",
-        _fits_html(peak_fit, k_fit),
-    ]
-    if roofline is not None and len(best):
-        parts += [
-            "<h2>Measured best k vs roofline k_opt</h2>",
-            _frame_table(compare_k_opt(best, roofline.k_opt)),
-        ]
-    parts += ["<h2>Trials</h2>", _trial_table(trials)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(f"Decode sweep {sweep_name}", parts), encoding="utf-8")
-    return path
+    figures = _figures(trials, best, peak_fit, k_fit, roofline, auto, knobs_ok=knobs_ok)
+    states = trials["state"].astype(str) if "state" in trials.columns else pd.Series(dtype=str)
+    peak, peak_paper = _peak_tables(peak_fit)
+    best_table = k_opt = None  # no completed trial: neither
+    if len(best):
+        best_table = _frame_table(best[[c for c in BEST_COLUMNS if c in best.columns]])
+        k_opt = _frame_table(compare_k_opt(best, roofline.k_opt)) if roofline else None
+    return write_page(
+        path,
+        "decode.html.j2",
+        title=f"Decode sweep {sweep_name}",
+        description=description.strip(),
+        random_weights=random_weight_trials(trials),
+        trial_count=len(trials),
+        completed=int((states == "completed").sum()),
+        failed=int((states == "failed").sum()),
+        auto=_auto_data(trials, auto) if auto is not None else None,
+        auto_title=AUTO_TITLE,
+        roofline=roofline,
+        i_crit=fmt(roofline.i_crit) if roofline is not None else "",
+        figures=figures,
+        best=best_table,
+        peak=peak,
+        peak_paper=peak_paper,
+        k_fits=_k_tables(k_fit),
+        k_opt=k_opt,
+        trials=_trial_table(trials),
+        sections=sections,
+    )
 
 
 def _figures(
@@ -140,20 +140,32 @@ def _figures(
     auto: pd.DataFrame | None,
     *,
     knobs_ok: bool,
-) -> tuple[list[tuple[str, go.Figure | None, str]], dict[str, str]]:
-    """The page's figures in order, ``(key, figure or None, note when None)``, and the HTML
-    shown after a figure (the auto table)."""
-    figures: list[tuple[str, go.Figure | None, str]] = [
-        ("surface", _surface_figure(trials) if knobs_ok else None, "No completed trials."),
+) -> list[tuple[str, str, go.Figure | None, str]]:
+    """The page's figures in order, ``(key, heading, figure or None, note when None)``; the
+    auto table follows the ``auto`` figure."""
+    figures: list[tuple[str, str, go.Figure | None, str]] = [
+        (
+            "surface",
+            TITLES["surface"],
+            _surface_figure(trials) if knobs_ok else None,
+            "No completed trials.",
+        ),
         (
             "speedup",
+            TITLES["speedup"],
             _speedup_figure(trials, best) if knobs_ok else None,
             "No completed trials with a speedup.",
         ),
-        ("peak", _peak_figure(best, peak_fit), "No completed trials."),
-        ("k_opt", _k_figure(best, k_fit, roofline, auto), "No measured best k and no roofline."),
+        ("peak", TITLES["peak"], _peak_figure(best, peak_fit), "No completed trials."),
+        (
+            "k_opt",
+            TITLES["k_opt"],
+            _k_figure(best, k_fit, roofline, auto),
+            "No measured best k and no roofline.",
+        ),
         (
             "roofline",
+            TITLES["roofline"],
             _roofline_figure(roofline) if roofline is not None else None,
             (
                 "Skipped: no roofline data was given."
@@ -162,47 +174,16 @@ def _figures(
             ),
         ),
     ]
-    extra: dict[str, str] = {}
     if auto is not None:
         figures.append(
-            ("auto", _auto_figure(auto), "No auto trial has both a throughput and a fixed k.")
+            (
+                "auto",
+                AUTO_TITLE,
+                _auto_figure(auto),
+                "No auto trial has both a throughput and a fixed k.",
+            )
         )
-        extra["auto"] = _auto_html(auto)
-    return figures, extra
-
-
-def _notes(
-    trials: pd.DataFrame, auto: pd.DataFrame | None, roofline: RooflineData | None
-) -> list[str]:
-    """The notes under the heading: trial counts and what is plotted, the auto trials, the
-    roofline's hardware."""
-    states = trials["state"].astype(str) if "state" in trials.columns else pd.Series(dtype=str)
-    n_done, n_failed = int((states == "completed").sum()), int((states == "failed").sum())
-    notes = [
-        f"<p class='note'>{len(trials)} trials, {n_done} completed, {n_failed} failed. Only "
-        "completed trials are plotted. Throughput is generated tokens/s over the whole batch; "
-        "k (num_draft_tokens) is the number of tokens verified per sequence per cycle, the "
-        "tree root included. Surface cells are means over seeds and any depth/topk at that "
-        "(b, k); the best k at b is the k of the best (b, k, depth, topk) cell.</p>",
-    ]
-    if auto is not None:
-        n_auto = int(decode_table(trials)["k_auto"].sum())
-        notes.append(
-            f"<p class='note'>{n_auto} trials ran with num_draft_tokens: auto (k chosen every "
-            "cycle from the live batch size); they are left out of the surface, the best k "
-            f"and the fits, and compared in the section “{html.escape(AUTO_TITLE)}”.</p>"
-        )
-    if roofline is None:
-        notes.append(
-            "<p class='note'>No roofline data was given: the roofline k_opt(b) and the "
-            "arithmetic-intensity figure are skipped.</p>"
-        )
-    else:
-        notes.append(
-            f"<p class='note'>Roofline for {html.escape(roofline.hardware)}: I_crit = "
-            f"{fmt(roofline.i_crit)} FLOP/byte. {html.escape(roofline.note)}</p>"
-        )
-    return notes
+    return figures
 
 
 def _knob_columns(trials: pd.DataFrame) -> set[str]:
@@ -577,7 +558,17 @@ def _auto_figure(auto: pd.DataFrame) -> go.Figure | None:
     return fig
 
 
-def _auto_html(auto: pd.DataFrame) -> str:
+@dataclass(frozen=True)
+class _Auto:
+    """The adaptive-k section's data: how many trials ran with ``num_draft_tokens: auto``,
+    the verdict in one line and the per-b table."""
+
+    n_trials: int
+    verdict: str
+    table: Table
+
+
+def _auto_data(trials: pd.DataFrame, auto: pd.DataFrame) -> _Auto:
     """The verdict in one line and the per-b table of :func:`analysis.throughput.auto_vs_best`."""
     ratio = auto["ratio"].to_numpy(dtype=float)
     finite = np.isfinite(ratio)
@@ -628,56 +619,43 @@ def _auto_html(auto: pd.DataFrame) -> str:
                 f"{int(r.n_auto)} ({int(r.n_auto_failed)})",
             ]
         )
-    note = (
-        "<p class='note'>Ratio = mean tokens/s of the auto trials at b / mean tokens/s of the "
-        "best fixed-k cell at b (same sweep, same machine). “fixed tokens/s at auto's k” is the "
-        "fixed-k trial at the k auto used (its mean k rounded), when measured: near the auto "
-        "throughput, a loss comes from the law's choice of k, not from adapting.</p>"
-    )
-    return f"<p class='note'>{html.escape(line)}</p>{table(headers, rows)}{note}"
+    n_auto = int(decode_table(trials)["k_auto"].sum())
+    return _Auto(n_trials=n_auto, verdict=line, table=Table(headers, rows))
 
 
 # -- tables ------------------------------------------------------------------------------------
 
 
-def _best_table(best: pd.DataFrame) -> str:
-    if not len(best):
-        return "<p class='note'>No completed trials: no best configuration.</p>"
-    columns = [c for c in BEST_COLUMNS if c in best.columns]
-    return _frame_table(best[columns])
-
-
-def _fits_html(peak_fit: LogLinearFit | None, k_fit: KOptFit | None) -> str:
-    parts = ["<h3>Peak throughput vs batch size (Thm 1.3)</h3>"]
+def _peak_tables(peak_fit: LogLinearFit | None) -> tuple[Table | None, Table | None]:
+    """The Thm 1.3 fit's table and, for an ok fit, the paper's constants beside ours."""
     if peak_fit is None:
-        parts.append("<p class='note'>No fit was made.</p>")
-    else:
-        parts.append(table(["field", "value"], fit_rows(peak_fit, "Qwen2.5-72B on H800 GPUs")))
-        cmp = compare_with_paper(peak_fit)
-        if cmp is not None and peak_fit.ok:
-            parts += ["<h3>The paper beside us (Thm 1.3)</h3>", paper_table(cmp)]
-    parts.append("<h3>Best k vs batch size (Eq. 4 and log2)</h3>")
+        return None, None
+    cmp = compare_with_paper(peak_fit)
+    fit = Table(["field", "value"], fit_rows(peak_fit, "Qwen2.5-72B on H800 GPUs"))
+    return fit, paper_table(cmp) if cmp is not None and peak_fit.ok else None
+
+
+def _k_tables(k_fit: KOptFit | None) -> list[Table] | None:
+    """The Eq. 4 fit's table (with the paper's constants) and the log2 fit's."""
     if k_fit is None:
-        parts.append("<p class='note'>No fit was made.</p>")
-    else:
-        names = ["form", "status", "A", "A_ci", "B", "B_ci", "C", "C_ci", "r2", "n", "alpha"]
-        rows: list[list[object]] = [[k, shown(getattr(k_fit.eq4, k))] for k in names]
-        paper = k_fit.paper
-        rows.append(
-            [
-                "paper",
-                f"{paper.get('source', '')}: A = {paper.get('A')}, B = {paper.get('B')}, "
-                f"C = {paper.get('C')} ({paper.get('conditions', '')})",
-            ]
-        )
-        parts.append(table(["field", "value"], rows))
-        parts.append(table(["field", "value"], fit_rows(k_fit.log2, "Qwen2.5-72B on H800 GPUs")))
-    return "\n".join(parts)
+        return None
+    names = ["form", "status", "A", "A_ci", "B", "B_ci", "C", "C_ci", "r2", "n", "alpha"]
+    rows: list[list[object]] = [[k, shown(getattr(k_fit.eq4, k))] for k in names]
+    paper = k_fit.paper
+    rows.append(
+        [
+            "paper",
+            f"{paper.get('source', '')}: A = {paper.get('A')}, B = {paper.get('B')}, "
+            f"C = {paper.get('C')} ({paper.get('conditions', '')})",
+        ]
+    )
+    log2 = fit_rows(k_fit.log2, "Qwen2.5-72B on H800 GPUs")
+    return [Table(["field", "value"], rows), Table(["field", "value"], log2)]
 
 
-def _trial_table(trials: pd.DataFrame) -> str:
+def _trial_table(trials: pd.DataFrame) -> Table | None:
     if not len(trials.columns):
-        return "<p class='note'>No trials.</p>"
+        return None
     first = [c for c in ("trial_key", "state") if c in trials.columns]
     knobs = [c for c in trials.columns if c in KNOBS or (isinstance(c, str) and "." in c)]
     metrics = [c for c in METRICS if c in trials.columns]
@@ -686,12 +664,12 @@ def _trial_table(trials: pd.DataFrame) -> str:
     columns = first + knobs + metrics + rest + (["error"] if "error" in trials.columns else [])
     rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
     css = ["error" if c == "error" else "" for c in columns]
-    return table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
+    return Table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
 
 
-def _frame_table(frame: pd.DataFrame) -> str:
+def _frame_table(frame: pd.DataFrame) -> Table:
     rows = [[_cell(v) for v in row] for row in frame.itertuples(index=False)]
-    return table([str(c) for c in frame.columns], rows)
+    return Table([str(c) for c in frame.columns], rows)
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -4,24 +4,20 @@ Reads the decisions as plain dicts (the keys of ``orchestrator.store.design.Deci
 the store. The figure (div id ``design``) is the slope's 95% CI half-width against the compute
 spent when each step was decided (trial hours; GPU-hours for GPU trials), with the goal and
 the budget as lines and each pick's expected half-width after it; the table lists every
-decision: what was picked and why, or why the design stopped.
+decision: what was picked and why, or why the design stopped. The section is data
+(:class:`DesignSection`); ``templates/_design.html.j2`` draws it at the end of the page.
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
 
 from analysis.numbers import fmt
-from dashboards._html import plot_text, table
-
-SECTION_ID = "design"
-"""the id of the section's heading"""
-END = "<!-- /design -->"
-"""marks the end of the section (a refit replaces it)"""
+from dashboards._html import Table, plot_text
 
 
 def _hours(seconds: Any) -> float | None:
@@ -84,16 +80,25 @@ def design_figure(
     return fig
 
 
+@dataclass(frozen=True)
+class DesignSection:
+    """The section's data (template ``_design.html.j2``): the design's axis, goal and budget,
+    why it stopped, the figure (None before a fit) and the decisions table."""
+
+    axis: str
+    goal: float
+    budget_h: float
+    said: str
+    """why the design stopped, or that it has not"""
+    figure: go.Figure | None
+    table: Table
+    template: str = field(default="_design.html.j2", init=False)
+
+
 def design_section(
-    decisions: Sequence[Mapping[str, Any]],
-    *,
-    axis: str,
-    goal: float,
-    budget_h: float,
-    plotly_js: bool,
-) -> str:
-    """The section's HTML: heading, a note, the figure (plotly.js inlined when ``plotly_js``)
-    and the decisions table, ending with :data:`END`."""
+    decisions: Sequence[Mapping[str, Any]], *, axis: str, goal: float, budget_h: float
+) -> DesignSection:
+    """The section of ``decisions``: the note, the figure and the decisions table."""
     stops = [d for d in decisions if d.get("kind") == "stop"]
     last = stops[-1] if stops else None
     said = (
@@ -101,16 +106,6 @@ def design_section(
         if last is not None
         else "Not stopped yet (running, or cancelled: a resubmit continues it)."
     )
-    parts = [
-        f"<h2 id='{SECTION_ID}'>Design: adaptive trials over {html.escape(axis)}</h2>",
-        "<p class='note'>Each step the rule (analysis/design.py: c-optimal for the slope, "
-        "Var(a) = sigma² / Σ(x − mean x)², per predicted second) picks the trials that shrink "
-        "the slope's 95% CI most per cost, until the goal, the budget or the candidates. "
-        f"Goal {goal:g}, budget {budget_h:g} h. {html.escape(said)}</p>",
-    ]
-    fig = design_figure(decisions, goal=goal, budget_h=budget_h)
-    if fig is not None:
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=plotly_js, div_id="design"))
     head = ["step", "rank", "kind", axis, "seed", "trial_key", "predicted s", "basis"]
     head += ["half-width before", "expected after", "spent h", "committed h", "stop", "why"]
     rows = [
@@ -132,5 +127,11 @@ def design_section(
         ]
         for d in decisions
     ]
-    parts.append(table(head, rows, sortable=True, table_id="design-table"))
-    return "\n".join(parts) + END
+    return DesignSection(
+        axis=axis,
+        goal=goal,
+        budget_h=budget_h,
+        said=said,
+        figure=design_figure(decisions, goal=goal, budget_h=budget_h),
+        table=Table(head, rows, sortable=True, table_id="design-table"),
+    )

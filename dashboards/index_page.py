@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pandas as pd
 
-from dashboards._html import format_cell, page
+from dashboards._html import cell_text, write_page
 
 INDEX_COLUMNS = (
     "sweep",
@@ -53,39 +52,24 @@ def write_index(
     relative links to ``orchestrator compare`` pages, listed below the table; ``plans`` the
     same for ``orchestrator plan`` pages (``<plan>/plan.html``).
     """
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in INDEX_COLUMNS)
-    body = []
+    rows = []
     for row in sweeps.to_dict("records"):
         name = str(row["sweep"])
         href = dashboard_href(name)
-        if (path.parent / unquote(href)).is_file():
-            cells = [f"<td><a href='{html.escape(href)}'>{html.escape(name)}</a></td>"]
-        else:  # e.g. `orchestrator report OTHER --out DIR`: this sweep's page is not in DIR
-            cells = [f"<td>{html.escape(name)} <span class='note'>(no page here)</span></td>"]
-        cells += [f"<td>{format_cell(row.get(c))}</td>" for c in INDEX_COLUMNS[1:]]
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    parts = [
-        f"<h1>{html.escape(title)}</h1>",
-        f"<p class='note'>{len(sweeps)} sweeps. a [a_lo, a_hi]: slope of the sweep's law with "
-        "its 95% CI (HC3); click a header to sort.</p>",
-        "<table class='sortable' id='sweeps'><thead><tr>"
-        + head
-        + "</tr></thead><tbody>"
-        + "".join(body)
-        + "</tbody></table>",
-    ]
-    if comparisons:
-        items = "".join(
-            f"<li><a href='{html.escape(quote(c))}'>{html.escape(Path(c).stem)}</a></li>"
-            for c in comparisons
+        # without its page beside the index (`orchestrator report OTHER --out DIR`): no link
+        rows.append(
+            {
+                "name": name,
+                "href": href if (path.parent / unquote(href)).is_file() else None,
+                "cells": [cell_text(row.get(c)) for c in INDEX_COLUMNS[1:]],
+            }
         )
-        parts += ["<h2>Comparisons</h2>", f"<ul>{items}</ul>"]
-    if plans:
-        items = "".join(
-            f"<li><a href='{html.escape(quote(p))}'>{html.escape(Path(p).parent.name)}</a></li>"
-            for p in plans
-        )
-        parts += ["<h2 id='plans'>Plans</h2>", f"<ul>{items}</ul>"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(title, parts), encoding="utf-8")
-    return path
+    return write_page(
+        path,
+        "index.html.j2",
+        title=title,
+        columns=INDEX_COLUMNS,
+        sweeps=rows,
+        comparisons=[(quote(c), Path(c).stem) for c in comparisons],
+        plans=[(quote(p), Path(p).parent.name) for p in plans],
+    )

@@ -10,7 +10,6 @@ interval (div id ``speedup``). plotly.js is inlined once, so the page works offl
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,15 +19,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from analysis.numbers import fmt, fmt_interval
-from dashboards._html import Html, page, plot_text, table
+from dashboards._html import Labels, Table, plot_text, write_page
 
 __all__ = ["write_plan_page"]
-
-
-def _labels(labels: Sequence[str]) -> Html:
-    if not labels:
-        return Html("<span class='note'>within the measured range</span>")
-    return Html("<br>".join(f"<b class='error'>{html.escape(x)}</b>" for x in labels))
 
 
 def _tokens_figure(plan: Mapping[str, Any]) -> go.Figure:
@@ -174,154 +167,133 @@ def write_plan_page(
     trials as (k, acceptance_length) mappings, for the tau(k) figure."""
     t, s = plan["training"], plan["serving"]
     law = plan["laws"]["tokens"]
-    parts = [
-        f"<h1>Plan {html.escape(name)}</h1>",
-        "<p class='note'>From the sweeps "
-        + ", ".join(html.escape(str(v)) for v in plan["sweeps"].values() if v)
-        + f"; target shape {html.escape(plan['targets']['shape'])} on "
-        + f"{html.escape(plan['hardware'])}. Rule and sources: analysis/plan.py "
-        "(Scylla arXiv 2505.07858 Sec. 4.4, Sec. 3.2, Table 5).</p>",
-        "<h2 id='recommendation'>Recommendation</h2>",
-        table(
-            ["what", "value", "95% interval", "extrapolation"],
-            [
-                (
-                    "pretraining tokens",
-                    f"{t['tokens']:,.0f}",
-                    fmt_interval(t["tokens_ci"], ",.0f"),
-                    _labels([x for x in t["labels"] if "tokens" in x]),
-                ),
-                (
-                    "draft layers",
-                    t["layers"],
-                    fmt_interval(t["layers_ci"], "g"),
-                    _labels([x for x in t["labels"] if "layers" in x]),
-                ),
-                (
-                    "training hours (one device)",
-                    fmt(t["hours"], ".3g"),
-                    "",
-                    costed_for(plan),
-                ),
-                (
-                    "acceptance length (eval tree)",
-                    fmt(t["acceptance_length"], ".3f"),
-                    fmt_interval(t["acceptance_ci"]),
-                    _labels(t["labels"]),
-                ),
-                (
-                    "mix speedup over AR",
-                    fmt(s["mix_speedup"], ".3f"),
-                    fmt_interval(s["mix_speedup_ci"]),
-                    _labels(s["labels"]),
-                ),
-            ],
+    stop_note = (
+        f"stop: {t['stop']} (min gain {fmt(t['min_gain'], 'g')} acceptance per training hour, "
+        f"budget {fmt(t['budget_hours'], 'g')} h). Token law: a = {fmt(law['a'], '.4f')} "
+        f"{fmt_interval(law['a_ci'], '.4f')}, R² {fmt(law['r2'], '.3f')}, n = {law['n']}. "
+        f"{s.get('rescale_note', '')}"
+    )
+    return write_page(
+        path,
+        "plan.html.j2",
+        title=f"plan {name}",
+        name=name,
+        sweeps=[str(v) for v in plan["sweeps"].values() if v],
+        shape=plan["targets"]["shape"],
+        hardware=plan["hardware"],
+        recommendation=_recommendation(plan),
+        stop_note=stop_note,
+        serving=_serving_table(s["rows"]),
+        measured=_measured_table(plan["measured_k"]) if plan.get("measured_k") else None,
+        holdout=_holdout(plan["holdout"]) if plan.get("holdout") else None,
+        figures=[
+            ("tokens", "Acceptance vs pretraining tokens", _tokens_figure(plan)),
+            ("tau_k", "Acceptance vs k (the serving curve)", _tau_k_figure(plan, decode_points)),
+            ("speedup", "Speedup per batch size", _speedup_figure(s["rows"])),
+        ],
+        labels=Labels(plan.get("labels") or ()),
+    )
+
+
+def _recommendation(plan: Mapping[str, Any]) -> Table:
+    """What to train and how it serves, each with its interval and extrapolation labels."""
+    t, s = plan["training"], plan["serving"]
+    rows = [
+        (
+            "pretraining tokens",
+            f"{t['tokens']:,.0f}",
+            fmt_interval(t["tokens_ci"], ",.0f"),
+            Labels(x for x in t["labels"] if "tokens" in x),
         ),
-        f"<p class='note'>stop: {html.escape(t['stop'])} (min gain {fmt(t['min_gain'], 'g')} "
-        f"acceptance per training hour, budget {fmt(t['budget_hours'], 'g')} h). Token law: "
-        f"a = {fmt(law['a'], '.4f')} {fmt_interval(law['a_ci'], '.4f')}, "
-        f"R² {fmt(law['r2'], '.3f')}, "
-        f"n = {law['n']}. {html.escape(s.get('rescale_note', ''))}</p>",
-        "<h2 id='serving'>k per batch size</h2>",
-        table(
-            [
-                "b",
-                "share",
-                "k",
-                "k 95%",
-                "acceptance",
-                "tokens/s",
-                "tokens/s 95%",
-                "speedup",
-                "speedup 95%",
-                "extrapolation",
-            ],  # fmt: skip
-            [
-                (
-                    r["batch_size"],
-                    fmt(r["share"], ".2f"),
-                    r["k"],
-                    fmt_interval(r["k_ci"], "g"),
-                    fmt(r["acceptance_length"], ".3f"),
-                    fmt(r["tokens_per_s"], ".4g"),
-                    fmt_interval(r["tokens_per_s_ci"], ".4g"),
-                    fmt(r["speedup"], ".3f"),
-                    fmt_interval(r["speedup_ci"]),
-                    _labels(r["labels"]),
-                )
-                for r in s["rows"]
-            ],
+        (
+            "draft layers",
+            t["layers"],
+            fmt_interval(t["layers_ci"], "g"),
+            Labels(x for x in t["labels"] if "layers" in x),
+        ),
+        ("training hours (one device)", fmt(t["hours"], ".3g"), "", costed_for(plan)),
+        (
+            "acceptance length (eval tree)",
+            fmt(t["acceptance_length"], ".3f"),
+            fmt_interval(t["acceptance_ci"]),
+            Labels(t["labels"]),
+        ),
+        (
+            "mix speedup over AR",
+            fmt(s["mix_speedup"], ".3f"),
+            fmt_interval(s["mix_speedup_ci"]),
+            Labels(s["labels"]),
         ),
     ]
-    if plan.get("measured_k"):
-        parts += [
-            "<h2 id='measured'>The rule against the decode sweep's best measured k</h2>",
-            "<p>The k the rule plans for what the decode sweep measured (its target, its draft "
-            "not rescaled, this CPU's roofline), whatever target and hardware the plan above is "
-            "for: the only setting with a measurement to compare with.</p>",
-            "<p>k = 1 is autoregressive decoding (no speculation), measured in the same trials "
-            "as the baseline.</p>",
-            table(
-                [
-                    "b",
-                    "planned k",
-                    "best measured k",
-                    "measured tok/s at planned k",
-                    "best measured tok/s",
-                    "share of best",
-                ],  # fmt: skip
-                [
-                    (
-                        m["batch_size"],
-                        k_text(m["planned_k"]),
-                        k_text(m["best_measured_k"]),
-                        fmt(m["measured_tokens_per_s_at_planned_k"], ".4g"),
-                        fmt(m["best_measured_tokens_per_s"], ".4g"),
-                        share_text(m),
-                    )
-                    for m in plan["measured_k"]
-                ],
-            ),
-        ]
-    if plan.get("holdout"):
-        h = plan["holdout"]
-        parts += [
-            "<h2 id='holdout'>Holdout</h2>",
-            f"<p>fitted on budgets &le; {h['cut']:,.0f} ({h['n_fit']} trials): "
-            f"{h['inside']} of {len(h['rows'])} held-out trials inside their 95% one-trial "
-            f"intervals; mean |error| {fmt(h['mean_abs_error'], '.4f')}.</p>",
-            table(
-                ["tokens", "measured", "predicted", "95% interval", "inside", "error"],
-                [
-                    (
-                        f"{r['x']:,.0f}",
-                        fmt(r["y"], ".3f"),
-                        fmt(r["predicted"], ".3f"),
-                        fmt_interval((r["lo"], r["hi"])),
-                        r["inside"],
-                        fmt(r["error"], "+.3f"),
-                    )  # fmt: skip
-                    for r in h["rows"]
-                ],
-            ),
-        ]
-    figs = [
-        ("tokens", "Acceptance vs pretraining tokens", _tokens_figure(plan)),
-        ("tau_k", "Acceptance vs k (the serving curve)", _tau_k_figure(plan, decode_points)),
-        ("speedup", "Speedup per batch size", _speedup_figure(s["rows"])),
-    ]
-    first = True
-    for div, title, fig in figs:
-        parts.append(f"<h2>{html.escape(title)}</h2>")
-        parts.append(
-            fig.to_html(full_html=False, include_plotlyjs="inline" if first else False, div_id=div)
+    return Table(["what", "value", "95% interval", "extrapolation"], rows)
+
+
+def _serving_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """k per batch size with throughput, speedup, their intervals and labels."""
+    head = ["b", "share", "k", "k 95%", "acceptance", "tokens/s", "tokens/s 95%", "speedup"]
+    head += ["speedup 95%", "extrapolation"]
+    return Table(
+        head,
+        [
+            (
+                r["batch_size"],
+                fmt(r["share"], ".2f"),
+                r["k"],
+                fmt_interval(r["k_ci"], "g"),
+                fmt(r["acceptance_length"], ".3f"),
+                fmt(r["tokens_per_s"], ".4g"),
+                fmt_interval(r["tokens_per_s_ci"], ".4g"),
+                fmt(r["speedup"], ".3f"),
+                fmt_interval(r["speedup_ci"]),
+                Labels(r["labels"]),
+            )
+            for r in rows
+        ],
+    )
+
+
+def _measured_table(measured: Sequence[Mapping[str, Any]]) -> Table:
+    """The rule's k beside the decode sweep's best measured k, per batch size."""
+    head = ["b", "planned k", "best measured k", "measured tok/s at planned k"]
+    head += ["best measured tok/s", "share of best"]
+    return Table(
+        head,
+        [
+            (
+                m["batch_size"],
+                k_text(m["planned_k"]),
+                k_text(m["best_measured_k"]),
+                fmt(m["measured_tokens_per_s_at_planned_k"], ".4g"),
+                fmt(m["best_measured_tokens_per_s"], ".4g"),
+                share_text(m),
+            )
+            for m in measured
+        ],
+    )
+
+
+def _holdout(h: Mapping[str, Any]) -> dict[str, Any]:
+    """The holdout's summary numbers and its table of held-out trials."""
+    rows = [
+        (
+            f"{r['x']:,.0f}",
+            fmt(r["y"], ".3f"),
+            fmt(r["predicted"], ".3f"),
+            fmt_interval((r["lo"], r["hi"])),
+            r["inside"],
+            fmt(r["error"], "+.3f"),
         )
-        first = False
-    if plan.get("labels"):
-        parts += ["<h2 id='labels'>Extrapolation and caps</h2>", _labels(plan["labels"])]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(f"plan {name}", parts), encoding="utf-8")
-    return path
+        for r in h["rows"]
+    ]
+    head = ["tokens", "measured", "predicted", "95% interval", "inside", "error"]
+    return {
+        "cut": f"{h['cut']:,.0f}",
+        "n_fit": h["n_fit"],
+        "inside": h["inside"],
+        "n": len(h["rows"]),
+        "error": fmt(h["mean_abs_error"], ".4f"),
+        "table": Table(head, rows),
+    }
 
 
 def costed_for(plan: Mapping[str, Any]) -> str:

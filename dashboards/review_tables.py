@@ -1,8 +1,9 @@
 """Tables of a law review: the fit and its checks, and the paper's constants beside ours.
 
 Shared by the sweep dashboard, ``orchestrator fit`` (the console) and ``orchestrator compare``;
-text only, no figures. Numbers go through :func:`analysis.numbers.fmt`, the console's format:
-an undefined value is ``n/a``, and a check without a number gives no verdict.
+text only, no figures; the tables as :class:`dashboards._html.Table` data. Numbers go through
+:func:`analysis.numbers.fmt`, the console's format: an undefined value is ``n/a``, and a check
+without a number gives no verdict.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from analysis.laws import LogLinearFit
 from analysis.numbers import NA, fmt
 from analysis.paper import PaperComparison
 from analysis.review import LawReview
-from dashboards._html import table
+from dashboards._html import Table
 
 
 def _g(value: float | None, digits: int = 4) -> str:
@@ -119,9 +120,9 @@ def review_rows(review: LawReview) -> list[list[object]]:
     return rows
 
 
-def review_table(review: LawReview) -> str:
-    """:func:`review_rows` as an HTML table (id "review")."""
-    return table(["check", "value"], review_rows(review), table_id="review")
+def review_table(review: LawReview) -> Table:
+    """:func:`review_rows` as a table (id "review")."""
+    return Table(["check", "value"], review_rows(review), table_id="review")
 
 
 def paper_rows(cmp: PaperComparison) -> list[list[object]]:
@@ -150,11 +151,7 @@ def paper_rows(cmp: PaperComparison) -> list[list[object]]:
     ]
 
 
-def paper_table(cmp: PaperComparison) -> str:
-    """:func:`paper_rows` as an HTML table (id "paper"), with the caveat of scale."""
-    note = (
-        "<p class='note'>The paper's laws come from 7B-class targets and GPU-scale budgets "
-        "(Thm 1.3: Qwen2.5-72B on H800); a CPU sweep of a 135M target is compared for the "
-        "shape of the law, not expected to reproduce its constants.</p>"
-    )
-    return note + table(["quantity", "paper", "ours"], paper_rows(cmp), table_id="paper")
+def paper_table(cmp: PaperComparison) -> Table:
+    """:func:`paper_rows` as a table (id "paper"); the ``paper`` macro adds the caveat of
+    scale."""
+    return Table(["quantity", "paper", "ours"], paper_rows(cmp), table_id="paper")

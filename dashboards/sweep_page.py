@@ -7,7 +7,6 @@ never loads models. plotly.js is inlined once, so the page works offline (no CDN
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +21,14 @@ from analysis.laws import LogLinearFit, baseline_summary
 from analysis.numbers import fmt
 from analysis.paper import PAPER_CONSTANTS
 from analysis.review import LawReview
-from dashboards._html import description_html, page, plot_text, random_weights_html, shown, table
+from dashboards._html import (
+    Section,
+    Table,
+    plot_text,
+    random_weight_trials,
+    shown,
+    write_page,
+)
 from dashboards.review_tables import fit_numbers, paper_table, review_table
 
 _LINE_POINTS = 60
@@ -47,10 +53,12 @@ def write_sweep_dashboard(
     extra: list[tuple[str, go.Figure]] | None = None,
     curves: Curves | None = None,
     description: str = "",
+    sections: Sequence[Section] = (),
 ) -> Path:
     """Write the sweep's dashboard to ``path`` (one HTML file, plotly.js inlined) and return it.
 
-    ``description`` is the sweep's spec ``description`` (shown, escaped, under the heading).
+    ``description`` is the sweep's spec ``description`` (shown, escaped, under the heading);
+    ``sections`` (the cost, the design) close the page.
 
     ``trials`` is the wide trial table: ``trial_key``, ``state``, optional ``error``, override
     columns (``x``, ``seed``, ...) and metric columns (``y`` and ``per_set_prefix + set``).
@@ -82,36 +90,27 @@ def write_sweep_dashboard(
         ),
         *[(f"extra-{i}", title, f, "") for i, (title, f) in enumerate(extra or [])],
     ]
+    if review is None:  # a diagnostic sweep's page lists what it has, not what it lacks
+        figures = [f for f in figures if f[2] is not None or f[0] == "fit"]
     note = f"{len(trials)} trials, {len(done)} completed, {n_failed} failed."
     if review is not None:  # a law page; without one (a diagnostic sweep) no baseline talk
         note += (
             f" {review.counts.text()}. Only completed trials are plotted; trials at {x} = 0 "
             "(SFT-only baseline) cannot sit on a log axis and are drawn as a horizontal line."
         )
-    parts = [
-        "<p class='note'><a href='../index.html'>all sweeps</a></p>",
-        f"<h1>Sweep {html.escape(sweep_name)}</h1>",
-        description_html(description),
-        random_weights_html(trials),
-        f"<p class='note'>{html.escape(note)}</p>",
-    ]
-    js = True
-    for div_id, title, fig, empty in figures:
-        if fig is None and review is None and div_id != "fit":
-            continue  # a diagnostic sweep's page lists what it has, not what it lacks
-        parts.append(f"<h2>{html.escape(title)}</h2>")
-        if fig is None:
-            parts.append(f"<p class='note'>{html.escape(empty)}</p>")
-            continue
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=js, div_id=div_id))
-        js = False
-    parts += ["<h2>Fit and checks</h2>", _fit_table(review)]
-    if review is not None and review.paper is not None:
-        parts += ["<h2>The paper beside us</h2>", paper_table(review.paper)]
-    parts += ["<h2>Trials</h2>", trial_table(trials, x, y)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(f"Sweep {sweep_name}", parts), encoding="utf-8")
-    return path
+    return write_page(
+        path,
+        "sweep.html.j2",
+        title=f"Sweep {sweep_name}",
+        description=description.strip(),
+        random_weights=random_weight_trials(trials),
+        note=note,
+        figures=figures,
+        review=review_table(review) if review is not None else None,
+        paper=paper_table(review.paper) if review is not None and review.paper else None,
+        trials=trial_table(trials, x, y),
+        sections=sections,
+    )
 
 
 def fit_title(fit: LogLinearFit | None, x: str, y: str) -> str:
@@ -276,12 +275,6 @@ def _per_set_figure(done: pd.DataFrame, x: str, prefix: str) -> go.Figure | None
     return fig
 
 
-def _fit_table(review: LawReview | None) -> str:
-    if review is None:
-        return "<p class='note'>No fit was made for this sweep.</p>"
-    return review_table(review)
-
-
 def fit_rows(fit: LogLinearFit, paper_setting: str) -> list[list[object]]:
     """(field, value) rows of a fit, plus the paper's constants for its law measured on
     ``paper_setting`` (e.g. "7B-class targets on GPUs") when the paper has that law."""
@@ -300,7 +293,7 @@ def fit_rows(fit: LogLinearFit, paper_setting: str) -> list[list[object]]:
     return rows
 
 
-def trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
+def trial_table(trials: pd.DataFrame, x: str, y: str) -> Table:
     """Every trial as a sortable table (id "trials"): key, state, x, seed, the other overrides,
     the metrics, the error text."""
     first = [c for c in ("trial_key", "state", x, "seed") if c in trials.columns]
@@ -317,7 +310,7 @@ def trial_table(trials: pd.DataFrame, x: str, y: str) -> str:
     )
     rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
     css = ["error" if c == "error" else "" for c in columns]
-    return table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
+    return Table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
 
 
 def _cell(value: object) -> object:

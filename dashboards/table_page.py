@@ -7,7 +7,6 @@ about laws, fits or baselines. plotly.js is inlined once, so the page works offl
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards._html import description_html, page, plot_text
+from dashboards._html import Section, plot_text, write_page
 from dashboards.sweep_page import trial_table
 
 
@@ -28,6 +27,7 @@ def write_table_dashboard(
     y: str | None,
     description: str = "",
     notes: Sequence[str] = (),
+    sections: Sequence[Section] = (),
 ) -> Path:
     """Write the page to ``path`` (one HTML file) and return it.
 
@@ -35,29 +35,25 @@ def write_table_dashboard(
     and metric columns). The figure (div id "values") shows ``y`` per ``x`` over the completed
     trials when ``y`` is given and some completed trial reports it; ``notes`` are lines shown
     under the counts (e.g. why no law is fitted). ``description`` is the sweep's spec
-    ``description``.
+    ``description``; ``sections`` (the cost, the design) close the page.
     """
     states = trials["state"].astype(str) if "state" in trials.columns else pd.Series(dtype=str)
     done = trials[states == "completed"] if len(states) else trials[:0]
     n_failed = int((states == "failed").sum())
-    counts = f"{len(trials)} trials, {len(done)} completed, {n_failed} failed."
-    parts = [
-        "<p class='note'><a href='../index.html'>all sweeps</a></p>",
-        f"<h1>Sweep {html.escape(sweep_name)}</h1>",
-        description_html(description),
-        f"<p class='note'>{html.escape(counts)}</p>",
-        *(f"<p class='note'>{html.escape(n)}</p>" for n in notes),
-    ]
     fig = _values_figure(done, x, y) if y is not None else None
-    if fig is not None and y is not None:
-        parts += [
-            f"<h2>{html.escape(f'{y} per {x}')}</h2>",
-            fig.to_html(full_html=False, include_plotlyjs=True, div_id="values"),
-        ]
-    parts += ["<h2>Trials</h2>", trial_table(trials, x, y or "")]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(f"Sweep {sweep_name}", parts), encoding="utf-8")
-    return path
+    return write_page(
+        path,
+        "table.html.j2",
+        title=f"Sweep {sweep_name}",
+        description=description.strip(),
+        random_weights=0,
+        counts=f"{len(trials)} trials, {len(done)} completed, {n_failed} failed.",
+        notes=list(notes),
+        figure=fig,
+        figure_heading=f"{y} per {x}",
+        trials=trial_table(trials, x, y or ""),
+        sections=sections,
+    )
 
 
 def _values_figure(done: pd.DataFrame, x: str, y: str) -> go.Figure | None:

@@ -25,7 +25,8 @@ from orchestrator.store.access import find_sweep, open_store
 console = Console(soft_wrap=True)  # paths and commands stay on one line when piped
 
 _MARK = "<meta name='generator' content='specscale'>"
-"""every page this project writes carries it (dashboards._html.page): --out may replace those"""
+"""every page this project writes carries it (dashboards/templates/base.html.j2): --out may
+replace those"""
 
 
 def _out_dir(out: Path, sweeps: list[str]) -> Path:

@@ -4,13 +4,12 @@ dashboard's section comparing it with the trials' wall seconds.
 ``orchestrator submit`` writes ``<run root>/<sweep>/cost_prediction.json`` once its checks
 pass (:func:`write_prediction`: each trial's predicted seconds per stage with its basis, made
 before the trial ran; a resubmit adds the trials it runs and keeps the earlier predictions).
-After the sweep, :func:`add_cost_section` puts the table of predicted against measured seconds
-(per trial and stage, the error in %, and the total) into the sweep's dashboard.
+After the sweep, :func:`cost_section` gathers predicted against measured seconds (per trial and
+stage, the error in %, and the total) for the sweep's dashboard, which is rendered with it.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from datetime import UTC, datetime
@@ -22,13 +21,11 @@ from orchestrator.store.results import ResultsStore
 from workloads.files import atomic_json
 
 if TYPE_CHECKING:
+    from dashboards.cost_section import CostSection
     from orchestrator.driving.costing import SweepCost
 
 PREDICTION_FILE = "cost_prediction.json"
 """the prediction's file in the sweep's folder under the run root"""
-
-SECTION_ID = "cost"
-"""the id of the dashboard's cost section"""
 
 
 def total_lines(cost: SweepCost) -> list[str]:
@@ -149,10 +146,15 @@ def cost_rows(
     return headers, rows, (sums[0], sums[1], int(sums[2]))
 
 
-def cost_section(store: ResultsStore, sweep_id: int, prediction: dict[str, Any]) -> str:
-    """The dashboard's HTML section: predicted against measured seconds per trial and stage."""
-    from dashboards._html import table
+def cost_section(folder: Path, store: ResultsStore, sweep_id: int) -> CostSection | None:
+    """The page's Cost section: predicted against measured seconds per trial and stage, from
+    ``folder``'s prediction (:data:`PREDICTION_FILE`); None when the folder holds none."""
+    from dashboards._html import Table  # the pages' modules (plotly) only when a page is made
+    from dashboards.cost_section import CostSection
 
+    prediction = read_prediction(folder / PREDICTION_FILE)
+    if not prediction:
+        return None
     headers, rows, (pred, meas, n) = cost_rows(store, sweep_id, prediction)
     err = _error(pred, meas) if n else None
     total = (
@@ -161,33 +163,9 @@ def cost_section(store: ResultsStore, sweep_id: int, prediction: dict[str, Any])
         if n
         else "No completed trial with a prediction yet."
     )
-    hw = html.escape(str(prediction.get("hardware", "?")))
-    made = html.escape(str(prediction.get("made_at", "?")))
-    return (
-        f"<h2 id='{SECTION_ID}'>Cost: predicted and measured seconds</h2>"
-        f"<p class='note'>Predicted at submit ({made}) on {hw}, before each trial ran; measured: "
-        "the trial's wall seconds (setup included) and its <code>wall_s/&lt;stage&gt;</code> "
-        "metrics. Basis: <em>calibrated</em> (OLS on completed trials of the same workload, "
-        "target and hardware), <em>modelled</em> (FLOPs or roofline seconds over the "
-        "hardware's peak times a stated utilisation), <em>unknown</em>. "
-        f"{html.escape(total)}</p>" + table(headers, rows, sortable=True, table_id="cost-table")
+    return CostSection(
+        hardware=str(prediction.get("hardware", "?")),
+        made_at=str(prediction.get("made_at", "?")),
+        total=total,
+        table=Table(headers, rows, sortable=True, table_id="cost-table"),
     )
-
-
-def add_cost_section(dashboard: Path, store: ResultsStore, sweep_id: int) -> bool:
-    """Put the cost section into ``dashboard`` (before its closing script) when the sweep's
-    folder holds a prediction; returns whether it did. A section already there is replaced."""
-    prediction = read_prediction(dashboard.parent / PREDICTION_FILE)
-    if not prediction or not dashboard.exists():
-        return False
-    text = dashboard.read_text(encoding="utf-8")
-    start = text.find(f"<h2 id='{SECTION_ID}'>")
-    if start >= 0:  # an earlier section (a refit): cut it out
-        end = text.find("</div>", text.find("id='cost-table'", start))
-        text = text[:start] + text[end + len("</div>") :] if end >= 0 else text
-    at = text.rfind("<script>")
-    if at < 0:
-        return False
-    section = cost_section(store, sweep_id, prediction)
-    dashboard.write_text(text[:at] + section + "\n" + text[at:], encoding="utf-8")
-    return True

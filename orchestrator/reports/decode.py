@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from analysis.throughput import (
     fit_peak_throughput,
     split_conditions,
 )
+from dashboards._html import Section
 from dashboards.decode_page import write_decode_dashboard
 from orchestrator.reports.conditions import pooled_sets_line, prompt_sets
 from orchestrator.store.results import ResultsStore
@@ -158,6 +160,7 @@ def fit_decode_sweep(
     *,
     persist: bool = True,
     description: str = "",
+    sections: Sequence[Section] = (),
 ) -> tuple[LogLinearFit, list[str]]:
     """Fit Thm 1.3 and Eq. 4 over completed trials, store them (unless ``persist=False``; stored
     also as ``k_law.json`` beside the dashboard, for ``decode.k_law: sweep:<name>``), write the
@@ -165,7 +168,8 @@ def fit_decode_sweep(
     differ in temperature or oracle_accept are analysed per condition (see the module): the
     fits stored and returned are the reference condition's, and each other condition gets its
     own page beside ``dashboard``. Trials of different prompt sets pooled on a page get a
-    warning there and on the console.
+    warning there and on the console. ``sections`` (the cost, the design) close the reference
+    condition's page.
 
     Returns:
         The Thm 1.3 fit and summary lines for the console (best k per b, speedups, roofline,
@@ -211,6 +215,7 @@ def fit_decode_sweep(
             description=" ".join(
                 x for x in (_page_description(description, part, parts), pooled[part.label]) if x
             ),
+            sections=sections if part is ref else (),
         )
         if tracker is not None and parent_run is not None:
             tracker.log_artifact(parent_run, part.page)

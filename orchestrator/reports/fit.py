@@ -25,6 +25,7 @@ from analysis.laws import LogLinearFit, baseline_summary
 from analysis.numbers import fmt
 from analysis.review import LawReview, review_law
 from analysis.variants import variant_summary
+from dashboards._html import Section
 from dashboards.serving import serving_figures
 from dashboards.sweep_page import LOSS_SERIES, write_sweep_dashboard
 from dashboards.table_page import write_table_dashboard
@@ -32,9 +33,9 @@ from dashboards.tradeoff import depth_tradeoff_figure
 from dashboards.variant_page import write_variant_dashboard
 from orchestrator.reports._spec import spec_data, spec_description, varied_fields
 from orchestrator.reports.ablation import across_sets_lines
-from orchestrator.reports.cost import add_cost_section
+from orchestrator.reports.cost import cost_section
 from orchestrator.reports.decode import fit_decode_sweep, fit_record
-from orchestrator.reports.design import add_design_section
+from orchestrator.reports.design import design_data
 from orchestrator.reports.index import write_run_index
 from orchestrator.store.results import ResultsStore, SweepInfo
 from orchestrator.tracking.tracker import Tracker
@@ -140,19 +141,27 @@ def fit_sweep(
     table when the grid varies no law axis; ``throughput``: Thm 1.3 and Eq. 4
     (:func:`orchestrator.reports.decode.fit_decode_sweep`); ``table``: the trials only.
     With ``persist=False`` nothing is written but the dashboard (``orchestrator report``).
+    The page is rendered once, with its closing sections gathered first (:func:`page_sections`).
 
     Raises:
         StoreError, TrackingError: the DB or MLflow failed.
     """
-    rep = _fit_sweep(store, sweep_id, sweep_name, dashboard, tracker, parent_run, persist)
-    costed = add_cost_section(rep.dashboard, store, sweep_id)
-    designed = add_design_section(rep.dashboard, store, sweep_name)  # a design: its decisions
-    if (costed or designed) and persist and tracker and parent_run:
-        tracker.log_artifact(parent_run, rep.dashboard)  # the page with its cost section
+    sections = page_sections(store, sweep_id, sweep_name, dashboard)
+    rep = _fit_sweep(store, sweep_id, sweep_name, dashboard, tracker, parent_run, persist, sections)
     if not persist:
         return rep
     index = write_run_index(store, dashboard.parent.parent, {sweep_name: rep.fit})
     return replace(rep, index=index)
+
+
+def page_sections(
+    store: ResultsStore, sweep_id: int, sweep_name: str, dashboard: Path
+) -> list[Section]:
+    """The sections that close the sweep's page: the cost predicted at submit beside the
+    measured seconds (when ``dashboard``'s folder holds a prediction), the design's decisions
+    (an adaptive design)."""
+    found = (cost_section(dashboard.parent, store, sweep_id), design_data(store, sweep_name))
+    return [s for s in found if s is not None]
 
 
 def _fit_sweep(
@@ -163,6 +172,7 @@ def _fit_sweep(
     tracker: Tracker | None,
     parent_run: str | None,
     persist: bool,
+    sections: list[Section],
 ) -> Report:
     if not persist:
         tracker = None
@@ -180,22 +190,23 @@ def _fit_sweep(
             parent_run,
             persist=persist,
             description=about,
+            sections=sections,
         )
         return Report(fit=peak, review=None, baseline={}, dashboard=dashboard, lines=lines)
     df = trials_frame(store, sweep_id)
-    sink = (tracker, parent_run)
+    sink, page = (tracker, parent_run), (dashboard, sections)
     if kind == "table":
         n_done = int((df["state"] == "completed").sum()) if len(df) else 0
         line = f"{n_done} of {len(df)} trials completed; the trials are tabulated"
         return _report_table(
-            df, sweep_name, spec_yaml, dashboard, sink, _table_metric(info), line, on_page=False
+            df, sweep_name, spec_yaml, page, sink, _table_metric(info), line, on_page=False
         )
     if "variant" in df.columns:
-        return _report_variants(df, sweep_name, spec_yaml, dashboard, tracker, parent_run)
+        return _report_variants(df, sweep_name, spec_yaml, page, sink)
     axis = find_law_axis(spec_yaml)
     if axis is None:
         line = no_law_axis_text(spec_yaml)
-        return _report_table(df, sweep_name, spec_yaml, dashboard, sink, _table_metric(info), line)
+        return _report_table(df, sweep_name, spec_yaml, page, sink, _table_metric(info), line)
     x, law = axis
     table = df if x in df and Y in df else pd.DataFrame({x: [], Y: [], "state": []})
     review = review_law(table, x, Y, law=law)
@@ -227,6 +238,7 @@ def _fit_sweep(
         extra=extra,
         curves=store.sweep_series(sweep_id, LOSS_SERIES),
         description=about,
+        sections=sections,
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
@@ -264,7 +276,7 @@ def _report_table(
     df: pd.DataFrame,
     sweep_name: str,
     spec_yaml: str,
-    dashboard: Path,
+    page: tuple[Path, list[Section]],
     sink: tuple[Tracker | None, str | None],
     metric: str | None,
     line: str,
@@ -273,8 +285,10 @@ def _report_table(
 ) -> Report:
     """A sweep without a law (a ``table`` workload, or no law axis in the grid): no fit is
     stored or logged; the page tabulates the trials and plots ``metric`` per varied field;
-    ``line`` is the console's summary, also shown on the page when ``on_page``."""
+    ``line`` is the console's summary, also shown on the page when ``on_page``; ``page`` the
+    dashboard's path and its closing sections."""
     x = next(iter(varied_fields(spec_yaml)), "seed")
+    dashboard, sections = page
     write_table_dashboard(
         dashboard,
         sweep_name=sweep_name,
@@ -283,6 +297,7 @@ def _report_table(
         y=metric,
         description=spec_description(spec_yaml),
         notes=[line] if on_page else [],
+        sections=sections,
     )
     tracker, parent_run = sink
     if tracker is not None and parent_run is not None:
@@ -294,13 +309,15 @@ def _report_variants(
     df: pd.DataFrame,
     sweep_name: str,
     spec_yaml: str,
-    dashboard: Path,
-    tracker: Tracker | None,
-    parent_run: str | None,
+    page: tuple[Path, list[Section]],
+    sink: tuple[Tracker | None, str | None],
 ) -> Report:
     """Variants side by side: summary lines, the main effect of each two-level factor
     (:mod:`analysis.factorial`) overall, per prompt set and on the mean over the sets (with
-    the level that mean prefers), parent-run metrics and the variant dashboard."""
+    the level that mean prefers), parent-run metrics and the variant dashboard (``page``: its
+    path and closing sections)."""
+    dashboard, sections = page
+    tracker, parent_run = sink
     per_set = per_set_columns(df)
     df = with_set_mean(df) if len(per_set) > 1 else df  # adds SET_MEAN
     set_mean = [SET_MEAN] if SET_MEAN in df.columns else []
@@ -349,6 +366,7 @@ def _report_variants(
         effects=effects,
         across_sets=across,
         description=spec_description(spec_yaml),
+        sections=sections,
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)

@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 
-from dashboards._html import table
+from dashboards._html import Table, table_html
 from dashboards.compare_page import mean_rows
 from dashboards.sweep_page import trial_table
 
@@ -31,7 +31,7 @@ def test_the_means_table_shows_nan_as_na() -> None:
             "delta": [0.2, math.nan],
         }
     )
-    cells = _cells(table(list(means.columns), mean_rows(means), sortable=True))
+    cells = _cells(table_html(Table(list(means.columns), mean_rows(means), sortable=True)))
     assert cells[0] == ["1", "1.5", "n/a", "1", "1.7", "0.1", "2", "0.2"]
     assert cells[1] == ["10", "n/a", "n/a", "0", "2", "n/a", "1", "n/a"]
 
@@ -47,6 +47,6 @@ def test_a_trial_tables_nullable_numbers_show_na() -> None:
             "error": [None, "boom"],
         }
     )
-    cells = _cells(trial_table(trials, "pretrain.tokens", "acceptance_length"))
+    cells = _cells(table_html(trial_table(trials, "pretrain.tokens", "acceptance_length")))
     assert cells[1][:5] == ["b", "failed", "2", "n/a", "n/a"]
     assert cells[1][-1] == "boom" and cells[0][-1] == ""  # no error: empty, not n/a

@@ -161,7 +161,7 @@ def test_a_constant_response_has_no_fit_line_no_aic_winner_and_no_paper_verdict(
     assert ": log-linear" not in text and ": saturating" not in text  # no AIC preference
     assert "prediction interval" not in text and "inside the" not in text  # no law claims
     assert "<td>slope ratio (ours / paper)</td><td>1</td><td>n/a</td>" in text
-    assert "<td>our CI covers the paper&#x27;s a</td><td></td><td>n/a (no fit)</td>" in text
+    assert "<td>our CI covers the paper&#39;s a</td><td></td><td>n/a (no fit)</td>" in text
     assert "e-1" not in text.split("<h2>Fit and checks</h2>")[1]  # no ~1e-16 slope anywhere
 
 

@@ -49,14 +49,13 @@ def test_the_dashboard_sets_predicted_beside_measured(tmp_path: Path) -> None:
     wall = info[rows[0][0]].wall_s
     total = data["trials"][rows[0][0]]["total_s"]
     assert wall is not None and abs(err - 100 * (total - wall) / wall) < 0.06
-    assert report.add_cost_section(rep.dashboard, store, sweep_id)  # a refit: replaced, not added
+    assert page.index("id='cost'") > page.index("id='trials'")  # the section closes the page
+    fit_sweep(store, sweep_id, "tok", folder / "dashboard.html")  # a refit: one section still
     assert rep.dashboard.read_text().count("id='cost-table'") == 1
     store.close()
 
 
 def test_no_prediction_no_section(tmp_path: Path) -> None:
     store = ResultsStore(f"sqlite:///{tmp_path / 'results.db'}")
-    page = tmp_path / "dashboard.html"
-    page.write_text("<html><body><script></script></body></html>")
-    assert not report.add_cost_section(page, store, 1)
+    assert report.cost_section(tmp_path, store, 1) is None
     store.close()
