@@ -95,13 +95,15 @@ def _figure_strings(text: str) -> list[str]:
     return strings
 
 
-def _assert_renders_as_text(text: str, *, in_figures: list[str]) -> None:
+def _assert_renders_as_text(
+    text: str, *, in_figures: list[str], own_tags: frozenset[str] = frozenset()
+) -> None:
     for raw in (SCRIPT, IMG, "alert(1)</script>", "<img"):
         assert raw not in text, raw
     assert ESCAPED_SCRIPT in text
     parser = _Tags()
     parser.feed(text)
-    assert parser.tags <= ALLOWED_TAGS, parser.tags - ALLOWED_TAGS
+    assert parser.tags <= ALLOWED_TAGS | own_tags, parser.tags - ALLOWED_TAGS - own_tags
     assert not {a for a in parser.attrs if a.startswith("on")}
     assert parser.opened == parser.closed == text.count("</script>")
     strings = _figure_strings(text)
@@ -263,3 +265,81 @@ def test_an_empty_description_adds_nothing(tmp_path: Path) -> None:
     trials = _sweep_trials()
     out = write_sweep_dashboard(tmp_path / "d.html", sweep_name="s", trials=trials, review=None)
     assert "class='description'" not in out.read_text(encoding="utf-8")
+
+
+# -- the templates: autoescaped, rendered once from complete data ---------------------------------
+
+
+def test_a_script_in_the_sweep_name_and_description_renders_as_text_in_every_section(
+    tmp_path: Path,
+) -> None:
+    """The law page with its closing sections (cost, design), every user string a payload:
+    the Jinja2 environment escapes them all, plotly's HTML is the only markup let through."""
+    from dashboards._html import Table
+    from dashboards.cost_section import CostSection
+    from dashboards.design_section import design_section
+
+    trials = _sweep_trials()
+    review = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    cost = CostSection(
+        hardware=IMG,
+        made_at=SCRIPT,
+        total=f"total {SCRIPT}",
+        table=Table(["trial_key", "basis"], [[SCRIPT, IMG]], sortable=True, table_id="cost-table"),
+    )
+    stop = {"kind": "stop", "step": 1, "rank": 0, "spent_s": 60.0, "half_width": 0.1}
+    design = design_section(
+        [stop | {"stop": SCRIPT, "reason": IMG, "trial_key": SCRIPT}],
+        axis=SCRIPT,
+        goal=0.05,
+        budget_h=1.0,
+    )
+    out = write_sweep_dashboard(
+        tmp_path / "d.html",
+        sweep_name=SCRIPT,
+        trials=trials,
+        review=review,
+        description=DESCRIPTION,
+        sections=[cost, design],
+    )
+    text = out.read_text(encoding="utf-8")
+    assert f"<h1>Sweep {ESCAPED_SCRIPT}</h1>" in text and f"<title>Sweep {ESCAPED_SCRIPT}" in text
+    assert ESCAPED_DESCRIPTION in text
+    assert f"<h2 id='design'>Design: adaptive trials over {ESCAPED_SCRIPT}</h2>" in text
+    assert f"Predicted at submit ({ESCAPED_SCRIPT}) on &lt;img" in text
+    assert text.index("id='trials'") < text.index("id='cost'") < text.index("id='design'")
+    assert text.count("plotly.js v") == 1  # inlined once, by the page's first figure
+    own = frozenset({"code", "em"})  # the cost section's own words
+    _assert_renders_as_text(text, in_figures=[SCRIPT, IMG], own_tags=own)
+
+
+def test_the_compare_page_escapes_both_names_and_the_warning(tmp_path: Path) -> None:
+    from analysis.compare import per_x_means, slope_difference
+    from dashboards.compare_page import write_compare_page
+
+    trials = _sweep_trials()
+    rev = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    out = write_compare_page(
+        tmp_path / "c.html",
+        names=(SCRIPT, IMG),
+        reviews=(rev, rev),
+        x="pretrain.tokens",
+        y="acceptance_length",
+        means=per_x_means(trials, trials, "pretrain.tokens", "acceptance_length"),
+        slope_diff=slope_difference(rev.fit, rev.fit),
+        warning=f"other prompt sets: {SCRIPT}",
+    )
+    text = out.read_text(encoding="utf-8")
+    assert f"<strong>other prompt sets: {ESCAPED_SCRIPT}</strong>" in text
+    names = [f"{SCRIPT}: trials", f"{IMG}: trials"]
+    _assert_renders_as_text(text, in_figures=names, own_tags=frozenset({"strong"}))
+
+
+def test_a_page_never_renders_from_incomplete_data() -> None:
+    """StrictUndefined: a name the data lacks is an error, never an empty string."""
+    from jinja2 import UndefinedError
+
+    from dashboards._html import render
+
+    with pytest.raises(UndefinedError):
+        render("sweep.html.j2", title="s")
