@@ -36,10 +36,10 @@ FORBIDDEN = {
 }
 """package folder -> module prefixes it may not import"""
 
-WORKLOADS_BASE = ("workloads.config", "workloads.result", "workloads.names")
+WORKLOADS_BASE = ("workloads.config", "workloads.result", "workloads.names", "workloads.files")
 WORKLOADS_LAYERS = {
     "workloads/data": (*WORKLOADS_BASE, "workloads.data"),
-    "workloads/roofline": ("workloads.roofline",),
+    "workloads/roofline": ("workloads.roofline", "workloads.files"),
     "workloads/models": (*WORKLOADS_BASE, "workloads.roofline", "workloads.models"),
     "workloads/engine": (
         *WORKLOADS_BASE,

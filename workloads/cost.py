@@ -14,7 +14,6 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.numbers import si
 from workloads.config import ConfigError, DraftTrainConfig
 from workloads.training.feature_mode import (
     FEATURE_BYTES,
@@ -59,6 +58,15 @@ def target_hidden_size(name: str) -> int | None:
     return None
 
 
+def _si(n: float) -> str:
+    """A count with a K/M/B/T suffix (``analysis.numbers.si``'s format; workloads may not import
+    analysis)."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
 def _gib(g: float) -> str:
     return f"{g / 1024:.1f} TiB" if g >= 1024 else f"{g:.2f} GiB"
 
@@ -75,8 +83,8 @@ def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
     pre = sum(c.pretrain.tokens for c in configs)
     sft = sum(c.sft.tokens * c.sft.epochs for c in configs)
     lines = [
-        f"draft training: {len(configs)} trials, {si(pre)} pretraining tokens and "
-        f"{si(sft)} SFT tokens (epochs counted) in all"
+        f"draft training: {len(configs)} trials, {_si(pre)} pretraining tokens and "
+        f"{_si(sft)} SFT tokens (epochs counted) in all"
     ]
     stages: dict[tuple[str, str], dict[FeatureMode, list[int]]] = {}
     hidden_of: dict[str, int | None] = {}
@@ -97,14 +105,14 @@ def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
             top = max(by_mode["cached"])
             size = _gib(feature_gib(top, hidden)) if hidden else "size unknown"
             parts.append(
-                f"cached on disk up to {si(top)} tokens: {size} (hidden {hidden or '?'}, "
+                f"cached on disk up to {_si(top)} tokens: {size} (hidden {hidden or '?'}, "
                 "float16, shared by nested budgets)"
             )
         if "online" in by_mode:
             n, top = len(set(by_mode["online"])), max(by_mode["online"])
             size = _gib(feature_gib(top, hidden)) if hidden else "?"
             parts.append(
-                f"online for {n} budget(s) up to {si(top)} tokens (no disk; {size} if cached)"
+                f"online for {n} budget(s) up to {_si(top)} tokens (no disk; {size} if cached)"
             )
         lines.append(f"  {target} {stage} features: " + "; ".join(parts))
     modes = {c.features.mode for c in configs}
