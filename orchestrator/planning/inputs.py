@@ -285,7 +285,8 @@ def law_data(store: ResultsStore, info: SweepInfo, axis: str) -> LawData | None:
 
 def decode_data(store: ResultsStore, info: SweepInfo) -> DecodeData | None:
     """The completed fixed-k trials at the reference condition (greedy) of a decode_bench
-    sweep with >= 3 distinct k, or None."""
+    sweep with >= 3 distinct k, or None (also when the sweep has no greedy trials: a
+    temperature > 0 in its grid or its ``base``)."""
     from analysis.throughput import decode_table, split_conditions
 
     frame = store.metrics_frame(info.id)
@@ -297,6 +298,9 @@ def decode_data(store: ResultsStore, info: SweepInfo) -> DecodeData | None:
     except ValueError:
         return None
     table = split_conditions(table)[0][1]
+    temps = table.get("decode.temperature", table.get("temperature"))
+    if temps is not None and (pd.to_numeric(temps, errors="coerce").fillna(0.0) > 0).any():
+        return None  # no greedy trials: the plan's acceptance-vs-k curve is greedy decoding's
     done = table[(table["state"] == "completed") & ~table["k_auto"]]
     need = ["batch_size", "num_draft_tokens", METRIC, "tokens_per_s"]
     if any(c not in done for c in need):
@@ -319,13 +323,14 @@ def decode_data(store: ResultsStore, info: SweepInfo) -> DecodeData | None:
 
 
 def _with_fixed_knobs(frame: pd.DataFrame, trials: Sequence[TrialInfo]) -> pd.DataFrame:
-    """``frame`` with ``decode.batch_size`` and ``decode.num_draft_tokens`` read from each
-    trial's full config where the grid does not vary them (fixed in ``base`` or defaulted), so
+    """``frame`` with ``decode.batch_size``, ``decode.num_draft_tokens`` and
+    ``decode.temperature`` read from each trial's full config where the grid does not vary them
+    (fixed in ``base`` or defaulted), so
     such a sweep reads as the same sweep with a one-value grid column does. NaN for a trial whose
     config lacks the knob; ``frame`` is not modified."""
     configs = {t.key: t.config.get("decode") or {} for t in trials}
     out = frame.copy()
-    for knob in ("batch_size", "num_draft_tokens"):
+    for knob in ("batch_size", "num_draft_tokens", "temperature"):
         if knob not in out and f"decode.{knob}" not in out:
             out[f"decode.{knob}"] = out["trial_key"].map(
                 lambda key, k=knob: configs.get(key, {}).get(k, math.nan)

@@ -379,3 +379,51 @@ def test_a_decode_sweep_whose_batch_size_is_not_a_grid_column_is_planned_from(
         app, ["plan", "--run-root", str(tmp_path / "fixed"), "--resamples", "100"]
     )
     assert res.exit_code == 0, res.output
+
+
+def test_a_decode_sweep_sampled_at_a_temperature_in_base_is_not_read_as_greedy(
+    tmp_path: Path,
+) -> None:
+    """A decode sweep whose ``base`` sets ``decode.temperature: 0.7`` has no greedy trials: the
+    plan does not take its acceptance-vs-k curve for greedy decoding's (it did), and says which
+    sweep to run."""
+    from orchestrator.planning.inputs import decode_data
+    from orchestrator.spec.grid import expand
+    from orchestrator.spec.sweep import parse_spec
+
+    store = build_db(tmp_path / "run")
+    try:
+        old = store.get_sweep("batch")
+        assert old is not None
+        measured = store.metrics_frame(old.id).set_index("trial_key")
+        greedy = decode_data(store, old)
+        assert greedy is not None  # the twin at temperature 0 is read
+        store.delete_sweep(old.id)
+        text = FIXED_B_SPEC % ", batch_size: 1, temperature: 0.7"
+        spec = parse_spec(text, tmp_path / "run" / "batch.yaml")
+        sweep_id = store.upsert_sweep(spec.name, spec.workload, text, "batch.yaml")
+        trials = expand(spec)
+        store.add_trials(
+            sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
+        )
+        row = measured.iloc[0]
+        for t in trials:
+            info = store.trial(sweep_id, t.key)
+            assert info is not None
+            store.mark_running(info.id, None)
+            store.log_metrics(
+                info.id,
+                {n: float(row[n]) for n in ("acceptance_length", "tokens_per_s")}
+                | {"ar_tokens_per_s": float(row["ar_tokens_per_s"])},
+            )
+            store.mark_completed(info.id, 1.0)
+        sampled = store.get_sweep("batch")
+        assert sampled is not None
+        assert decode_data(store, sampled) is None
+    finally:
+        store.close()
+    res = CliRunner().invoke(
+        app, ["plan", "--run-root", str(tmp_path / "run"), "--resamples", "100"]
+    )
+    assert res.exit_code == 2, res.output
+    assert "Fix: run orchestrator submit sweeps/batch.yaml" in " ".join(res.output.split())
