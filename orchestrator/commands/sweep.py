@@ -282,7 +282,10 @@ def retry(
     from workloads.registry import WORKLOADS
 
     if not (failed or cancelled):
-        raise OrchestratorError("say which trials to re-run: --failed and/or --cancelled")
+        raise OrchestratorError(
+            "say which trials to re-run. Fix: add --failed and/or --cancelled, e.g. "
+            "orchestrator retry SWEEP --failed"
+        )
     states = ({"failed"} if failed else set()) | ({"cancelled"} if cancelled else set())
     dest = service.Destinations(
         run_root=run_root.resolve(), db_url=db_url, tracking_uri=tracking_uri, address=address

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from orchestrator.errors import OrchestratorError
@@ -34,8 +35,16 @@ def find_sweep(store: ResultsStore, name: str) -> SweepInfo:
     """
     info = store.get_sweep(name)
     if info is None:
-        names = ", ".join(s.name for s in store.list_sweeps()) or "none"
-        raise OrchestratorError(f"no sweep named {name!r} in {store.url}; sweeps: {names}")
+        every = [s.name for s in store.list_sweeps()]
+        close = difflib.get_close_matches(name, every, n=1)
+        if close:
+            fix = f"did you mean {close[0]!r}?"
+        else:
+            fix = "name one of these" if every else "submit a sweep first (orchestrator submit)"
+        raise OrchestratorError(
+            f"no sweep named {name!r} in {store.url}; sweeps: {', '.join(every) or 'none'}. "
+            f"Fix: {fix}"
+        )
     return info
 
 

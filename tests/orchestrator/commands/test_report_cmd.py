@@ -90,6 +90,11 @@ def test_report_one_sweep_and_bad_names(run_root: Path, tmp_path: Path) -> None:
     assert "tok-b" in (tmp_path / "o" / "index.html").read_text()  # the index lists them all
     code, text = _cli("report", "nope", "--run-root", str(run_root))
     assert code == 2 and "no sweep named 'nope'" in text and "tok-a" in text
+    assert "Fix: name one of these" in text
+    code, text = _cli("report", "tok_a", "--run-root", str(run_root))
+    assert code == 2 and "Fix: did you mean 'tok-a'?" in " ".join(text.split())
+    code, text = _cli("retry", "tok-a", "--run-root", str(run_root))
+    assert code == 2 and "Fix: add --failed and/or --cancelled" in " ".join(text.split())
     code, text = _cli("report", "--run-root", str(tmp_path / "empty"))
     assert code == 2 and "no results DB" in text and "Fix:" in text
 
