@@ -442,13 +442,24 @@ def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path, **_: obje
 def check_tree_vocab(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
     """``eval.topk`` fits the draft vocabulary: each tree node takes its ``topk`` most likely
     draft tokens, so a truncated vocabulary (``draft.vocab_size``) smaller than ``topk`` would
-    fail the evaluation after the whole training.
+    fail the evaluation after the whole training; and a ``draft.vocab_size`` at or above the
+    target's vocabulary (where it is known) is refused: 0 is the whole vocabulary.
 
     Raises:
         ConfigError: blaming ``eval.topk`` (and ``draft.vocab_size``), with both values.
     """
+    from workloads.models.target_source import target_vocab_size
+
     for c in configs:
         n, topk = c.draft.vocab_size, c.eval.topk
+        vocab = target_vocab_size(c.target.model, weights=c.target.weights) if n else None
+        if vocab is not None and n >= vocab:
+            raise ConfigError(
+                f"draft.vocab_size {n} is not below the target's vocabulary ({vocab}): it would "
+                "run as the whole vocabulary under another trial key than 0. Fix: "
+                f"draft.vocab_size: 0 (the whole vocabulary), or a size below {vocab}",
+                ("draft", "vocab_size"),
+            )
         if 0 < n < topk:
             raise ConfigError(
                 f"eval.topk {topk} is larger than the draft vocabulary (draft.vocab_size {n}): "

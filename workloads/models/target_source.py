@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from workloads.roofline.models import builtin_names, canonical_name
 
@@ -183,19 +183,11 @@ def _config_positions(config: object) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def target_max_positions(name: str, *, weights: str = "pretrained") -> int | None:
-    """Positions target ``name`` attends over (``max_position_embeddings``), read without
-    loading or downloading: the builtin target's, a builtin shape's official config (random
-    weights), a local folder's ``config.json``, or a hub id's already in the local Hugging
-    Face cache; None when unknown."""
-    if weights == "pretrained" and name == DEFAULT_TARGET:
-        return DEFAULT_MAX_POSITIONS
+def _config_json(name: str) -> dict[str, Any] | None:
+    """Target ``name``'s ``config.json`` without loading or downloading: a local folder's, or a
+    hub id's already in the local Hugging Face cache; None when unknown or unreadable."""
     folder = Path(name).expanduser()
     path: Path | None = folder / "config.json" if folder.is_dir() else None
-    if path is None and weights == "random":
-        shape = canonical_name(name)
-        official = OFFICIAL_CONFIGS.get(shape) if shape else None
-        return official.max_position_embeddings if official else None
     if path is None and _is_hub_id(name):
         from huggingface_hub import try_to_load_from_cache
 
@@ -204,9 +196,38 @@ def target_max_positions(name: str, *, weights: str = "pretrained") -> int | Non
     if path is None or not path.is_file():
         return None
     try:
-        return _config_positions(json.loads(path.read_text(encoding="utf-8")))
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return config if isinstance(config, dict) else None
+
+
+def target_max_positions(name: str, *, weights: str = "pretrained") -> int | None:
+    """Positions target ``name`` attends over (``max_position_embeddings``), read without
+    loading or downloading: the builtin target's, a builtin shape's official config (random
+    weights), a local folder's ``config.json``, or a hub id's already in the local Hugging
+    Face cache; None when unknown."""
+    if weights == "pretrained" and name == DEFAULT_TARGET:
+        return DEFAULT_MAX_POSITIONS
+    if weights == "random" and not Path(name).expanduser().is_dir():
+        shape = canonical_name(name)
+        official = OFFICIAL_CONFIGS.get(shape) if shape else None
+        return official.max_position_embeddings if official else None
+    return _config_positions(_config_json(name))
+
+
+def target_vocab_size(name: str, *, weights: str = "pretrained") -> int | None:
+    """Target ``name``'s vocabulary (its LM head's rows, ``vocab_size``), read without loading
+    or downloading: the builtin target's, a local folder's or a cached hub id's ``config.json``;
+    None when unknown (a random-weight shape too)."""
+    if weights == "pretrained" and name == DEFAULT_TARGET:
+        return TOKENIZER_VOCAB
+    if weights == "random" and not Path(name).expanduser().is_dir():
+        return None  # a builtin shape: its vocabulary is the roofline's, not checked here
+    config = _config_json(name) or {}
+    text = config.get("text_config")
+    value = config.get("vocab_size", text.get("vocab_size") if isinstance(text, dict) else None)
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def check_random_target(name: str) -> str | Path:

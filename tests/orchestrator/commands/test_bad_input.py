@@ -165,6 +165,10 @@ CASES: dict[str, Case] = {
     ),
     "unknown-packing": Case("name: t\nbase:\n  pretrain:\n    packing: packed\n", "sweep.yaml:4:"),
     # -- constraints between fields (issue 16) ------------------------------------------------
+    "draft-vocab-over-the-targets": Case(
+        "name: t\nbase:\n  draft: {vocab_size: 10000000}\n",
+        "sweep.yaml:3: draft.vocab_size 10000000 is not below the target's vocabulary (49152)",
+    ),
     "eval-topk-over-draft-vocab": Case(
         "name: t\nbase:\n  draft: {vocab_size: 16}\n  eval:\n    topk: 32\n",
         "sweep.yaml:5: eval.topk 32 is larger than the draft vocabulary (draft.vocab_size 16)",
