@@ -71,15 +71,3 @@ def gpu_hours(hours: Any) -> str:
     if h >= 0.01:
         return f"{h:.2g} GPU-hours"
     return f"{h * 3600:.2g} GPU-seconds"
-
-
-def si(n: Any) -> str:
-    """A count with a K/M/B/T suffix at three significant digits (``131K``, ``1.5B``, ``512``);
-    :data:`NA` when undefined."""
-    if not defined(n):
-        return NA
-    x = float(n)
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if x >= size:
-            return f"{x / size:.3g}{unit}"
-    return f"{x:.0f}"

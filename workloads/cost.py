@@ -59,8 +59,7 @@ def target_hidden_size(name: str) -> int | None:
 
 
 def _si(n: float) -> str:
-    """A count with a K/M/B/T suffix (``analysis.numbers.si``'s format; workloads may not import
-    analysis)."""
+    """A count with a K/M/B/T suffix at three significant digits (``131K``, ``1.5B``)."""
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
             return f"{n / size:.3g}{unit}"

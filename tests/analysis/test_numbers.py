@@ -1,4 +1,4 @@
-"""analysis.numbers: the one format of numbers, intervals, durations, GPU time and counts;
+"""analysis.numbers: the one format of numbers, intervals, durations and GPU time;
 undefined values print as n/a (``?`` in a narrow cell)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from analysis.numbers import NA, duration, fmt, fmt_interval, gpu_hours, si
+from analysis.numbers import NA, duration, fmt, fmt_interval, gpu_hours
 
 
 @pytest.mark.parametrize(
@@ -30,7 +30,6 @@ def test_gpu_hours_counts_and_seconds() -> None:
     assert gpu_hours(0.0000122) == "0.044 GPU-seconds" and gpu_hours(None) == "unknown GPU-hours"
 
 
-def test_si_and_the_number_formats() -> None:
-    assert [si(x) for x in (512, 131072, 1.5e9, 2e12, None)] == ["512", "131K", "1.5B", "2T", NA]
+def test_the_number_formats() -> None:
     assert fmt(3.0, "d") == "3" and fmt(float("inf")) == NA and fmt(True) == NA
     assert fmt_interval((1, 2), ".1f") == "[1.0, 2.0]" and fmt_interval((1, None)) == NA
