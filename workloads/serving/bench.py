@@ -107,8 +107,9 @@ def _draft_of_budget(run_root: Path, sweep: str, tokens: int | None, seed: int) 
 def engine_config(cfg: ServeBenchConfig, folder: Path | None) -> DecodeBenchConfig:
     """The ``decode_bench`` config that decodes the same prompts as the servers with the same
     draft in this platform's engine: a chain of K (depth K, topk 1, K + 1 verified tokens),
-    batch size 1, temperature 0, no baselines (``folder`` None: a fresh draft, for checks)."""
-    k = cfg.serve.num_speculative_tokens
+    batch size 1, temperature 0, no baselines (``folder`` None: a fresh draft, for checks). K is
+    the server's at b = 1, where the greedy pass runs (``serve.schedule``'s, at least 1)."""
+    k = max(1, cfg.serve.k_at(1))
     draft = (
         DraftSourceConfig()
         if folder is None
@@ -313,7 +314,7 @@ def run(
     base = measure(draft_dir=None) if cfg.serve.baseline else None
     spec = measure(draft_dir=exported.out)
     ours = None
-    if cfg.serve.compare_engine:
+    if cfg.serve.compare_engine and cfg.serve.k_at(1) > 0:  # K = 0: no speculation to compare
         say("this platform's engine: the same prompts, a chain of K")
         ours = decode_bench.run(dcfg, cache_dir=cache_dir, out_dir=out_dir / "engine").metrics
     greedy = greedy_comparison(target, prompts, base, spec) if base is not None else None

@@ -89,3 +89,15 @@ def test_a_schedule_vllm_would_refuse_is_refused(schedule: list, k: int, needle:
 
 def test_a_plan_without_speculation_writes_no_config() -> None:
     assert vllm_config([{"batch_size": 1, "k": 1}, {"batch_size": 8, "k": 1}], "d") is None
+
+
+def test_this_engine_compares_with_the_servers_k_at_batch_size_one() -> None:
+    """The greedy pass runs one request at a time, so the engine's chain is the schedule's K at
+    b = 1, not its largest."""
+    from workloads.serving.bench import engine_config
+
+    serve = ServeConfig(schedule=[(1, 1, 2), (2, 4096, 4)], num_speculative_tokens=4)
+    d = engine_config(ServeBenchConfig(serve=serve), None).decode
+    assert (d.depth, d.topk, d.num_draft_tokens) == (2, 1, 3)
+    d = engine_config(ServeBenchConfig(), None).decode
+    assert (d.depth, d.num_draft_tokens) == (3, 4)  # no schedule: num_speculative_tokens
