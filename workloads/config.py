@@ -288,6 +288,13 @@ class SFTConfig(_Frozen):
     regen_max_new_tokens: int = Field(default=256, ge=1, le=8192, json_schema_extra=NEW)
     """responses 'target': tokens per regenerated reply at most, capped at half of seq_len;
     chats whose prompt does not fit in the rest of a row are skipped"""
+    regen_engine: Literal["engine", "vllm"] = Field(default="engine", json_schema_extra=NEW)
+    """responses 'target': what generates the replies: engine = this platform's batched AR loop
+    (no start-up; the faster below ~7K reply tokens on a 2-core CPU); vllm = a vLLM server
+    without speculation from the serving environment (``make serve-env``; ~2.5 min start-up,
+    then 3.2x the AR loop there; docs/serving.md)"""
+    regen_python: str = Field(default="auto", min_length=1, json_schema_extra=NEW)
+    """regen_engine 'vllm': the serving environment's Python (auto: ``.venv-vllm``)"""
 
     @property
     def regen_reply_tokens(self) -> int:

@@ -29,7 +29,9 @@ from workloads.training import distributed
 from workloads.training.evaluation import EvalResult, TreeShape, evaluate, prompt_ids
 from workloads.training.features import FeatureSet
 from workloads.training.loop import StageLog, StageSettings
+from workloads.training.regenerate import RegenSettings
 from workloads.training.stage_data import (
+    ReplySource,
     StageData,
     draft_vocab,
     splits,
@@ -243,7 +245,10 @@ def run(
     )
     eval_sets = _eval_prompt_sets(cfg, target)  # a prompt too long fails before training
     pre = stage_data(cfg, target, spec, cache_dir, "pretrain", cfg.pretrain.tokens, say)
-    sft = stage_data(cfg, target, spec, cache_dir, "sft", cfg.sft.tokens, say)
+    sft = stage_data(
+        cfg, target, spec, cache_dir, "sft", cfg.sft.tokens, say,
+        replies=_vllm_replies(cfg, target, cache_dir, out_dir, say),
+    )  # fmt: skip
     m.update(pre.metrics | sft.metrics)
     say(
         f"features ready: pretrain {pre.feats.tokens} tokens ({pre.mode}), "
@@ -274,6 +279,25 @@ def run(
     (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
     say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")
     return result
+
+
+def _vllm_replies(
+    cfg: DraftTrainConfig, target: Target, cache_dir: Path, out_dir: Path, say: Progress
+) -> ReplySource | None:
+    """``sft.regen_engine: vllm``: the SFT replies from a vLLM server (its log an artifact of
+    the trial, ``regen-server.log``); else None (this platform's AR loop)."""
+    if cfg.sft.regen_engine != "vllm":
+        return None
+    from workloads.serving.replies import VllmReplies
+
+    def source(settings: RegenSettings) -> VllmReplies:
+        return VllmReplies(
+            python=cfg.sft.regen_python, target=cfg.target, cache_dir=cache_dir,
+            settings=settings, eos_ids=target.eos_token_ids, max_model_len=cfg.sft.seq_len,
+            log_path=out_dir / "regen-server.log", say=say,
+        )  # fmt: skip
+
+    return source
 
 
 def _hardware_metrics(device: torch.device) -> dict[str, float]:

@@ -633,6 +633,20 @@ def check_serving(configs: Sequence[ServeBenchConfig], run_root: Path, **_: obje
     check_configs(configs, run_root)
 
 
+def check_regen_engine(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
+    """``sft.regen_engine: vllm``: the serving environment and a target vLLM can load
+    (:func:`workloads.serving.checks.check_regen_configs`).
+
+    Raises:
+        ConfigError: blaming ``sft.regen_python`` or ``target.*``, with the fix.
+    """
+    if not any(c.sft.regen_engine == "vllm" for c in configs):
+        return  # no need to import the serving checks
+    from workloads.serving.checks import check_regen_configs
+
+    check_regen_configs(configs)
+
+
 def check_serve_prompts(
     configs: Sequence[ServeBenchConfig],
     run_root: Path,
@@ -671,6 +685,7 @@ WORKLOADS: dict[str, Workload] = {
                 check_tree_vocab,
                 check_prompt_sets,
                 check_chat_templates,
+                check_regen_engine,
                 check_sft_budgets,
                 check_corpora,
                 check_eval_prompts,
@@ -715,7 +730,10 @@ WORKLOADS: dict[str, Workload] = {
                 ("mismatches", "d"),
             ),
             status_columns=(
-                "acceptance_length", "engine.acceptance_length", "tokens_per_s", "speedup",
+                "acceptance_length",
+                "engine.acceptance_length",
+                "tokens_per_s",
+                "speedup",
                 "mismatches",
             ),  # fmt: skip
             report="law",

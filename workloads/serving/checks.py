@@ -3,7 +3,9 @@
 Each refusal is a :class:`~workloads.config.ConfigError` naming the field at fault and a fix:
 no serving environment (say ``make serve-env``), a draft that cannot be found, a fixed port in
 use, a target vLLM cannot load (random weights; a local folder without ``config.json``).
-The prompts are checked as ``decode_bench``'s (``registry.check_serve_prompts``).
+The prompts are checked as ``decode_bench``'s (``registry.check_serve_prompts``). A
+``draft_train`` sweep that regenerates its SFT replies in vLLM (``sft.regen_engine: vllm``) gets
+the environment and target checks too (:func:`check_regen_configs`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from workloads.config import ConfigError
+from workloads.config import ConfigError, DraftTrainConfig, TargetConfig
 from workloads.serving.config import ServeBenchConfig
 
 
@@ -37,7 +39,7 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
                 "port is picked for each server) or another port",
                 ("serve", "port"),
             )
-        _check_target(c)
+        _check_target(c.target)
         try:
             find_served_draft(c, run_root)
         except ValueError as exc:
@@ -45,15 +47,39 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
             raise ConfigError(str(exc), field.get(c.draft.source, ("draft", "path"))) from exc
 
 
-def _check_target(c: ServeBenchConfig) -> None:
+def check_regen_configs(configs: Sequence[DraftTrainConfig]) -> None:
+    """``sft.regen_engine: vllm`` with replies to regenerate: the environment at
+    ``sft.regen_python`` imports vLLM, and vLLM can load the target.
+
+    Raises:
+        ConfigError: blaming ``sft.regen_python`` or ``target.*``, with the fix.
+    """
+    from workloads.serving.env import ServingEnvError, find_env
+
+    used = [
+        c for c in configs
+        if c.sft.regen_engine == "vllm" and c.sft.responses == "target" and c.sft.tokens > 0
+    ]  # fmt: skip
+    for python in sorted({c.sft.regen_python for c in used}):
+        try:
+            find_env(python)
+        except ServingEnvError as exc:
+            fix = " (or sft.regen_engine: engine, this platform's AR loop)"
+            raise ConfigError(str(exc).replace("serve.python", "sft.regen_python") + fix,
+                              ("sft", "regen_python")) from exc  # fmt: skip
+    for c in used:
+        _check_target(c.target)
+
+
+def _check_target(target: TargetConfig) -> None:
     """vLLM loads the target from a folder with config.json and weights, or from the hub."""
-    if c.target.weights == "random":
+    if target.weights == "random":
         raise ConfigError(
             "target.weights 'random': vLLM loads a target's weights from a folder or the hub, "
             "so it cannot serve a random-weight target. Fix: target.weights: pretrained",
             ("target", "weights"),
         )
-    local = Path(c.target.model).expanduser()
+    local = Path(target.model).expanduser()
     if local.is_dir() and not (local / "config.json").exists():
         raise ConfigError(
             f"target.model {local} has no config.json: vLLM cannot load it. Fix: a Hugging Face "

@@ -12,11 +12,12 @@ the drafts are evaluated on single-turn prompts from position 0; and each furthe
 one more sequential generation round. A prompt longer than ``max_prompt_tokens`` is skipped (it
 leaves too little room for a reply in one packed row).
 
-Generation: the engine's batched autoregressive loop
+Generation (``sft.regen_engine``): by default the engine's batched autoregressive loop
 (:func:`workloads.engine.ar_decode.ar_generate`), greedy at temperature 0, else sampled with a
-generator seeded per batch; at most ``max_new_tokens`` per reply, EOS included when the target emits
-it. The token ids of ``chat_prompt_ids(prompt) + reply`` are the chat, exactly what the target sees
-at inference; the loss mask is 1 on the reply.
+generator seeded per batch; or any :class:`ReplyGenerator` handed in (the workload hands in a
+vLLM server's, :mod:`workloads.serving.replies`); at most ``max_new_tokens`` per reply, EOS
+included when the target emits it. The token ids of ``chat_prompt_ids(prompt) + reply`` are the
+chat, exactly what the target sees at inference; the loss mask is 1 on the reply.
 
 Cache: ``<cache_dir>/regenerated/<key>.jsonl``, one line per conversation in the order asked,
 written a whole batch at a time under a file lock, so concurrent trials share the work and an
@@ -24,7 +25,8 @@ interrupted run resumes at the next batch. Each batch has a lock of its own: whi
 generates batch i, another generates batch i + 1 (the two trials of a sweep that reach the SFT
 stage together keep both cores busy), and reads batch i when it is written. The key covers the
 target (name, dtype, tokenizer fingerprint), the ordered conversation ids and every setting, so a
-second trial or sweep with the same recipe regenerates nothing. Batches are always the same slices
+second trial or sweep with the same recipe regenerates nothing; an engine other than this one's
+is in the key too (its replies may differ where two logits tie). Batches are always the same slices
 of the eligible conversations, and a batch's sampling seed depends on its index only, so a cached
 batch equals what a fresh run computes, whichever trial generated it.
 """
@@ -38,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from filelock import FileLock, Timeout
@@ -50,7 +52,13 @@ from workloads.models.target import output_device
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RegenSettings", "RegenStats", "ResponseRegenerator", "regen_cache_file"]
+__all__ = [
+    "RegenSettings",
+    "RegenStats",
+    "ReplyGenerator",
+    "ResponseRegenerator",
+    "regen_cache_file",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +75,24 @@ class RegenSettings:
     """prompts generated together (batches are fixed slices, see the module docstring)"""
     seed: int = 0
     """seed of sampling (temperature > 0)"""
+    engine: str = "engine"
+    """what generates: ``engine`` (this platform's AR loop) or ``vllm``; in the cache key only
+    when not ``engine`` (the key of the caches made before the field stays)"""
+
+
+class ReplyGenerator(Protocol):
+    """Generates one batch of replies outside this process (``sft.regen_engine`` other than
+    ``engine``); started on its first call, so a fully cached recipe never starts it."""
+
+    def __call__(self, prompts: list[list[int]], batch_index: int) -> list[list[int]]:
+        """The replies [len(prompts)] to the prompt token ids, EOS included when emitted, at
+        most ``max_new_tokens`` each; sampling seeded by ``batch_index`` (never by which trial
+        asks)."""
+        ...
+
+    def close(self) -> None:
+        """Stop what the first call started (idempotent)."""
+        ...
 
 
 @dataclass
@@ -92,9 +118,11 @@ def regen_cache_file(
 ) -> Path:
     """The cache file of one regeneration recipe (see the module docstring)."""
     ids = hashlib.sha256("\n".join(conversation_ids).encode()).hexdigest()
+    fields = asdict(settings)
+    if fields["engine"] == "engine":
+        del fields["engine"]
     key = json.dumps(
-        {"target": target, "dtype": dtype, "tokenizer": tokenizer_fp, "ids": ids}
-        | asdict(settings),
+        {"target": target, "dtype": dtype, "tokenizer": tokenizer_fp, "ids": ids} | fields,
         sort_keys=True,
     )
     return cache_dir / "regenerated" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.jsonl"
@@ -115,6 +143,8 @@ class ResponseRegenerator:
         cache_file: from :func:`regen_cache_file`.
         settings: generation settings.
         progress: called with a one-line progress bar after every generated batch.
+        generator: generates the batches instead of ``target`` (``settings.engine`` names it);
+            None: this platform's AR loop.
     """
 
     def __init__(
@@ -126,6 +156,7 @@ class ResponseRegenerator:
         cache_file: Path,
         settings: RegenSettings,
         progress: Callable[[str], None] | None = None,
+        generator: ReplyGenerator | None = None,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
@@ -140,6 +171,12 @@ class ResponseRegenerator:
         self._made: set[str] = set()
         """conversations whose replies this regenerator generated (not counted as cached)"""
         self._chat_tokens = 0
+        self.generator = generator
+
+    def close(self) -> None:
+        """Stop the generator's server, if any (the replies stay cached)."""
+        if self.generator is not None:
+            self.generator.close()
 
     def chats(
         self, convs: Sequence[Conversation], *, need_tokens: int
@@ -217,38 +254,47 @@ class ResponseRegenerator:
         the batch's index only (``i * batch_size`` is the count of replies before it), so the
         replies do not depend on which trial generates which batch."""
         t0 = time.perf_counter()
-        gen = torch.Generator(device=output_device(self.target))  # beside the logits
-        gen.manual_seed(self.s.seed * 1_000_003 + i * self.s.batch_size)
-        out = ar_generate(
-            self.target,
-            [ids for _, ids in prompts],
-            max_new_tokens=self.s.max_new_tokens,
-            eos_ids=self.eos_ids,
-            temperature=self.s.temperature,
-            generator=gen if self.s.temperature > 0 else None,
-        )
+        replies = self._replies_of([ids for _, ids in prompts], i)
+        generated = sum(map(len, replies))
         with FileLock(str(self.cache_file) + ".lock"), self.cache_file.open("a+b") as f:
             f.seek(0, 2)
             if f.tell():  # after a torn line (a killed writer), start on a line of our own
                 f.seek(-1, 2)
                 if f.read(1) != b"\n":
                     f.write(b"\n")
-            for (cid, _), reply in zip(prompts, out.tokens, strict=True):
+            for (cid, _), reply in zip(prompts, replies, strict=True):
                 f.write((json.dumps({"id": cid, "reply": reply}) + "\n").encode())
         dt = time.perf_counter() - t0
         self.stats.generated += len(prompts)
         self._made.update(cid for cid, _ in prompts)
         self._cached.difference_update(cid for cid, _ in prompts)
         self.stats.cached = len(self._cached)
-        self.stats.tokens += out.generated
+        self.stats.tokens += generated
         self.stats.seconds += dt
         done = i * self.s.batch_size + len(prompts)
-        chat_tokens = self._chat_tokens + sum(len(ids) for _, ids in prompts) + out.generated
+        chat_tokens = self._chat_tokens + sum(len(ids) for _, ids in prompts) + generated
         self.say(
             f"regenerating SFT replies with the target {_bar(chat_tokens, need_tokens)} "
             f"{min(chat_tokens, need_tokens):,}/{need_tokens:,} chat tokens, {done} chats, "
-            f"{self.stats.tokens:,} new reply tokens ({out.generated / dt:.0f} tokens/s)"
+            f"{self.stats.tokens:,} new reply tokens ({generated / dt:.0f} tokens/s)"
         )
+
+    def _replies_of(self, prompts: list[list[int]], i: int) -> list[list[int]]:
+        """Batch ``i``'s replies from the generator, else from the AR loop (sampling seeded by
+        ``i``)."""
+        if self.generator is not None:
+            return self.generator(prompts, i)
+        gen = torch.Generator(device=output_device(self.target))  # beside the logits
+        gen.manual_seed(self.s.seed * 1_000_003 + i * self.s.batch_size)
+        out = ar_generate(
+            self.target,
+            prompts,
+            max_new_tokens=self.s.max_new_tokens,
+            eos_ids=self.eos_ids,
+            temperature=self.s.temperature,
+            generator=gen if self.s.temperature > 0 else None,
+        )
+        return [list(t) for t in out.tokens]
 
     def _read_locked(self) -> dict[str, list[int]]:
         with FileLock(str(self.cache_file) + ".lock"):

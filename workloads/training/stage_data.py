@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +36,12 @@ from workloads.training.feature_cache import ensure_features, feature_dir
 from workloads.training.feature_mode import resolve_feature_mode
 from workloads.training.features import FeatureSet, LazyRows, tokenizer_fingerprint
 from workloads.training.online_features import OnlineFeatures, TargetSpec
-from workloads.training.regenerate import RegenSettings, ResponseRegenerator, regen_cache_file
+from workloads.training.regenerate import (
+    RegenSettings,
+    ReplyGenerator,
+    ResponseRegenerator,
+    regen_cache_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +85,17 @@ def target_spec(cfg: DraftTrainConfig, cache_dir: Path, device: torch.device) ->
     )
 
 
+ReplySource = Callable[[RegenSettings], ReplyGenerator]
+"""Makes the :class:`ReplyGenerator` of ``sft.regen_engine`` (other than ``engine``) for the
+settings (the workload builds it; training may not import the serving environment)."""
+
+
 def _regenerator(
-    cfg: DraftTrainConfig, target: Target, cache_dir: Path, say: Progress
+    cfg: DraftTrainConfig,
+    target: Target,
+    cache_dir: Path,
+    say: Progress,
+    replies: ReplySource | None,
 ) -> ResponseRegenerator | None:
     """The target's own SFT replies (``sft.responses: target``), or None for the dataset's."""
     sft = cfg.sft
@@ -90,7 +105,10 @@ def _regenerator(
         max_new_tokens=sft.regen_reply_tokens,
         temperature=sft.regen_temperature,
         max_prompt_tokens=sft.seq_len - sft.regen_reply_tokens,
+        engine=sft.regen_engine,
     )
+    if sft.regen_engine != "engine" and replies is None:
+        raise ValueError(f"sft.regen_engine {sft.regen_engine!r} needs a reply source")
     cache_file = regen_cache_file(
         cache_dir,
         target=_target_key(cfg),
@@ -106,6 +124,7 @@ def _regenerator(
         cache_file=cache_file,
         settings=settings,
         progress=say,
+        generator=replies(settings) if sft.regen_engine != "engine" and replies else None,
     )
 
 
@@ -165,9 +184,12 @@ def stage_data(
     stage: str,
     tokens: int,
     say: Progress,
+    replies: ReplySource | None = None,
 ) -> StageData:
     """The features of one stage covering ``tokens`` tokens (rounded up to whole rows), cached or
-    online as ``features.mode`` decides for this stage's size.
+    online as ``features.mode`` decides for this stage's size. ``replies``: what generates the
+    SFT replies under ``sft.regen_engine`` other than ``engine``; its server runs only while
+    this stage's rows are built (here, also for online features) and is stopped on return.
 
     Raises:
         ValueError: the corpus is smaller than the budget (``CorpusTooSmall``, both sizes), the
@@ -190,7 +212,7 @@ def stage_data(
         )
     else:
         recipe = corpus_fingerprint({"sharegpt": 1.0}, 0) + "-sft"
-        regen = _regenerator(cfg, target, cache_dir, say) if tokens else None
+        regen = _regenerator(cfg, target, cache_dir, say, replies) if tokens else None
         if regen is not None:  # the replies' recipe: its cache file's key
             recipe += "-regen" + regen.cache_file.stem[:8]
         build = functools.partial(
@@ -198,49 +220,55 @@ def stage_data(
             packing=packing, regenerator=regen,
         )  # fmt: skip
         rows = LazyRows(build, whole, seq_len)
-    metrics: dict[str, float] = {f"features/{stage}_online": float(mode == "online")}
-    if mode == "online":
-        feats: FeatureSet = OnlineFeatures(rows, spec, model=target.model)
-        return StageData(feats, rows, mode, metrics)
-    dtype = _dtype_name(cfg, target)
-    folder = feature_dir(
-        cache_dir,
-        target=_target_key(cfg) + ("" if dtype in ("float32", "auto") else f"-{dtype}"),
-        stage=stage,
-        recipe=recipe if packing == "joined" else f"{recipe}-isolated",
-        seq_len=seq_len,
-    )
-    manifest = {
-        "target": _target_key(cfg),
-        "dtype": dtype,
-        "stage": stage,
-        "recipe": recipe,
-        "seq_len": seq_len,
-        "tokenizer": tokenizer_id(target),
-        "hidden": "last_hidden_state:float16",
-        "packing": packing,
-    }
-    feats, stats = ensure_features(
-        folder, rows=rows, n_rows=n_rows, rows_per_chunk=per_chunk,
-        target_model=target.model, manifest=manifest,
-    )  # fmt: skip
-    metrics |= {
-        f"features/{stage}_hits": stats.hits,
-        f"features/{stage}_misses": stats.misses,
-        f"features/{stage}_rebuilt": stats.rebuilt,
-        f"wall_s/features_{stage}": stats.build_s,
-    }
-    if regen is not None and (regen.stats.generated or regen.stats.cached):  # chunks built
-        r = regen.stats
-        metrics |= {
-            "wall_s/regenerate": r.seconds,
-            "sft.regen_generated": r.generated,
-            "sft.regen_cached": r.cached,
-            "sft.regen_tokens": r.tokens,
-            "sft.regen_skipped": r.skipped,
+    try:
+        metrics: dict[str, float] = {f"features/{stage}_online": float(mode == "online")}
+        if mode == "online":
+            if regen is not None and regen.generator is not None:
+                rows.packed(torch.arange(1))  # the replies now, while the server is up
+            feats: FeatureSet = OnlineFeatures(rows, spec, model=target.model)
+            return StageData(feats, rows, mode, metrics)
+        dtype = _dtype_name(cfg, target)
+        folder = feature_dir(
+            cache_dir,
+            target=_target_key(cfg) + ("" if dtype in ("float32", "auto") else f"-{dtype}"),
+            stage=stage,
+            recipe=recipe if packing == "joined" else f"{recipe}-isolated",
+            seq_len=seq_len,
+        )
+        manifest = {
+            "target": _target_key(cfg),
+            "dtype": dtype,
+            "stage": stage,
+            "recipe": recipe,
+            "seq_len": seq_len,
+            "tokenizer": tokenizer_id(target),
+            "hidden": "last_hidden_state:float16",
+            "packing": packing,
         }
-        metrics[f"wall_s/features_{stage}"] = stats.build_s - r.seconds
-    return StageData(feats, rows, mode, metrics)
+        feats, stats = ensure_features(
+            folder, rows=rows, n_rows=n_rows, rows_per_chunk=per_chunk,
+            target_model=target.model, manifest=manifest,
+        )  # fmt: skip
+        metrics |= {
+            f"features/{stage}_hits": stats.hits,
+            f"features/{stage}_misses": stats.misses,
+            f"features/{stage}_rebuilt": stats.rebuilt,
+            f"wall_s/features_{stage}": stats.build_s,
+        }
+        if regen is not None and (regen.stats.generated or regen.stats.cached):  # chunks built
+            r = regen.stats
+            metrics |= {
+                "wall_s/regenerate": r.seconds,
+                "sft.regen_generated": r.generated,
+                "sft.regen_cached": r.cached,
+                "sft.regen_tokens": r.tokens,
+                "sft.regen_skipped": r.skipped,
+            }
+            metrics[f"wall_s/features_{stage}"] = stats.build_s - r.seconds
+        return StageData(feats, rows, mode, metrics)
+    finally:
+        if regen is not None:
+            regen.close()
 
 
 def count_ids(rows: RowSource, n_rows: int, vocab: int, block: int = 1024) -> torch.Tensor:

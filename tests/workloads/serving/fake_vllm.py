@@ -1,7 +1,8 @@
 """A fake of a vLLM server's HTTP surface for unit tests (stdlib only): ``/health``,
 ``/metrics`` (the spec-decode counters in vLLM 0.32's Prometheus format) and
 ``/v1/completions`` (greedy: echoes a fixed continuation as ``token_ids``, with a per-request
-``metrics.speculative_decoding`` summary). Started as the "python" of a serving environment:
+``metrics.speculative_decoding`` summary; cut after a ``stop_token_ids`` token, each request's
+body printed to the log as ``body {json}``). Started as the "python" of a serving environment:
 ``fake_vllm.py -m vllm.entrypoints.openai.api_server --model M --host H --port P ...``.
 
 Behaviour switches (environment): FAKE_VLLM_MODE = ok | die | never_ready; FAKE_VLLM_DELAY
@@ -63,8 +64,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        print("body " + json.dumps(body, sort_keys=True), flush=True)
         n = int(body["max_tokens"])
         out = [(int(body["prompt"][-1]) + i) % 50 for i in range(1, n + 1)]
+        stops = set(body.get("stop_token_ids") or ())
+        out = out[: next((i + 1 for i, t in enumerate(out) if t in stops), n)]
         steps = max(1, n // 2)  # 2 tokens per verification step: 1 accepted draft token
         COUNTERS["drafts"] += steps
         COUNTERS["draft_tokens"] += K * steps

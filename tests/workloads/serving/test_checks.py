@@ -103,3 +103,37 @@ def test_submit_without_a_serving_env_exits_2_naming_the_command(tmp_path: Path)
     assert res.exit_code == 2, res.output
     assert "serve.yaml:7" in res.output and "make serve-env" in res.output
     assert not run.exists()
+
+
+def test_regeneration_in_vllm_without_a_serving_env_exits_2_naming_its_field(
+    tmp_path: Path,
+) -> None:
+    """``sft.regen_engine: vllm`` is checked at submit like a serving sweep: no environment at
+    ``sft.regen_python`` is one line naming that line, the command and the other engine."""
+    from orchestrator.cli import app
+
+    spec = tmp_path / "tokens.yaml"
+    spec.write_text(
+        "name: regen\nworkload: draft_train\ngrid:\n  pretrain.tokens: [8192]\nbase:\n"
+        "  sft:\n    regen_engine: vllm\n    regen_python: /no/such/python\n"
+    )
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["submit", str(spec), "--run-root", str(run), "--yes"])
+    assert res.exit_code == 2, res.output
+    assert "tokens.yaml:8" in res.output and "sft.regen_python" in res.output
+    assert "sft.regen_engine: engine" in res.output
+    assert not run.exists()
+
+
+def test_regeneration_in_vllm_with_a_random_target_is_refused(tmp_path: Path) -> None:
+    from workloads.config import DraftTrainConfig
+    from workloads.serving.checks import check_regen_configs
+
+    cfg = DraftTrainConfig.model_validate(
+        {"target": {"weights": "random"},
+         "sft": {"regen_engine": "vllm", "regen_python": _fake_env(tmp_path)}}
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="target.weights 'random'"):
+        check_regen_configs([cfg])
+    check_regen_configs([cfg.model_copy(update={"sft": cfg.sft.model_copy(
+        update={"regen_engine": "engine"})})])  # fmt: skip  # the AR loop: nothing to check

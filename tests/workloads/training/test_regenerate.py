@@ -170,3 +170,59 @@ def _release_after_batch_1(path: Path, release: threading.Event) -> None:
             release.set()
             return
         time.sleep(0.05)
+
+
+def test_another_engine_is_in_the_key_and_the_default_key_is_unchanged(tmp_path: Path) -> None:
+    """``engine: vllm`` gets a cache of its own; ``engine`` keeps the key the caches had before
+    the field (the key's recipe written out here apart)."""
+    import dataclasses
+    import hashlib
+
+    args: dict = {"target": "t", "dtype": "float32", "tokenizer_fp": "fp",
+                  "conversation_ids": ["a", "b"]}  # fmt: skip
+    before = json.dumps(
+        {"target": "t", "dtype": "float32", "tokenizer": "fp",
+         "ids": hashlib.sha256(b"a\nb").hexdigest(), "max_new_tokens": 6, "temperature": 0.0,
+         "max_prompt_tokens": 64, "batch_size": 4, "seed": 0},
+        sort_keys=True,
+    )  # fmt: skip
+    expected = hashlib.sha256(before.encode()).hexdigest()[:24]
+    assert regen_cache_file(tmp_path, settings=SETTINGS, **args).stem == expected
+    vllm = dataclasses.replace(SETTINGS, engine="vllm")
+    assert regen_cache_file(tmp_path, settings=vllm, **args).stem != expected
+
+
+def test_a_handed_in_generator_makes_the_batches_and_a_cached_run_never_calls_it(
+    tiny_target,
+    tokenizer,
+    tmp_path: Path,  # type: ignore[no-untyped-def]  # noqa: ANN001
+) -> None:
+    class Counting:  # a ReplyGenerator: the AR loop's replies, the calls counted
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+            self.closed = 0
+
+        def __call__(self, prompts: list[list[int]], batch_index: int) -> list[list[int]]:
+            self.calls.append(batch_index)
+            out = ar_generate(tiny_target, prompts, max_new_tokens=6, eos_ids=EOS).tokens
+            return [[*r, 7] if i == 0 and batch_index == 1 else r for i, r in enumerate(out)]
+
+        def close(self) -> None:
+            self.closed += 1
+
+    path = tmp_path / "r.jsonl"
+    gen = Counting()
+    regen = ResponseRegenerator(
+        tiny_target, tokenizer, EOS, cache_file=path, settings=SETTINGS, generator=gen
+    )
+    chats = list(regen.chats(CONVS, need_tokens=100))
+    regen.close()
+    assert gen.calls == [0, 1] and gen.closed == 1
+    assert chats[4][0][-1] == 7  # batch 1's first reply is the generator's, not the AR loop's
+    assert regen.stats.generated == 6 and regen.stats.tokens == sum(sum(m) for _, m in chats)
+    again_gen = Counting()
+    again = ResponseRegenerator(
+        tiny_target, tokenizer, EOS, cache_file=path, settings=SETTINGS, generator=again_gen
+    )
+    assert list(again.chats(CONVS, need_tokens=100)) == chats
+    assert again_gen.calls == [] and again.stats.cached == 6
