@@ -130,10 +130,10 @@ def plan(
 
     Example: orchestrator plan --batch-mix 1:0.2,8:0.5,32:0.3 --budget-hours 2
     """
+    from orchestrator.driving.costing import check_hardware_name
     from orchestrator.planning.inputs import (
         check_budget,
         parse_batch_mix,
-        resolve_hardware_name,
         resolve_shape_name,
     )
 
@@ -147,7 +147,7 @@ def plan(
         )
     if model is not None:
         resolve_shape_name(model)
-    resolve_hardware_name(hardware or "local-cpu")
+    check_hardware_name(hardware or "local-cpu")
     if name is not None:
         _check_name(name)
     from orchestrator.planning.plan import PlanOptions

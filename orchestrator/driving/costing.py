@@ -35,7 +35,6 @@ matched trials measured: on the same prompt sets, else the mean of each of its s
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -52,7 +51,6 @@ from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.history import CompletedTrial
 from orchestrator.store.results import ResultsStore
 from workloads.roofline.hardware import (
-    BUILTIN_PROFILES,
     LOCAL_CPU,
     HardwareProfile,
     canonical_dtype,
@@ -60,6 +58,7 @@ from workloads.roofline.hardware import (
     fingerprint_id,
     get_profile,
     hardware_fingerprint,
+    profile_name,
     profile_names,
     read_local_cpu,
 )
@@ -214,23 +213,15 @@ class Hardware:
 
 
 def check_hardware_name(name: str) -> str:
-    """The profile ``--hardware`` names (``h200``, ``local-cpu``; case-insensitive, ``-sxm``
-    suffixes and ``cpu`` accepted).
+    """The profile ``--hardware`` names (:func:`workloads.roofline.hardware.profile_name`).
 
     Raises:
         OrchestratorError: an unknown name, with the closest one and the names known.
     """
-    key = name.strip().lower().replace("_", "-")
     try:
-        prof = get_profile(key) if key not in (LOCAL_CPU, "cpu", "local") else None
-    except ValueError:
-        close = difflib.get_close_matches(key, [*BUILTIN_PROFILES, LOCAL_CPU], n=1, cutoff=0.5)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise OrchestratorError(
-            f"--hardware {name!r} is not a hardware profile.{hint} Fix: use one of "
-            f"{', '.join(profile_names())} (datasheet GPUs, or this machine's measured CPU)"
-        ) from None
-    return LOCAL_CPU if prof is None else prof.name
+        return profile_name(name)
+    except ValueError as exc:
+        raise OrchestratorError(f"--hardware {exc}") from None
 
 
 def _local_cpu(spec: SweepSpec, cache_dir: Path | None) -> Hardware:

@@ -38,7 +38,6 @@ __all__ = [
     "choose_sweeps",
     "finite_number",
     "parse_batch_mix",
-    "resolve_hardware_name",
     "resolve_shape_name",
 ]
 
@@ -153,14 +152,6 @@ def resolve_shape_name(name: str) -> str:
     raise OrchestratorError(
         f"--model {name!r} is not a known target shape; {hint}Fix: one of {', '.join(names)}"
     )
-
-
-def resolve_hardware_name(name: str) -> str:
-    """The hardware profile ``name`` means (``local-cpu`` or a datasheet GPU), or a
-    did-you-mean refusal."""
-    from orchestrator.driving.costing import check_hardware_name
-
-    return check_hardware_name(name)
 
 
 def choose_sweeps(

@@ -44,7 +44,6 @@ from orchestrator.planning.inputs import (
     PlanSweeps,
     choose_sweeps,
     finite_number,
-    resolve_hardware_name,
     resolve_shape_name,
 )
 from orchestrator.store.results import ResultsStore
@@ -92,9 +91,12 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         OrchestratorError: a refusal of :mod:`orchestrator.planning.inputs`, an unknown model or
             hardware, or a training cost the cost model cannot give.
     """
+    from orchestrator.driving.costing import check_hardware_name
+    from workloads.roofline.hardware import LOCAL_CPU
+
     t0 = time.perf_counter()
     # 1. the sweeps, the roofline's target shape and hardware, and the labels they imply
-    hw_name = resolve_hardware_name(opts.hardware or "local-cpu")
+    hw_name = check_hardware_name(opts.hardware or LOCAL_CPU)
     sw = choose_sweeps(store, opts.sweeps, allow_mixed_targets=opts.allow_mixed_targets)
     measured_shape = _shape_of(sw.tokens.target)
     model = _planned_shape(sw, opts, measured_shape)
@@ -512,12 +514,14 @@ def _serving_inputs(
     dec: DecodeData,
     mix: Mapping[int, float] | None = None,
 ) -> ServingInputs:
-    from workloads.roofline import load_model_shape
+    from workloads.roofline import get_profile, load_model_shape
     from workloads.roofline.costs import decoding_step, step_time, target_step
 
     shape = load_model_shape(model)
     local = opts.profile is not None and hw_name == opts.profile.name
-    hw = opts.profile if local else _profile(hw_name, dec.threads, opts.cache_dir)
+    hw = opts.profile
+    if not local:
+        hw = get_profile(hw_name, threads=dec.threads, cache_dir=opts.cache_dir)
     bpe = hw.bytes_per_element
     steps = max(1, dec.depth or 5)
     ks = sorted({int(k) for k in dec.table["num_draft_tokens"]})
@@ -537,16 +541,6 @@ def _serving_inputs(
         ar_step_s=ar_step_s,
         max_accept=float(dec.depth + 1) if dec.depth else math.inf,
     )
-
-
-def _profile(hw_name: str, threads: int, cache_dir: Path | None) -> Any:
-    """A datasheet profile, or this CPU's at the decode trials' thread count (cached)."""
-    from workloads.roofline import get_profile
-    from workloads.roofline.hardware import LOCAL_CPU
-
-    if hw_name == LOCAL_CPU:
-        return get_profile(hw_name, threads=threads, cache_dir=cache_dir)
-    return get_profile(hw_name)
 
 
 def _measured_k(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,9 @@ from workloads.roofline.hardware import (
     LOCAL_CPU,
     HardwareProfile,
     canonical_dtype,
+    datasheet_name,
     get_profile,
+    profile_name,
     profile_names,
 )
 from workloads.roofline.models import SHAPE_KEYS, ModelShape, shape_from_dict
@@ -289,7 +290,7 @@ def resolve_hardware(
             key = LOCAL_CPU
         elif dev_type == "cuda":
             gpu = _gpu_name(device)
-            key = gpu_profile_name(gpu) or ""
+            key = datasheet_name(gpu) or ""
             if not key:
                 raise ValueError(
                     f"decode.hardware auto: the GPU {gpu!r} has no datasheet profile "
@@ -307,15 +308,6 @@ def resolve_hardware(
         said = f" (decode.hardware auto on {dev_type})" if name.strip().lower() == "auto" else ""
         raise ValueError(f"{exc}{said}") from None
     return get_profile(key, dtype=dt, cache_dir=cache_dir)
-
-
-def gpu_profile_name(gpu_name: str) -> str | None:
-    """The datasheet profile a CUDA device name means (``"NVIDIA H200"`` -> ``"h200"``,
-    ``"NVIDIA A100-SXM4-80GB"`` -> ``"a100"``), or None (e.g. ``"NVIDIA GH200"``, ``"L40S"``)."""
-    for key in sorted(BUILTIN_PROFILES):
-        if re.search(rf"(?<![a-z0-9]){key}(?![a-z0-9])", gpu_name.lower()):
-            return key
-    return None
 
 
 def sweep_of(k_law: str) -> str:
@@ -431,17 +423,13 @@ def write_sweep_k_law(
 
 
 def _check_hardware_name(name: str, dtype: str | None) -> None:
-    key = name.strip().lower().replace("_", "-")
-    if key == "auto":
+    if name.strip().lower() == "auto":
         return
-    known = {*profile_names(), *_HW_ALIASES}
-    if key not in known:
-        raise ValueError(
-            f"decode.hardware {name!r} is not a hardware profile. Fix: use auto or one of "
-            f"{', '.join(profile_names())} (orchestrator roofline --help)"
-        )
-    is_cpu = key in (LOCAL_CPU, "cpu", "local")
-    if is_cpu or dtype is None or dtype.strip().lower() == "auto":
+    try:
+        key = profile_name(name)
+    except ValueError as exc:
+        raise ValueError(f"decode.hardware {exc} (or auto; orchestrator roofline --help)") from None
+    if key == LOCAL_CPU or dtype is None or dtype.strip().lower() == "auto":
         return  # dtype auto: bfloat16 on CUDA, float32 on a CPU; known only on the worker
     if canonical_dtype(dtype) == "float32":
         raise ValueError(

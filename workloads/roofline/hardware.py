@@ -11,6 +11,7 @@ run (:func:`cached_local_cpu`).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import hashlib
 import json
@@ -116,6 +117,27 @@ def profile_names() -> list[str]:
     return [*sorted(BUILTIN_PROFILES), LOCAL_CPU]
 
 
+def profile_name(name: str) -> str:
+    """The profile ``name`` means: a datasheet key (``h200``) or ``local-cpu``; case-insensitive,
+    ``_`` read as ``-``, ``-sxm`` suffixes, ``cpu`` and ``local`` accepted. The one place a
+    hardware name is resolved (``--hardware``, ``decode.hardware``, :func:`get_profile`).
+
+    Raises:
+        ValueError: an unknown name: ``'<name>' is not a hardware profile.`` with the closest
+            name and the known ones (callers prefix the flag or field).
+    """
+    key = name.strip().lower().replace("_", "-")
+    key = _HW_ALIASES.get(key, key)
+    if key == LOCAL_CPU or key in BUILTIN_PROFILES:
+        return key
+    close = difflib.get_close_matches(key, profile_names(), n=1, cutoff=0.5)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ValueError(
+        f"{name!r} is not a hardware profile.{hint} Fix: use one of {', '.join(profile_names())} "
+        "(datasheet GPUs, or this machine's measured CPU)"
+    )
+
+
 def canonical_dtype(dtype: str) -> str:
     """``"bf16"`` -> ``"bfloat16"`` etc.; raises ``ValueError`` for an unsupported dtype."""
     key = dtype.strip().lower().removeprefix("torch.")
@@ -145,17 +167,14 @@ def get_profile(
     not apply) and to ``float32`` for ``local-cpu``. ``threads`` and ``cache_dir`` only apply to
     ``local-cpu`` (default threads: torch's current thread count).
 
-    Raises ``ValueError`` for an unknown name or an unsupported dtype.
+    Raises ``ValueError`` for an unknown name (:func:`profile_name`) or an unsupported dtype.
     """
-    key = name.strip().lower().replace("_", "-")
-    key = _HW_ALIASES.get(key, key)
+    key = profile_name(name)
     if key == LOCAL_CPU:
         dt = canonical_dtype(dtype or "float32")
         if cache_dir is not None:
             return cached_local_cpu(cache_dir, dtype=dt, threads=threads)[0]
         return _measured(dt, threads)
-    if key not in BUILTIN_PROFILES:
-        raise ValueError(f"unknown hardware {name!r}. Fix: use one of {', '.join(profile_names())}")
     prof = BUILTIN_PROFILES[key]
     dt = canonical_dtype(dtype or prof.dtype)
     if dt == "float32":

@@ -69,7 +69,7 @@ def test_list_of_batch_sizes_and_other_hardware() -> None:
     ("args", "message"),
     [
         (["--model", "gpt-5"], "unknown model 'gpt-5'"),
-        (["--hardware", "tpu"], "unknown hardware 'tpu'"),
+        (["--hardware", "tpu"], "'tpu' is not a hardware profile"),
         (["--batch-sizes", "8-x"], "--batch-sizes '8-x'"),
         (["--dtype", "float32"], "Fix: --dtype bfloat16"),
     ],

@@ -20,7 +20,6 @@ from workloads.engine.k_law import (
     KLaw,
     check_k_law,
     eq4_k_law,
-    gpu_profile_name,
     make_k_law,
     read_sweep_k_law,
     resolve_hardware,
@@ -33,6 +32,7 @@ from workloads.engine.tree import max_nodes
 from workloads.engine.tree_decode import TreeShape, generate
 from workloads.registry import ConfigError
 from workloads.roofline import HardwareProfile, eq4_paper, get_profile, k_opt, load_model_shape
+from workloads.roofline.hardware import datasheet_name
 
 LLAMA3_8B = LlamaConfig(
     hidden_size=4096,
@@ -206,7 +206,7 @@ def test_auto_hardware_on_cuda_names_the_gpu(monkeypatch: pytest.MonkeyPatch) ->
     ],
 )
 def test_gpu_names_map_to_datasheets(gpu: str, profile: str | None) -> None:
-    assert gpu_profile_name(gpu) == profile
+    assert datasheet_name(gpu) == profile
 
 
 def test_datasheet_profile_in_float32_is_refused() -> None:
@@ -306,7 +306,7 @@ def test_check_passes_fixed_k_and_known_hardware(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("hardware", "dtype", "message"),
     [
-        ("tpu-v5", "bfloat16", "'tpu-v5' is not a hardware profile. Fix: use auto or one of"),
+        ("tpu-v5", "bfloat16", "decode.hardware 'tpu-v5' is not a hardware profile"),
         ("h200", "float32", "float32.*Fix: target.dtype bfloat16"),
     ],
 )
