@@ -225,53 +225,48 @@ def generate(
         target, steps, prompts, (tcache, dcache), top_k, res, temperature, generator
     )
     res.prefill_s = timer.now() - t0
-    rows = list(range(len(prompts)))  # the prompt of each row of the batch
-    live = [not finished(res.tokens[r], eos_ids, max_new_tokens) for r in rows]
-    pending: list[torch.Tensor] = []  # pend_h, pend_x, pend_n of the last cycle
-    pend_host: list[int] = [len(p) for p in prompts]
-    go, go_host = torch.ones(len(rows), dtype=torch.bool, device=dev), [True] * len(rows)
-    while any(live):
-        keep = row_bucket(sum(live), len(rows), steps.fixed)
-        if keep < len(rows):  # rows that finished leave the batch (fixed shapes: by buckets)
-            idx = rows_to_keep(live, keep)
-            sel = torch.tensor(idx).to(dev)
-            m, root, h_in, *pending = (x[sel] for x in (m, root, h_in, *pending))
-            top = (top[0][sel], top[1][sel])
-            _select_rows(sel, idx, (tcache, dcache), draft)
-            rows, pend_host = [rows[i] for i in idx], [pend_host[i] for i in idx]
-            live, go_host = [live[i] for i in idx], []
-        sh = shape_at(len(rows))
-        if pending:  # 1. the draft reads the pairs the last cycle accepted
+    st = RowState(
+        prompt=list(range(len(prompts))), m=m, root=root, h_in=h_in, top=top,
+        pend_host=[len(p) for p in prompts],
+    )  # fmt: skip
+    st.live = [not finished(res.tokens[r], eos_ids, max_new_tokens) for r in st.prompt]
+    go, go_host = torch.ones(len(prompts), dtype=torch.bool, device=dev), [True] * len(prompts)
+    while any(st.live):
+        if st.drop_finished(steps.fixed, (tcache, dcache), draft):  # fixed shapes: by buckets
+            go_host = []
+        sh = shape_at(len(st.prompt))
+        if st.pending is not None:  # 1. the draft reads the pairs the last cycle accepted
             ta = timer.mark()
-            pend_h, pend_x, pend_n = pending
-            h_in, top = _draft_prefill(steps, dcache, pend_h, pend_x, pend_n, m, pend_host, top_k)
+            pend_h, pend_x, pend_n = st.pending
+            st.h_in, st.top = _draft_prefill(steps, dcache, pend_h, pend_x, pend_n, st.m,
+                                             st.pend_host, top_k)  # fmt: skip
             timer.add("draft", ta)
-        tree = _draft_tree(steps, dcache, root, m, h_in, top, sh, timer)  # 2. expansion
+        tree = _draft_tree(steps, dcache, st.root, st.m, st.h_in, st.top, sh, timer)  # 2.
         sel = tree.best(sh.num_draft_tokens)  # 3. rerank
         toks, depths, anc = tree.selected(sel)
         n = toks.shape[1]
         tcache.stage(n)  # 4. verify
         mask = additive_mask(tcache.allowed(anc), dt)
         tb = timer.mark()
-        v_h, v_logits = steps.verify(toks, m[:, None] + depths, mask, tcache)
+        v_h, v_logits = steps.verify(toks, st.m[:, None] + depths, mask, tcache)
         timer.add("verify", tb)
         last, bonus = _accept(tree, sel, toks, depths, v_logits, temperature, generator, odev)
         path = anc.gather(1, last[:, None, None].expand(-1, 1, n))[:, 0]  # 5. accepted [B, n]
         n_acc = path.sum(1)  # root + accepted drafts = tokens emitted this cycle
-        if not all(live):  # frozen rows (fixed shapes) commit nothing
-            if live != go_host:  # copied to the device when that changes
-                go, go_host = torch.tensor(live).to(dev), list(live)
+        if not all(st.live):  # frozen rows (fixed shapes) commit nothing
+            if st.live != go_host:  # copied to the device when that changes
+                go, go_host = torch.tensor(st.live).to(dev), list(st.live)
             n_acc = n_acc * go
         order, emitted, chain = _emitted(toks, path, n_acc, bonus)
         # 6. the cycle's one host read: tokens emitted per row, the tokens, whether KV moves
         host = torch.cat([n_acc[:, None], chain[:, None].long(), emitted], 1).tolist()
-        pend_host = [h[0] for h in host]
-        tcache.commit(order[:, : max(pend_host)], n_acc, pend_host, moved=not host[0][1])
-        width = plan.pending if steps.fixed else max(pend_host)
+        st.pend_host = [h[0] for h in host]
+        tcache.commit(order[:, : max(st.pend_host)], n_acc, st.pend_host, moved=not host[0][1])
+        width = plan.pending if steps.fixed else max(st.pend_host)
         cols = _columns(order, width)
         pend_h = v_h.gather(1, cols.to(odev)[:, :, None].expand(-1, -1, v_h.shape[2])).to(dev)
-        pending, m, root = [pend_h, _columns(emitted, width), n_acc], m + n_acc, bonus
-        _record(res, n, rows, live, host, pend_host, eos_ids, max_new_tokens)
+        st.pending, st.m, st.root = (pend_h, _columns(emitted, width), n_acc), st.m + n_acc, bonus
+        _record(res, n, st.prompt, st.live, host, st.pend_host, eos_ids, max_new_tokens)
     return _finish(res, timer, t0, (tcache, dcache))
 
 
@@ -336,18 +331,56 @@ def _prompt_phase(
     return m, root, h_in, top
 
 
-def _select_rows(
-    sel: torch.Tensor,
-    idx: list[int],
-    caches: tuple[RaggedStaticCache, RaggedStaticCache],
-    draft: Draft,
-) -> None:
-    """Keep rows ``idx`` (``sel`` [B'] the same on the device) of both KV caches and of a draft
-    with per-row state (its ``keep_rows``)."""
-    for cache in caches:
-        cache.select_rows(sel, idx)
-    if hasattr(draft, "keep_rows"):
-        draft.keep_rows(sel)
+@dataclass
+class RowState:
+    """The per-row state of the live batch: row i of every tensor belongs to prompt
+    ``prompt[i]``; :meth:`drop_finished` drops rows from all of it (and from the KV caches and a
+    draft's own per-row state) in one call.
+
+    Attributes:
+        prompt: [B] the prompt index of each row.
+        live: [B] whether each row still decodes (a finished row may stay, frozen, while fixed
+            shapes keep the batch at a bucket size).
+        m: [B] each row's root position (tokens in its target KV cache).
+        root: [B] each row's root token (the last one emitted).
+        h_in: [B, 1, h] the draft's input hidden state at the root.
+        top: the root's best children (log-probabilities [B, K], tokens [B, K]).
+        pending: pend_h [B, P, h], pend_x [B, P], pend_n [B] of the last cycle (None before
+            the first).
+        pend_host: [B] the pairs pending per row, on the host.
+    """
+
+    prompt: list[int]
+    m: torch.Tensor
+    root: torch.Tensor
+    h_in: torch.Tensor
+    top: tuple[torch.Tensor, torch.Tensor]
+    pend_host: list[int]
+    live: list[bool] = field(default_factory=list)
+    pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    def drop_finished(
+        self, fixed: bool, caches: tuple[RaggedStaticCache, RaggedStaticCache], draft: Draft
+    ) -> bool:
+        """Drop the finished rows (with fixed shapes, only down to the next bucket size:
+        :func:`~workloads.engine.batch.row_bucket`) from every tensor, both KV caches and a
+        draft with per-row state (its ``keep_rows``). Returns whether rows were dropped."""
+        keep = row_bucket(sum(self.live), len(self.prompt), fixed)
+        if keep == len(self.prompt):
+            return False
+        idx = rows_to_keep(self.live, keep)
+        sel = torch.tensor(idx).to(self.m.device)
+        self.m, self.root, self.h_in = self.m[sel], self.root[sel], self.h_in[sel]
+        self.top = (self.top[0][sel], self.top[1][sel])
+        if self.pending is not None:
+            self.pending = (self.pending[0][sel], self.pending[1][sel], self.pending[2][sel])
+        for cache in caches:
+            cache.select_rows(sel, idx)
+        if hasattr(draft, "keep_rows"):
+            draft.keep_rows(sel)
+        self.prompt, self.live = [self.prompt[i] for i in idx], [self.live[i] for i in idx]
+        self.pend_host = [self.pend_host[i] for i in idx]
+        return True
 
 
 def _accept(
