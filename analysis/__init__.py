@@ -1,6 +1,6 @@
-"""Law fitting: pure functions over pandas tables (no torch, Ray or database imports)."""
+"""Law fitting: pure functions over pandas tables (no torch, Ray or database imports).
 
-from analysis.laws import LogLinearFit, baseline_summary, fit_log_linear
-from analysis.paper import PAPER_CONSTANTS
-
-__all__ = ["PAPER_CONSTANTS", "LogLinearFit", "baseline_summary", "fit_log_linear"]
+The submodules are imported where used (``from analysis.laws import fit_log_linear``): this
+package's ``__init__`` imports nothing, so reading :mod:`analysis.numbers` does not load
+statsmodels.
+"""

@@ -43,7 +43,7 @@ from orchestrator.reports.conditions import pooled_sets_line, prompt_sets
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker
 from workloads.engine.k_law import write_sweep_k_law
-from workloads.models.target import DEFAULT_TARGET
+from workloads.models.target_source import DEFAULT_TARGET
 from workloads.roofline.costs import intensity, k_opt
 from workloads.roofline.hardware import HardwareProfile
 from workloads.roofline.models import load_model_shape
