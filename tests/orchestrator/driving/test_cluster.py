@@ -275,15 +275,23 @@ def test_a_ray_job_keeps_the_db_password_out_of_its_info(cluster: Any, tmp_path:
         assert not (run_root / "results.db").exists()
 
 
-def test_ray_job_refusals(tmp_path: Path) -> None:
+def test_ray_job_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each refused before anything connects or is written: in this process (the refusals are
+    the CLI's own checks; ``test_bad_input`` covers a refusal through a real shell)."""
+    monkeypatch.chdir(ROOT)
+    runner = CliRunner()
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(app, list(args))
+
     path = spec(tmp_path, "job", "grid: {value: [1]}\n")
     res = cli("submit", str(path), "--ray-job", "--address", "127.0.0.1:6379")
-    assert res.returncode == 2 and "job server" in res.stderr
+    assert res.exit_code == 2 and "job server" in res.stderr
     res = cli("submit", str(path), "--ray-job", "--address", "http://127.0.0.1:1")
-    assert res.returncode == 2 and "put the spec inside it" in res.stderr
+    assert res.exit_code == 2 and "put the spec inside it" in res.stderr
     job = ["submit", "sweeps/sleep.yaml", "--ray-job", "--address", "http://127.0.0.1:1"]
     res = cli(*job, "--run-root", "runs")
-    assert res.returncode == 2 and "absolute --run-root" in res.stderr
+    assert res.exit_code == 2 and "absolute --run-root" in res.stderr
     # both URLs given, so a relative run root would do, but a password must not go in the env
     res = cli(
         *job,
@@ -294,12 +302,12 @@ def test_ray_job_refusals(tmp_path: Path) -> None:
         "--tracking-uri",
         "http://mlflow:5000",
     )
-    assert res.returncode == 2 and "--db-url has a password" in res.stderr, res.stderr
+    assert res.exit_code == 2 and "--db-url has a password" in res.stderr, res.stderr
     assert "absolute --run-root" in res.stderr and SECRET not in res.stdout + res.stderr
     for address in ("ray://u:s3cretpw@127.0.0.1:1", "ftp://u:s3cretpw@host:8265"):
         extra = ["--ray-job"] if address.startswith("ftp") else []
         res = cli("submit", "sweeps/sleep.yaml", "--address", address, *extra)
-        assert res.returncode == 2 and "s3cretpw" not in res.stdout + res.stderr
+        assert res.exit_code == 2 and "s3cretpw" not in res.stdout + res.stderr
         assert "u:***@" in res.stderr
 
 
