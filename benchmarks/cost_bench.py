@@ -4,7 +4,7 @@ Calibrates the cost model on one run root's results DB (``--calibrate``, e.g. a 
 root), predicts every trial of a sweep spec as a submit would before running it (on this
 machine's CPU or GPUs, with the cache of ``--cache-dir``; default: an empty cache, as a cold
 run; in the sweep's schedule, so trials running at once split or wait for the shared work
-another is building: ``orchestrator.driving.costing.simulate``), and compares with the trials
+another is building: ``orchestrator.cost.model.simulate``), and compares with the trials
 of that sweep measured in another run root (``--measured``).
 Prints per trial the measured seconds (the trial's wall seconds), the calibrated prediction and
 the modelled-only prediction (no results DB: FLOPs over the hardware's throughput times the
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.numbers import duration
-from orchestrator.driving.costing import Predictor, SweepCost, predictor
+from orchestrator.cost.model import Predictor, SweepCost, predictor
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import load_spec
 from orchestrator.store.results import ResultsStore

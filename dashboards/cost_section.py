@@ -1,6 +1,6 @@
 """The Cost section of a sweep's page: the cost predicted at submit beside the measured seconds.
 
-The section is data (:class:`CostSection`, built by :mod:`orchestrator.reports.cost`);
+The section is data (:class:`CostSection`, built by :mod:`orchestrator.cost.report`);
 ``templates/_cost.html.j2`` draws it at the end of the page.
 """
 

@@ -64,7 +64,7 @@ class SweepConsole:
         elif isinstance(event, TrialEvent):
             self._trial(event)
         elif isinstance(event, CostPredicted):
-            from orchestrator.reports.cost import total_lines
+            from orchestrator.cost.report import total_lines
 
             for line in total_lines(event.cost):
                 out.print(line, markup=False, highlight=False)

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from orchestrator.commands import cost_view, render
+from orchestrator.commands import render
 from orchestrator.commands.options import Address, DbUrl, RunRoot, TrackingUri, flag
 from orchestrator.commands.render import err, out
 from orchestrator.commands.setup import loopback_ray, quiet_env
+from orchestrator.cost import view as cost_view
 from orchestrator.errors import OrchestratorError
 from orchestrator.spec.sweep import MAX_TRIALS
 from orchestrator.store.access import find_sweep, open_store, open_sweep

@@ -3,7 +3,7 @@
 The rule (:func:`analysis.design.propose`, pure) decides; this module feeds it and records what
 it decided. Each step it is given the completed trials of the sweep (value, seed, metric,
 measured cost), every candidate (value, seed) not run yet with its predicted cost, asked anew
-each step from the cost model (:mod:`orchestrator.driving.costing`: a wsd-fork trunk built by an
+each step from the cost model (:mod:`orchestrator.cost.model`: a wsd-fork trunk built by an
 earlier trial makes the later forks off it cheap), the trials in flight (committed), the goal,
 the budget and the number of free Ray slots, and it answers with that many picks (a batch) or
 a stop: ``goal`` (the slope's 95% CI half-width is at most the goal), ``budget`` (spent plus
@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from orchestrator.driving import costing
+from orchestrator.cost import model as costing
 from orchestrator.driving.events import DesignSummary, Listener, Tally
 from orchestrator.driving.sweep_run import Flight, SweepRun
 from orchestrator.driving.task import TaskOutcome
@@ -111,7 +111,7 @@ class PerTrial:
 
 
 class _Predicted:
-    """:class:`orchestrator.driving.costing.Predictor` as a :class:`CostFn`, in compute units."""
+    """:class:`orchestrator.cost.model.Predictor` as a :class:`CostFn`, in compute units."""
 
     def __init__(self, predict: costing.Predictor, factor: float) -> None:
         self.predict, self.factor = predict, factor
@@ -139,7 +139,7 @@ def cost_model(
     hardware: str | None = None,
     devices: int = 1,
 ) -> Costs:
-    """The design's cost model: :func:`orchestrator.driving.costing.predictor` on this machine
+    """The design's cost model: :func:`orchestrator.cost.model.predictor` on this machine
     (or ``hardware``, ``devices`` GPUs of it: a dry run's ``--hardware``), calibrated from the
     results DB's completed trials, else modelled, else unknown, in trial seconds times
     :func:`units`; rebuilt on each call, so it sees the wsd-fork trunks, features and trials

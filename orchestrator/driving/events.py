@@ -144,7 +144,7 @@ class CostPredicted:
     passed and before the sweep opens (the banner's totals)."""
 
     cost: Any
-    """an :class:`orchestrator.driving.costing.SweepCost`"""
+    """an :class:`orchestrator.cost.model.SweepCost`"""
 
 
 Event = SweepOpened | TrialEvent | SweepFinished | CostPredicted

@@ -210,8 +210,8 @@ def _predict_cost(
     prediction that fails, is left out (logged)."""
     if not trials or spec.workload_info.cost is None or spec.search or spec.design:
         return  # a search or a design proposes its trials as it goes (a design prices its own)
-    from orchestrator.driving import costing
-    from orchestrator.reports.cost import write_prediction
+    from orchestrator.cost import model as costing
+    from orchestrator.cost.report import write_prediction
 
     done = {t.key for t in store.trials(sweep_id, {"completed"})}
     todo = [(t.key, t.config) for t in trials if t.key not in done]

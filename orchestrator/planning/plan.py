@@ -6,7 +6,7 @@ Inputs (:mod:`orchestrator.planning.inputs`): the token law's sweep (required), 
 (optional), a decode sweep's acceptance-versus-k and throughput data (required); a target shape
 and a hardware profile for the roofline (default: the measured target on this CPU); the
 serving batch mix; a training budget and the least gain per hour worth training for. Training
-hours come from the cost model (:mod:`orchestrator.driving.costing`: calibrated on the DB's
+hours come from the cost model (:mod:`orchestrator.cost.model`: calibrated on the DB's
 completed trials of the same hardware where it has them, else modelled from FLOPs).
 """
 
@@ -91,7 +91,7 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         OrchestratorError: a refusal of :mod:`orchestrator.planning.inputs`, an unknown model or
             hardware, or a training cost the cost model cannot give.
     """
-    from orchestrator.driving.costing import check_hardware_name
+    from orchestrator.cost.model import check_hardware_name
     from workloads.roofline.hardware import LOCAL_CPU
 
     t0 = time.perf_counter()
@@ -428,7 +428,7 @@ def _hours_fn(
     calibrated. On this CPU the profile is the one the trials cached under ``opts.cache_dir``
     (measured once and cached when there is none); nothing else cached counts, so the hours are
     a fresh trial's."""
-    from orchestrator.driving import costing
+    from orchestrator.cost import model as costing
     from orchestrator.spec.sweep import merge_overrides, parse_spec
     from workloads.roofline.hardware import LOCAL_CPU, get_profile
 

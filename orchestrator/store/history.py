@@ -1,5 +1,5 @@
 """Completed trials of a workload across every sweep of the results DB, with their scalar
-metrics: what predicted trial costs are calibrated on (``orchestrator.driving.costing``).
+metrics: what predicted trial costs are calibrated on (``orchestrator.cost.model``).
 
 The function takes a :class:`~sqlalchemy.orm.Session` and runs inside one unit of work of
 :class:`~orchestrator.store.results.ResultsStore` (two queries, whatever the number of trials).

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from orchestrator.store.results import ResultsStore
-from tests.orchestrator.driving.test_costing import _record, _spec
+from tests.orchestrator.cost.test_model import _record, _spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "cost_bench.py"

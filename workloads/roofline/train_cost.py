@@ -2,7 +2,7 @@
 
 What a ``draft_train`` trial computes, stage by stage, as pure functions of shapes and token
 counts (no I/O, no torch); :mod:`workloads.trial_cost` maps a trial's config onto them and
-``orchestrator.driving.costing`` turns them into predicted seconds.
+``orchestrator.cost.model`` turns them into predicted seconds.
 
 - **Target forward** (features, cached or online): 2 FLOPs per weight per token over the
   decoder layers, plus causal attention, 2·h·L per token per layer for a row of L tokens (the

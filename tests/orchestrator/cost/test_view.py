@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.store.results import ResultsStore
+from tests.orchestrator.cost.test_model import _record, _spec
 from tests.orchestrator.driving.test_control import cli
-from tests.orchestrator.driving.test_costing import _record, _spec
 
 ROOT = Path(__file__).resolve().parents[3]
 

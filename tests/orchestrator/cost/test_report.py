@@ -1,17 +1,17 @@
 """The predicted cost a submit records beside the sweep and the dashboard's section comparing it
-with the measured seconds (orchestrator/reports/cost.py), through the real fit report."""
+with the measured seconds (orchestrator/cost/report.py), through the real fit report."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from orchestrator.driving import costing
-from orchestrator.reports import cost as report
+from orchestrator.cost import model as costing
+from orchestrator.cost import report
 from orchestrator.reports.fit import fit_sweep
 from orchestrator.spec.grid import expand
 from orchestrator.store.results import ResultsStore
-from tests.orchestrator.driving.test_costing import HW, _record, _spec
+from tests.orchestrator.cost.test_model import HW, _record, _spec
 
 
 def test_the_dashboard_sets_predicted_beside_measured(tmp_path: Path) -> None:

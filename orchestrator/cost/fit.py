@@ -1,6 +1,6 @@
 """A stage's measured seconds fitted linear in its work (seconds at utilisation 1): OLS
 (statsmodels) with an intercept, else a ratio through the origin, else a mean; what
-:mod:`orchestrator.driving.costing` calibrates a stage's predicted seconds on.
+:mod:`orchestrator.cost.model` calibrates a stage's predicted seconds on.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The schedule of a sweep's trials: trials in order, ``slots`` at a time, each starting when a
 slot frees; shared work (feature chunks, batches of replies, a wsd-fork trunk, greedy
 references) split by the trials building it at once or waited for (:func:`simulate`, a
-discrete-event simulation of the driver's locks). :mod:`orchestrator.driving.costing` turns a
+discrete-event simulation of the driver's locks). :mod:`orchestrator.cost.model` turns a
 trial's stages into steps (:class:`Step`) and prices them with it.
 """
 

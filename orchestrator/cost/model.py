@@ -16,7 +16,7 @@ Every stage figure has a basis:
 
 Shared work (cached features, regenerated replies, a wsd-fork trunk, greedy references) costs only
 what is not cached yet: :class:`Predictor` reads the cache folder. :meth:`Predictor.sweep` runs the
-sweep's schedule as the driver does (:func:`orchestrator.driving.cost_schedule.simulate`: trials in
+sweep's schedule as the driver does (:func:`orchestrator.cost.schedule.simulate`: trials in
 order, ``slots`` at a time, each starting when a slot frees): a trial that needs shared work
 another running trial is building splits it (feature chunks, batches of replies: a lock per chunk,
 taken without waiting) or waits for it (a wsd-fork trunk, greedy references), so both seeds of a
@@ -44,8 +44,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from orchestrator.driving.cost_fit import StageFit, fit_stage
-from orchestrator.driving.cost_schedule import StageRun, Step, simulate, wall_time
+from orchestrator.cost.fit import StageFit, fit_stage
+from orchestrator.cost.schedule import StageRun, Step, simulate, wall_time
 from orchestrator.errors import OrchestratorError
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.history import CompletedTrial

@@ -1,6 +1,6 @@
 """The console's view of a sweep's predicted cost: the dry run's per-trial table of stage seconds
 with their basis, and the totals (serial, wall at the sweep's parallelism, GPU-hours) that the
-dry run and the submit banner print (:mod:`orchestrator.driving.costing`)."""
+dry run and the submit banner print (:mod:`orchestrator.cost.model`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from rich.table import Table
 
 from analysis.numbers import duration
 from orchestrator.commands.render import out
+from orchestrator.cost.report import total_lines
 from orchestrator.errors import OrchestratorError
-from orchestrator.reports.cost import total_lines
 
 if TYPE_CHECKING:
-    from orchestrator.driving.costing import Predictor, SweepCost
+    from orchestrator.cost.model import Predictor, SweepCost
     from orchestrator.driving.destinations import Destinations
     from orchestrator.driving.service import Plan
 
@@ -114,7 +114,7 @@ def check_planning(hardware: str | None, devices: int | None, *, dry_run: bool) 
     Raises:
         OrchestratorError: naming the flag and the fix.
     """
-    from orchestrator.driving.costing import check_hardware_name
+    from orchestrator.cost.model import check_hardware_name
     from workloads.roofline.hardware import LOCAL_CPU
 
     if hardware is None and devices is None:
@@ -143,7 +143,7 @@ def check_planning(hardware: str | None, devices: int | None, *, dry_run: bool) 
 def costs_here(hardware: str | None) -> bool:
     """Whether the dry run costs the sweep on this machine (no ``--hardware``, or local-cpu):
     then every check of a submit runs; else those only this machine decides are skipped."""
-    from orchestrator.driving.costing import check_hardware_name
+    from orchestrator.cost.model import check_hardware_name
     from workloads.roofline.hardware import LOCAL_CPU
 
     return hardware is None or check_hardware_name(hardware) == LOCAL_CPU
@@ -155,7 +155,7 @@ def print_dry_run_cost(
     """The dry run's trial table with predicted seconds per stage, the totals and what they
     rest on (calibrated from the results DB under ``dest`` when it exists; nothing is
     created)."""
-    from orchestrator.driving import costing
+    from orchestrator.cost import model as costing
     from orchestrator.store.access import open_store
 
     try:

@@ -1,4 +1,4 @@
-"""Predicted trial costs (orchestrator/driving/costing.py) on a hand-built results DB: stage
+"""Predicted trial costs (orchestrator/cost/model.py) on a hand-built results DB: stage
 seconds fitted linear in their work, with R² and the trials used; the basis of every figure;
 trials of other hardware (or none recorded) not used, and said; unknown where there is no model;
 a sweep's shared work counted once; wall time, GPU-hours, hardware names."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.driving import costing
+from orchestrator.cost import model as costing
 from orchestrator.errors import OrchestratorError
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import SweepSpec, load_spec
