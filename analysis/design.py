@@ -4,7 +4,7 @@ The law is ``y = a*log_base(value) + b`` (:func:`analysis.laws.fit_log_linear`: 
 robust 95% CI of ``a``). A design spends trials where they shrink the slope's interval most per
 second of compute, and stops when the interval is as narrow as the goal.
 
-The rule (pure: no I/O; the driver is :mod:`orchestrator.driving.design`):
+The rule (pure: no I/O; the driver is :mod:`orchestrator.design.driver`):
 
 1. **Precision of the slope.** For OLS with ``x = log_base(value)``,
    ``Var(a) = sigma^2 / Sxx`` with ``Sxx = sum_i (x_i - mean x)^2`` (the c-optimality criterion

@@ -138,14 +138,14 @@ def design_lines(
     the_plan: Plan, dest: Destinations, *, hardware: str | None = None, devices: int | None = None
 ) -> list[str]:
     """A design's refusal of a budget below its initial design's predicted cost, and the lines
-    saying what it will cost (:func:`orchestrator.driving.design.check_budget`) on this machine
+    saying what it will cost (:func:`orchestrator.design.driver.check_budget`) on this machine
     or ``hardware`` (``devices`` of it); the cost is calibrated from the results DB when one
     exists (nothing is created).
 
     Raises:
         SpecError: the budget is too small (``file:line``, both numbers, a fix).
     """
-    from orchestrator.driving import design
+    from orchestrator.design import driver as design
 
     try:
         store: ResultsStore | None = open_store(dest.run_root, dest.db_url, must_exist=True)
@@ -300,7 +300,7 @@ def _drive(
 
             proposals = SearchProposals(spec, study)
         elif spec.design is not None and states is None:
-            from orchestrator.driving.design import DesignProposals
+            from orchestrator.design.driver import DesignProposals
 
             proposals = DesignProposals(run)
         else:

@@ -3,7 +3,7 @@
 :func:`drive` keeps as many trials in flight as the Ray cluster has room for; it asks its
 :class:`Proposals` for the next trial (the grid's pending queue, :class:`GridProposals`, or
 Optuna's ask, :class:`~orchestrator.driving.search.SearchProposals`, or an adaptive design,
-:class:`~orchestrator.driving.design.DesignProposals`) and tells it how each trial ended.
+:class:`~orchestrator.design.driver.DesignProposals`) and tells it how each trial ended.
 Every outcome is recorded through :class:`~orchestrator.sinks.Sinks` (SQL, then MLflow), by the
 driver only. The driver renews its lease on the sweep every :data:`HEARTBEAT_S`; a
 cancel request (``orchestrator cancel``) stops the running trials and ends the loop.

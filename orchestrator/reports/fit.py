@@ -32,10 +32,10 @@ from dashboards.table_page import write_table_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
 from dashboards.variant_page import write_variant_dashboard
 from orchestrator.cost.report import cost_section
+from orchestrator.design.report import design_data
 from orchestrator.reports._spec import spec_data, spec_description, varied_fields
 from orchestrator.reports.ablation import across_sets_lines
 from orchestrator.reports.decode import fit_decode_sweep, fit_record
-from orchestrator.reports.design import design_data
 from orchestrator.reports.index import write_run_index
 from orchestrator.store.results import ResultsStore, SweepInfo
 from orchestrator.tracking.tracker import Tracker

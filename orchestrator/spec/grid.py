@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.spec.design import design_seeds
+from orchestrator.design.spec import design_seeds
 from orchestrator.spec.sweep import SweepSpec, merge_overrides
 
 

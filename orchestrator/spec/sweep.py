@@ -15,7 +15,7 @@ the Ray ``resources`` of one trial::
 
 Instead of a ``grid``, a spec may have a ``search`` block: an Optuna study over a ``space`` of
 config fields (see :class:`SearchSpec` and ``sweeps/search-batch.yaml``), or a ``design`` block:
-an adaptive design over one law axis (see :mod:`orchestrator.spec.design` and
+an adaptive design over one law axis (see :mod:`orchestrator.design.spec` and
 ``sweeps/tokens-adaptive.yaml``).
 """
 
@@ -39,8 +39,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.design.spec import DesignSpec, check_blocks, check_layout, default_metric
 from orchestrator.errors import SpecError
-from orchestrator.spec.design import DesignSpec, check_blocks, check_layout, default_metric
 from workloads.config import NoBoolNumbers, Resources
 from workloads.registry import WORKLOADS, Workload
 

@@ -15,7 +15,7 @@ The package, one concept a module:
 - :mod:`~orchestrator.store.sweeps`, :mod:`~orchestrator.store.trials`,
   :mod:`~orchestrator.store.metrics`, :mod:`~orchestrator.store.fits`: the statements of each
   table, as functions over a session;
-- :mod:`~orchestrator.store.design`: the decisions of an adaptive design (``design:``);
+- :mod:`~orchestrator.design.records`: the decisions of an adaptive design (``design:``);
 - :mod:`~orchestrator.store.lease`: which driver runs a sweep (claim, heartbeat, release) and
   cancel requests;
 - :mod:`~orchestrator.store.migrate` and ``migrations/``: the Alembic schema migrations.
@@ -34,9 +34,10 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.orm import Session, sessionmaker
 
+from orchestrator.design import records as design
+from orchestrator.design.records import Decision
 from orchestrator.errors import StoreError
-from orchestrator.store import design, fits, history, lease, metrics, sweeps
-from orchestrator.store.design import Decision
+from orchestrator.store import fits, history, lease, metrics, sweeps
 from orchestrator.store.engine import (
     mask_url,
     normalize_db_url,
@@ -424,7 +425,7 @@ class ResultsStore:
         with self._session() as s:
             return fits.sweep_fits(s, sweep_id)
 
-    # -- adaptive designs (orchestrator.store.design) ------------------------------------------
+    # -- adaptive designs (orchestrator.design.records) ------------------------------------------
 
     @reconnecting
     def add_decisions(self, sweep_id: int, decisions: Sequence[Decision]) -> int:

@@ -4,7 +4,7 @@ Instead of running every value of a grid, the driver runs a small initial design
 workload's log-linear law (``metric = a * log10(axis) + b``) and proposes each next trial
 (value, seed) where it shrinks the slope's confidence interval most per predicted cost, until
 the interval is as narrow as ``goal``, the compute ``budget_hours`` is spent, or the candidates
-run out (the rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.driving.design`)::
+run out (the rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.design.driver`)::
 
     design:
       axis: pretrain.tokens              # a law axis of the workload

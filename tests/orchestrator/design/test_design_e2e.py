@@ -6,7 +6,7 @@ The decisions of a resumed design are checked by replaying the rule (pure) on wh
 holds: each recorded step must be what :func:`analysis.design.propose` answers given the trials
 completed before it, which is what an uninterrupted driver decides from the same trials (the
 same-decisions check against an uninterrupted run with controlled costs is
-``test_design.py::test_resume_after_a_killed_driver_makes_the_same_decisions``; here the
+``test_driver.py::test_resume_after_a_killed_driver_makes_the_same_decisions``; here the
 measured seconds, which the rule's cost estimate reads, vary from run to run).
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from analysis import design as rule
-from orchestrator.driving.design import STOP_TAG
+from orchestrator.design.driver import STOP_TAG
 from orchestrator.store.results import Decision, ResultsStore, TrialInfo
 from orchestrator.tracking.tracker import default_tracking_uri
 from tests.orchestrator.driving.test_control import cli, kill_9, reaper, running, wait_for

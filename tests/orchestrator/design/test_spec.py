@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.driving.design import PerTrial, check_budget
+from orchestrator.design.driver import PerTrial, check_budget
 from orchestrator.errors import SpecError
 from orchestrator.spec.grid import count_trials, design_configs, expand
 from orchestrator.spec.sweep import load_spec
@@ -224,7 +224,7 @@ def test_a_modelled_cost_over_the_budget_is_refused_only_beyond_the_slack(tmp_pa
     """A new user's dry runs of the shipped adaptive sweep were refused or not as the machine's
     load moved the modelled CPU peak (3.4x): a modelled figure within MODELLED_SLACK x of the
     budget is said, not refused; a calibrated (here: stub) one is refused as soon as it is over."""
-    from orchestrator.driving.design import MODELLED_SLACK
+    from orchestrator.design.driver import MODELLED_SLACK
 
     path = tmp_path / "sweep.yaml"
     path.write_text(TOKENS.format(hours=0.1))  # 360 s; 3 initial trials

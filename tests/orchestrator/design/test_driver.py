@@ -1,4 +1,4 @@
-"""Adaptive designs on the driver loop (:mod:`orchestrator.driving.design`), Ray faked.
+"""Adaptive designs on the driver loop (:mod:`orchestrator.design.driver`), Ray faked.
 
 :func:`orchestrator.driving.sweep_run.drive` runs :class:`DesignProposals` against a real SQLite
 store and the real rule (:mod:`analysis.design`), with the Ray task replaced by the ``sleep``
@@ -19,8 +19,8 @@ import pytest
 from pydantic import BaseModel
 
 from analysis import design as rule
+from orchestrator.design.driver import STOP_TAG, DesignProposals, PerTrial
 from orchestrator.driving import runner
-from orchestrator.driving.design import STOP_TAG, DesignProposals, PerTrial
 from orchestrator.driving.events import ignore
 from orchestrator.driving.sweep_run import SweepRun, drive
 from orchestrator.driving.task import TaskOutcome
@@ -393,7 +393,7 @@ def test_a_stub_rule_is_told_the_slots_the_pending_trials_and_the_costs(
 def test_an_unknown_cost_is_recorded_as_unknown_or_as_the_rules_estimate() -> None:
     """A new user found unknown costs recorded as 0 s: with nothing measured the record holds
     no figure; once trials are measured the rule's estimate is recorded as such."""
-    from orchestrator.driving.design import _recorded_cost
+    from orchestrator.design.driver import _recorded_cost
 
     unknown = "unknown: no cost model for workload sleep"
     assert _recorded_cost(0.0, unknown, 0.0) == (None, unknown)

@@ -19,7 +19,7 @@ Every decision is recorded before its trial runs (:class:`~orchestrator.store.re
 Decision`): SQL (``ss_design_decisions``, one row per pick or stop), MLflow (parent-run metrics
 ``design.half_width``, ``design.spent_h`` and ``design.expected_half_width`` per step, the tag
 ``specscale.design.stop``, and ``design.json`` with every decision, written by :meth:`close`),
-and the dashboard's Design section (:mod:`orchestrator.reports.design`).
+and the dashboard's Design section (:mod:`orchestrator.design.report`).
 
 Resume: a resubmit first runs the recorded picks that did not complete (running when the
 driver died, pending, or cancelled), then asks the rule from the completed trials; a step's
@@ -42,11 +42,11 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from orchestrator.cost import model as costing
+from orchestrator.design.spec import DesignSpec, design_seeds
 from orchestrator.driving.events import DesignSummary, Listener, Tally
 from orchestrator.driving.sweep_run import Flight, SweepRun
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import SpecError
-from orchestrator.spec.design import DesignSpec, design_seeds
 from orchestrator.spec.grid import TrialSpec, design_trial
 from orchestrator.spec.sweep import SweepSpec, spec_line
 from orchestrator.store.results import Decision, ResultsStore, TrialInfo, TrialState
