@@ -214,9 +214,9 @@ def _run(
     db_url: str | None,
     tracking_uri: str | None,
 ) -> None:
-    from orchestrator.commands.plan_view import print_plan
     from orchestrator.planning.outputs import log_plan, open_tracker, write_plan
     from orchestrator.planning.plan import make_plan
+    from orchestrator.planning.view import print_plan
     from orchestrator.reports.index import write_run_index
     from orchestrator.store.access import open_store
     from orchestrator.tracking.tracker import default_tracking_uri
