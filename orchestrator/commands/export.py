@@ -76,7 +76,7 @@ def export(
 
     fmt = fmt.strip().lower()
     if fmt not in ex.FORMATS:
-        raise ValueError(f"--format {fmt!r} is not one of {list(ex.FORMATS)}. Example: --format hf")
+        raise ValueError(f"--format {fmt!r} is not one of {list(ex.FORMATS)}. Fix: --format hf")
     if dtype not in ex.DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {list(ex.DTYPES)}")
     run_root = run_root.resolve()

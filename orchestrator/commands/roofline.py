@@ -21,7 +21,7 @@ from rich.table import Table
 
 out = Console()
 
-_BATCH_EXAMPLE = "Example: --batch-sizes 1-64 (1,2,4,...,64) or --batch-sizes 1,2,4,8"
+_BATCH_EXAMPLE = "Fix: --batch-sizes 1-64 (1,2,4,...,64) or --batch-sizes 1,2,4,8"
 
 
 def parse_batch_sizes(text: str) -> list[int]:

@@ -151,15 +151,15 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
         raise OrchestratorError(
-            f"--address {address!r} is not a Ray address. Example: --address ray://head:10001 "
+            f"--address {address!r} is not a Ray address. Fix: --address ray://head:10001 "
             "or --address 10.0.0.5:6379"
         )
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise OrchestratorError(
-            f"cannot reach the Ray cluster at {mask_url(address)} ({e}). Check that the head node "
-            "is up, or leave out --address (and RAY_ADDRESS) to run on a local Ray"
+            f"cannot reach the Ray cluster at {mask_url(address)} ({e}). Fix: start the head node "
+            "(or correct --address), or leave out --address (and RAY_ADDRESS) to run on a local Ray"
         ) from None
 
 

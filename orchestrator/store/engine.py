@@ -85,14 +85,14 @@ def normalize_db_url(url: str) -> URL:
         parsed = make_url(url)
     except (ArgumentError, ValueError) as exc:
         raise StoreError(
-            f"{mask_url(url)!r} is not a database URL. Example: {URL_EXAMPLE}"
+            f"{mask_url(url)!r} is not a database URL. Fix: a URL such as {URL_EXAMPLE}"
         ) from exc
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise StoreError(
             f"{mask_url(url)!r} is not a database URL this store supports (SQLite or PostgreSQL). "
-            f"Example: {URL_EXAMPLE}"
+            f"Fix: a URL such as {URL_EXAMPLE}"
         )
     return parsed
 
@@ -174,9 +174,9 @@ def open_database(url: str, *, schema: str | None, create: bool) -> Database:
     except SQLAlchemyError as exc:
         engine.dispose()
         fix = (
-            "Check that the file's directory exists and is writable"
+            "Fix: make the file's directory exist and writable, or give another --db-url"
             if dialect == "sqlite"
-            else "Check that the server is running, the database exists and the URL is right"
+            else "Fix: start the server and create the database, or correct --db-url"
         )
         raise StoreError(
             f"cannot reach the results database {url_text}: {first_line(exc)}. "

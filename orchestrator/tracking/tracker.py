@@ -273,9 +273,11 @@ class Tracker:
             raw = str(exc)
             clean = redact(raw, self.tracking_uri)
             message = (clean.strip().splitlines() or [type(exc).__name__])[0]
+            if "Connection refused" in message or "Max retries exceeded" in message:
+                message = "no server answers there (connection refused)"
             error = TrackingError(
-                f"MLflow at {self.masked_uri}: {action} failed: {message}. Check that the tracking "
-                "server is running and the URI is right (e.g. sqlite:///runs/mlflow.db or "
+                f"MLflow at {self.masked_uri}: {action} failed: {message[:300]}. Fix: start the "
+                "tracking server, or correct --tracking-uri (e.g. sqlite:///runs/mlflow.db or "
                 "http://host:5000)"
             )
             if clean != raw:

@@ -252,6 +252,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case_id: str, clean_env
     assert len(message.splitlines()) == 1, message
     assert message.startswith("error: ") and "Traceback" not in message, message
     assert case.needle in message, message
+    assert "Fix:" in message or "did you mean" in message.lower(), message  # the way out
     assert _files(clean_env) == before  # no run root, no DB, no MLflow store, no cache
 
 
