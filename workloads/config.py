@@ -222,7 +222,7 @@ class PretrainConfig(_Frozen):
     """tokens per packed sequence"""
     mix: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_PRETRAIN_MIX))
     """share of characters per source: sharegpt (pretrain split as plain text), stdlib (Python)"""
-    lr: float = Field(default=1e-3, gt=0)
+    lr: float = Field(default=1e-3, gt=0, le=1.0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
     schedule: Literal["cosine", "wsd-fork"] = Field(default="cosine", json_schema_extra=NEW)
     """cosine: each budget trained on its own (warmup, cosine decay to 10%); wsd-fork: budgets
@@ -276,7 +276,7 @@ class SFTConfig(_Frozen):
     """passes over the SFT tokens (the paper: 2)"""
     seq_len: int = Field(default=512, ge=16, le=8192)
     """tokens per packed sequence"""
-    lr: float = Field(default=1e-3, gt=0)
+    lr: float = Field(default=1e-3, gt=0, le=1.0)
     """peak AdamW learning rate (cosine decay, linear warmup)"""
     responses: Literal["dataset", "target"] = Field(
         default="target", json_schema_extra=before("dataset")

@@ -98,6 +98,9 @@ CASES: dict[str, Case] = {
     "fractional-budget": Case("name: t\nbase:\n  pretrain: {tokens: 1.5}\n", "fractional"),
     "zero-cpu-budget": Case("name: t\nresources: {num_cpus: 0}\n", "greater than 0"),
     "zero-trial-budget": Case(SEARCH + "  n_trials: 0\n", "greater than or equal to 1"),
+    "absurd-learning-rate": Case(
+        "name: t\nbase:\n  pretrain: {lr: 1e9}\n", "pretrain.lr: Input should be less than"
+    ),
     "impossible-tree": Case(
         "name: t\nbase:\n  eval:\n    num_draft_tokens: 1\n", "greater than or equal to 2"
     ),
