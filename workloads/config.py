@@ -296,6 +296,16 @@ class SFTConfig(_Frozen):
     regen_python: str = Field(default="auto", min_length=1, json_schema_extra=NEW)
     """regen_engine 'vllm': the serving environment's Python (auto: ``.venv-vllm``)"""
 
+    @model_validator(mode="after")
+    def _regen_engine_needs_target_replies(self) -> SFTConfig:
+        if self.regen_engine != "engine" and self.responses != "target":
+            raise ValueError(
+                f"regen_engine {self.regen_engine!r} generates the target's replies, but "
+                f"responses is {self.responses!r} (nothing is regenerated; the trial key would "
+                "change for nothing). Fix: responses: target, or leave regen_engine out"
+            )
+        return self
+
     @property
     def regen_reply_tokens(self) -> int:
         """Tokens per regenerated reply at most: ``regen_max_new_tokens``, at most seq_len/2."""

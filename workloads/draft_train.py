@@ -277,6 +277,8 @@ def run(
     (out_dir / "draft" / TRAINED_WITH).write_text(cfg.model_dump_json(indent=1))
     clear_checkpoints(out_dir / "checkpoints")
     (out_dir / "per_prompt.json").write_text(json.dumps(ev.per_prompt, indent=1))
+    if (out_dir / "regen-server.log").exists():  # sft.regen_engine: vllm started a server
+        result.artifact_paths.append(out_dir / "regen-server.log")
     say(f"acceptance length {m['acceptance_length']:.3f}, mismatches {ev.mismatches}")
     return result
 

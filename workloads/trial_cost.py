@@ -208,6 +208,11 @@ def cached_feature_tokens(cache_dir: Path | None, cfg: DraftTrainConfig, stage: 
     parent = feature_dir(
         cache_dir, target=_target_key(cfg), stage=stage, recipe="x", seq_len=seq_len
     ).parent
+    regen = None  # the reply recipe's marks in SFT feature folders (None: any)
+    if stage == "sft" and cfg.sft.responses == "target" and list(
+        (cache_dir / "regenerated").glob("*.recipe.json")
+    ):
+        regen = {"-regen" + f.stem[:8] for f in _regen_files(cache_dir, cfg)}
     best = 0
     for folder in parent.glob(f"{stage}-*-L{seq_len}"):
         isolated = folder.name.endswith(f"-isolated-L{seq_len}")
@@ -215,6 +220,8 @@ def cached_feature_tokens(cache_dir: Path | None, cfg: DraftTrainConfig, stage: 
             continue
         if stage == "sft" and ("-regen" in folder.name) != (cfg.sft.responses == "target"):
             continue
+        if stage == "sft" and regen is not None and not any(r in folder.name for r in regen):
+            continue  # features of another reply recipe
         try:
             data = json.loads((folder / "manifest.json").read_text())
             best = max(best, int(data.get("token_range", [0, 0])[1]))
@@ -223,13 +230,42 @@ def cached_feature_tokens(cache_dir: Path | None, cfg: DraftTrainConfig, stage: 
     return best
 
 
-def cached_regen_chats(cache_dir: Path | None) -> int:
-    """Chats in the largest file of regenerated replies under ``cache_dir`` (the file's key
-    needs the tokenizer: the largest is taken, erring towards cached); 0 when none."""
+def regen_recipe(cfg: DraftTrainConfig) -> dict[str, object]:
+    """The recipe of the trial's regenerated replies as their cache writes it beside the file
+    (``workloads.training.regenerate.recipe_of``; equal by test)."""
+    cap = cfg.sft.regen_reply_tokens
+    return {
+        "target": _target_key(cfg), "dtype": cfg.target.dtype, "max_new_tokens": cap,
+        "temperature": cfg.sft.regen_temperature, "max_prompt_tokens": cfg.sft.seq_len - cap,
+        "batch_size": REGEN_BATCH, "seed": 0, "engine": cfg.sft.regen_engine,
+    }  # fmt: skip
+
+
+def _regen_files(cache_dir: Path, cfg: DraftTrainConfig) -> list[Path]:
+    """The cache files of the trial's reply recipe (by ``<key>.recipe.json``); a cache written
+    before the recipe files existed: every file (the largest is taken, erring towards
+    cached)."""
+    folder = cache_dir / "regenerated"
+    recipes = list(folder.glob("*.recipe.json"))
+    if not recipes:
+        return list(folder.glob("*.jsonl"))
+    want, found = regen_recipe(cfg), []
+    for path in recipes:
+        try:
+            if json.loads(path.read_text()) == want:
+                found.append(path.with_name(path.name.removesuffix(".recipe.json") + ".jsonl"))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def cached_regen_chats(cache_dir: Path | None, cfg: DraftTrainConfig) -> int:
+    """Chats of the trial's reply recipe already regenerated under ``cache_dir``
+    (:func:`_regen_files`); 0 when none."""
     if cache_dir is None:
         return 0
     best = 0
-    for path in (cache_dir / "regenerated").glob("*.jsonl"):
+    for path in _regen_files(cache_dir, cfg):
         try:
             with path.open("rb") as f:
                 best = max(best, sum(1 for _ in f))
@@ -372,11 +408,18 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
                 unit="chats",
                 ideal_s=chats * regen_chat_s(shape, hw, reply_cap=cap),
                 kind="decode",
-                shared=f"regen:{tkey}:{cap}:{cfg.sft.regen_temperature}:{cfg.sft.seq_len}",
-                cached=cached_regen_chats(ctx.cache_dir),
+                shared=f"regen:{tkey}:{cap}:{cfg.sft.regen_temperature}:{cfg.sft.seq_len}"
+                f":{cfg.sft.regen_engine}",
+                cached=cached_regen_chats(ctx.cache_dir, cfg),
                 split=True,
                 lookahead=REGEN_BATCH,
-                note=f"target decoding, {cap}-token replies in whole batches of {REGEN_BATCH}",
+                note=f"target decoding, {cap}-token replies in whole batches of {REGEN_BATCH}"
+                + (
+                    "; through a vLLM server whose start-up (~2.5 min on a 2-core CPU) is "
+                    "counted only once calibrated on trials that ran it"
+                    if cfg.sft.regen_engine == "vllm"
+                    else ""
+                ),
             )  # fmt: skip
         )
     prompts = _eval_prompts(cfg)

@@ -181,3 +181,34 @@ def test_the_prompt_sets_of_the_acceptance_lengths(tmp_path: Path) -> None:
     )  # fmt: skip
     other = _cfg(eval__prompt_sets=["sharegpt"])
     assert DRAFT_TRAIN_COST.tau_group(other) == DRAFT_TRAIN_COST.tau_group(cfg)  # sets apart
+
+
+def test_only_the_trials_own_reply_recipe_counts_as_cached(tmp_path: Path) -> None:
+    """The replies a trial would regenerate are cached only in the file of its recipe (engine,
+    temperature, cap, target, dtype), told apart by the ``.recipe.json`` each cache writes;
+    another recipe's replies (here: the AR loop's for a vLLM trial) count for nothing."""
+    from workloads.training.regenerate import RegenSettings, recipe_of
+    from workloads.training.stage_data import regen_target_key
+    from workloads.trial_cost import regen_recipe
+
+    cfg = _cfg(sft__regen_engine="vllm", sft__regen_temperature=0.3)
+    cap = cfg.sft.regen_reply_tokens
+    settings = RegenSettings(max_new_tokens=cap, temperature=0.3, engine="vllm",
+                             max_prompt_tokens=cfg.sft.seq_len - cap)  # fmt: skip
+    # what the cache writes is what the cost model looks for (the two are written apart)
+    assert recipe_of(regen_target_key(cfg), cfg.target.dtype, settings) == regen_recipe(cfg)
+    folder = tmp_path / "regenerated"
+    folder.mkdir()
+    engine = _cfg(sft__regen_temperature=0.3)
+    for name, recipe, chats in (("a", regen_recipe(engine), 48), ("b", regen_recipe(cfg), 16)):
+        (folder / f"{name}.recipe.json").write_text(json.dumps(recipe))
+        (folder / f"{name}.jsonl").write_text('{"id": 1}\n' * chats)
+    vllm, ar = (
+        _by_stage(plan_draft_train(c, CostContext(hw=HW, cache_dir=tmp_path)))["regenerate"][0]
+        for c in (cfg, engine)
+    )
+    assert vllm.cached == 16 and ar.cached == 48
+    assert vllm.shared != ar.shared  # trials of the two never share replies
+    assert "vLLM server" in vllm.note
+    greedy = _by_stage(plan_draft_train(_cfg(), CostContext(hw=HW, cache_dir=tmp_path)))
+    assert greedy["regenerate"][0].cached == 0  # neither file is its recipe

@@ -28,7 +28,10 @@ target (name, dtype, tokenizer fingerprint), the ordered conversation ids and ev
 second trial or sweep with the same recipe regenerates nothing; an engine other than this one's
 is in the key too (its replies may differ where two logits tie). Batches are always the same slices
 of the eligible conversations, and a batch's sampling seed depends on its index only, so a cached
-batch equals what a fresh run computes, whichever trial generated it.
+batch equals what a fresh run computes, whichever trial generated it. Beside each cache file,
+``<key>.recipe.json`` names its recipe without the tokenizer (target, dtype, settings), so that
+the cost model can tell at submit, with no tokenizer loaded, which recipe a file holds
+(:func:`recipe_of`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from transformers import PreTrainedModel
 
 from workloads.data import Conversation, chat_prompt_ids
 from workloads.engine.ar_decode import ar_generate
+from workloads.files import atomic_json
 from workloads.models.target import output_device
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,7 @@ __all__ = [
     "RegenStats",
     "ReplyGenerator",
     "ResponseRegenerator",
+    "recipe_of",
     "regen_cache_file",
 ]
 
@@ -128,6 +133,12 @@ def regen_cache_file(
     return cache_dir / "regenerated" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.jsonl"
 
 
+def recipe_of(target: str, dtype: str, settings: RegenSettings) -> dict[str, Any]:
+    """What ``<key>.recipe.json`` beside a cache file holds: its key without the tokenizer and
+    the conversation ids (the cost model matches it before any tokenizer is loaded)."""
+    return {"target": target, "dtype": dtype} | asdict(settings)
+
+
 def _bar(done: int, total: int, width: int = 20) -> str:
     filled = min(width, width * done // max(total, 1))
     return "[" + "#" * filled + "." * (width - filled) + "]"
@@ -145,6 +156,7 @@ class ResponseRegenerator:
         progress: called with a one-line progress bar after every generated batch.
         generator: generates the batches instead of ``target`` (``settings.engine`` names it);
             None: this platform's AR loop.
+        recipe: :func:`recipe_of` the cache file, written beside it with the first batch.
     """
 
     def __init__(
@@ -157,6 +169,7 @@ class ResponseRegenerator:
         settings: RegenSettings,
         progress: Callable[[str], None] | None = None,
         generator: ReplyGenerator | None = None,
+        recipe: dict[str, Any] | None = None,
     ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
@@ -172,6 +185,7 @@ class ResponseRegenerator:
         """conversations whose replies this regenerator generated (not counted as cached)"""
         self._chat_tokens = 0
         self.generator = generator
+        self.recipe = recipe
 
     def close(self) -> None:
         """Stop the generator's server, if any (the replies stay cached)."""
@@ -256,6 +270,8 @@ class ResponseRegenerator:
         t0 = time.perf_counter()
         replies = self._replies_of([ids for _, ids in prompts], i)
         generated = sum(map(len, replies))
+        if self.recipe is not None and not self.cache_file.with_suffix(".recipe.json").exists():
+            atomic_json(self.cache_file.with_suffix(".recipe.json"), self.recipe)
         with FileLock(str(self.cache_file) + ".lock"), self.cache_file.open("a+b") as f:
             f.seek(0, 2)
             if f.tell():  # after a torn line (a killed writer), start on a line of our own

@@ -40,6 +40,7 @@ from workloads.training.regenerate import (
     RegenSettings,
     ReplyGenerator,
     ResponseRegenerator,
+    recipe_of,
     regen_cache_file,
 )
 
@@ -125,7 +126,16 @@ def _regenerator(
         settings=settings,
         progress=say,
         generator=replies(settings) if sft.regen_engine != "engine" and replies else None,
+        recipe=recipe_of(regen_target_key(cfg), _dtype_name(cfg, None), settings),
     )
+
+
+def regen_target_key(cfg: DraftTrainConfig) -> str:
+    """The target in the regenerated replies' recipe (:func:`recipe_of`): the cache key's
+    target name, then ``-<dtype>`` unless float32 or auto (as ``workloads.trial_cost`` names
+    it)."""
+    t = cfg.target.dtype
+    return _target_key(cfg) + ("" if t in ("float32", "auto") else f"-{t}")
 
 
 def _target_key(cfg: DraftTrainConfig) -> str:

@@ -98,6 +98,10 @@ CASES: dict[str, Case] = {
     "fractional-budget": Case("name: t\nbase:\n  pretrain: {tokens: 1.5}\n", "fractional"),
     "zero-cpu-budget": Case("name: t\nresources: {num_cpus: 0}\n", "greater than 0"),
     "zero-trial-budget": Case(SEARCH + "  n_trials: 0\n", "greater than or equal to 1"),
+    "regen-engine-without-regeneration": Case(
+        "name: t\nbase:\n  sft: {responses: dataset, regen_engine: vllm}\n",
+        "nothing is regenerated",
+    ),
     "absurd-learning-rate": Case(
         "name: t\nbase:\n  pretrain: {lr: 1e9}\n", "pretrain.lr: Input should be less than"
     ),
