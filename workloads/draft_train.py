@@ -245,10 +245,8 @@ def run(
     )
     eval_sets = _eval_prompt_sets(cfg, target)  # a prompt too long fails before training
     pre = stage_data(cfg, target, spec, cache_dir, "pretrain", cfg.pretrain.tokens, say)
-    sft = stage_data(
-        cfg, target, spec, cache_dir, "sft", cfg.sft.tokens, say,
-        replies=_vllm_replies(cfg, target, cache_dir, out_dir, say),
-    )  # fmt: skip
+    replies = _vllm_replies(cfg, target, cache_dir, out_dir, say)  # sft.regen_engine: vllm
+    sft = stage_data(cfg, target, spec, cache_dir, "sft", cfg.sft.tokens, say, replies)
     m.update(pre.metrics | sft.metrics)
     say(
         f"features ready: pretrain {pre.feats.tokens} tokens ({pre.mode}), "
