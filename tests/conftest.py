@@ -65,32 +65,3 @@ def _no_leaked_tracking_uri():  # noqa: ANN202 - a generator fixture
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = before
-
-
-LONGEST_FIRST = (
-    "tests/workloads/serving/test_vllm_real.py",
-    "tests/orchestrator/driving/test_submit_e2e.py",
-    "tests/orchestrator/driving/test_control.py",
-    "tests/orchestrator/driving/test_decode_sweep_e2e.py",
-    "tests/orchestrator/design/test_design_e2e.py",
-    "tests/orchestrator/driving/test_cluster.py",
-    "tests/workloads/training/test_distributed.py",
-)
-"""The files that take longest (``make test``'s ``--durations``, 2026-12-03), collected first.
-``--dist loadfile`` hands whole files to the two workers in collection order, so a long file
-collected last ran alone at the end (the vLLM test is under ``workloads/``, collected last);
-started first, the short files fill the other worker meanwhile. Order only: every test runs."""
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Move the tests of :data:`LONGEST_FIRST` to the front, in that order (stable otherwise)."""
-    root = Path(__file__).resolve().parents[1]
-
-    def rank(item: pytest.Item) -> int:
-        try:
-            rel = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
-        except ValueError:
-            return len(LONGEST_FIRST)
-        return LONGEST_FIRST.index(rel) if rel in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)
