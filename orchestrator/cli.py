@@ -163,6 +163,7 @@ for _command in (
     sweep.submit,
     sweep.status,
     sweep.fit,
+    sweep.mirror,
     sweep.retry,
     sweep.cancel,
     roofline,

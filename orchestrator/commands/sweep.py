@@ -262,6 +262,34 @@ def fit(
     render.print_browse(tracker.masked_uri, tracker.experiment_id)
 
 
+def mirror(
+    sweep: Annotated[str, typer.Argument(help="sweep name")],
+    *,
+    run_root: RunRoot = Path("runs"),
+    db_url: DbUrl = None,
+    tracking_uri: TrackingUri = None,
+) -> None:
+    """Rebuild SWEEP's MLflow runs from the results DB (the system of record).
+
+    For a tracking store that lost them (deleted runs or experiment, ``mlflow gc``, a new
+    ``--tracking-uri``): the parent run, a child run per completed trial with its config,
+    metrics and series, the law's fit. Runs MLflow still has are left alone; nothing runs.
+    """
+    quiet_env()
+    from orchestrator.driving import service
+
+    root = run_root.resolve()
+    dest = service.Destinations(run_root=root, db_url=db_url, tracking_uri=tracking_uri)
+    store = open_store(root, db_url, must_exist=True)
+    try:
+        parent, restored, rep, tracker = service.mirror(sweep, dest, store=store)
+    finally:
+        store.close()
+    out.print(f"sweep {sweep}: parent run {parent}, {restored} trial runs recreated from the DB")
+    render.print_fit(rep)
+    render.print_browse(tracker.masked_uri, tracker.experiment_id)
+
+
 def retry(
     sweep: Annotated[str, typer.Argument(help="sweep name")],
     *,

@@ -258,8 +258,8 @@ def check_parent_run(uri: str, info: SweepInfo, run_root: Path) -> None:
     sweep, run_id, shown = info.name, info.mlflow_run_id, mask_url(uri)
     nothing = "nothing was written"
     resubmit = (
-        f"resubmit the spec (`orchestrator submit {info.spec_path} --run-root {run_root}`), "
-        "which starts a new parent run"
+        f"rebuild the sweep's runs from the results DB (`orchestrator mirror {sweep} "
+        f"--run-root {run_root}`, with the --tracking-uri to fill)"
     )
     if not run_id:
         raise OrchestratorError(

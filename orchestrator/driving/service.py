@@ -22,7 +22,7 @@ from orchestrator.errors import NoResultsTables, OrchestratorError, SpecError, S
 from orchestrator.spec.grid import TrialSpec, count_trials, design_configs, expand
 from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spec
 from orchestrator.store.access import find_sweep, open_store
-from orchestrator.store.results import ResultsStore
+from orchestrator.store.results import ResultsStore, TrialState
 from orchestrator.tracking.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -332,6 +332,45 @@ def _drive(
     return SweepFinished(
         spec.name, tally, rep, tracker.masked_uri, tracker.experiment_id, searched, designed
     )
+
+
+def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, int, Any, Tracker]:
+    """Rebuild sweep ``name``'s MLflow runs from the results DB, the system of record: the
+    parent run the DB names (else a new one, recorded in the DB), a child run for each
+    completed trial MLflow lost (config as params, metrics and series from the DB, finished;
+    a run alive under another parent is moved under this one), the law refitted and logged,
+    the parent's state from the trials'. Idempotent: runs MLflow still has are left as they
+    are (:meth:`~orchestrator.driving.sweep_run.SweepRun.restore_runs`). Nothing runs a trial.
+
+    Returns:
+        The parent run id, the child runs recreated, the fit's report, the tracker.
+
+    Raises:
+        OrchestratorError: no such sweep; the results DB used as the MLflow store.
+        StoreError: a live driver holds the sweep (it mirrors as it goes).
+        TrackingError: MLflow failed.
+    """
+    from orchestrator.driving.sweep_run import SweepRun
+    from orchestrator.reports import fit as report
+
+    info = find_sweep(store, name)
+    spec = stored_spec(info)
+    guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
+    tracker = Tracker(dest.tracking)
+    with runner.sweep_lease(store, info.id) as me:
+        params = {"spec": info.spec_path, **spec.model_dump(mode="json")}
+        parent = tracker.start_sweep_run(spec.name, params, info.mlflow_run_id)
+        store.set_sweep_mlflow_run(info.id, parent)
+        run = SweepRun(store, tracker, spec, info.id, parent, dest.paths, me)
+        restored = run.restore_runs()
+        rep = report.fit_sweep(
+            store, info.id, spec.name, dest.paths.dashboard(spec.name), tracker, parent
+        )
+        states = {t.state for t in store.trials(info.id)}
+        done = states <= {TrialState.COMPLETED.value}
+        tracker.set_state(parent, "completed" if done else "failed",
+                          None if done else f"trials {sorted(states)}")  # fmt: skip
+    return parent, restored, rep, tracker
 
 
 def check_size(the_plan: Plan, *, yes: bool) -> None:

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 
 COMMANDS = [
-    "submit", "status", "fit", "retry", "cancel", "roofline", "export", "report", "compare", "plan",
+    "submit", "status", "fit", "mirror", "retry", "cancel", "roofline", "export", "report",
+    "compare", "plan",
 ]  # fmt: skip
 
 SWITCHES = {

@@ -410,3 +410,37 @@ def test_broken_yaml_and_an_empty_spec_get_a_fix(
     said = " ".join(res.output.split())
     assert f"{spec}:{line}:" in said and "Fix:" in said and where in said, said
     assert not (tmp_path / "r").exists()
+
+
+def test_mirror_rebuilds_a_sweeps_mlflow_runs_from_the_db_once(tmp_path: Path) -> None:
+    """``orchestrator mirror``: SQL is the system of record; a new, empty tracking store gets
+    the sweep's parent run, a child run per completed trial (config, metrics, series) and the
+    fit, and the DB names the new runs; run again, nothing more is made."""
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    run_root, store, sweep_id, plan, _uri, old_parent = _completed_sweep(tmp_path)
+    fresh = f"sqlite:///{tmp_path / 'elsewhere' / 'mlflow.db'}"
+    (tmp_path / "elsewhere").mkdir()
+    argv = ["mirror", plan.spec.name, "--run-root", str(run_root), "--tracking-uri", fresh]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 0, res.output
+    assert "2 trial runs recreated from the DB" in res.output
+    info = store.get_sweep(plan.spec.name)
+    assert info is not None and info.mlflow_run_id and info.mlflow_run_id != old_parent
+    tracker = Tracker(fresh)
+    children = {c["run_id"]: c for c in tracker.child_runs(info.mlflow_run_id)}
+    trials = store.trials(sweep_id)
+    assert {t.mlflow_run_id for t in trials} == set(children)
+    for t in trials:
+        assert children[t.mlflow_run_id]["metrics"]["value"] == float(t.overrides["value"])
+        assert children[t.mlflow_run_id]["status"] == "FINISHED"
+    parent = MlflowClient(fresh).get_run(info.mlflow_run_id)
+    assert parent.info.status == "FINISHED"
+    again = CliRunner().invoke(app, argv)
+    assert again.exit_code == 0 and "0 trial runs recreated" in again.output, again.output
+    assert len(tracker.child_runs(info.mlflow_run_id)) == 2
+    missing = CliRunner().invoke(app, ["mirror", "nope", "--run-root", str(run_root)])
+    assert missing.exit_code == 2 and "Fix:" in missing.output
+    store.close()

@@ -250,7 +250,7 @@ def test_fit_refuses_without_a_parent_run_and_writes_nothing(tmp_path: Path) -> 
     code, text = _fit_cli(root)
     assert code == 2 and "Traceback" not in text, text
     assert "sweep 's' has no parent MLflow run in the results DB; nothing was written" in text
-    assert "Fix: resubmit the spec (`orchestrator submit sweeps/s.yaml --run-root" in text
+    assert "Fix: rebuild the sweep's runs from the results DB (`orchestrator mirror" in text
     assert not (root / "mlflow.db").exists()
     _assert_nothing_written(root, store, sweep_id)
     # a parent run recorded, but no MLflow store where --tracking-uri points (the default)
