@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -24,6 +24,9 @@ from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spe
 from orchestrator.store.access import find_sweep, open_store
 from orchestrator.store.results import ResultsStore, TrialState
 from orchestrator.tracking.tracker import Tracker
+
+if TYPE_CHECKING:
+    from orchestrator.driving.sweep_run import SweepRun
 
 log = logging.getLogger(__name__)
 
@@ -279,20 +282,14 @@ def _drive(
     states: set[str] | None = None,
 ) -> SweepFinished:
     """Claim the sweep, open its parent run, drive the trials, fit and report; release."""
-    from orchestrator.driving.sweep_run import GridProposals, SweepRun, drive
+    from orchestrator.driving.sweep_run import GridProposals, drive
     from orchestrator.reports import fit as report
 
     with runner.sweep_lease(store, sweep_id) as me:  # before any output
         info = store.get_sweep(spec.name)
-        parent = tracker.start_sweep_run(
-            spec.name,
-            {"spec": spec_label, **spec.model_dump(mode="json")},
-            info.mlflow_run_id if info else None,
-        )
-        store.set_sweep_mlflow_run(sweep_id, parent)
-        paths = dest.paths
-        run = SweepRun(store, tracker, spec, sweep_id, parent, paths, me)
         old_parent = info.mlflow_run_id if info else None
+        run = _parent_run(store, tracker, spec, sweep_id, spec_label, old_parent, dest, me)
+        parent, paths = run.parent_run, dest.paths
         restored = run.restore_runs()  # MLflow lost the runs the DB names (`mlflow gc`)
         proposals: Any
         if study is not None:
@@ -350,7 +347,6 @@ def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, 
         StoreError: a live driver holds the sweep (it mirrors as it goes).
         TrackingError: MLflow failed.
     """
-    from orchestrator.driving.sweep_run import SweepRun
     from orchestrator.reports import fit as report
 
     info = find_sweep(store, name)
@@ -358,10 +354,10 @@ def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, 
     guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
     tracker = Tracker(dest.tracking)
     with runner.sweep_lease(store, info.id) as me:
-        params = {"spec": info.spec_path, **spec.model_dump(mode="json")}
-        parent = tracker.start_sweep_run(spec.name, params, info.mlflow_run_id)
-        store.set_sweep_mlflow_run(info.id, parent)
-        run = SweepRun(store, tracker, spec, info.id, parent, dest.paths, me)
+        run = _parent_run(
+            store, tracker, spec, info.id, info.spec_path, info.mlflow_run_id, dest, me
+        )
+        parent = run.parent_run
         restored = run.restore_runs()
         rep = report.fit_sweep(
             store, info.id, spec.name, dest.paths.dashboard(spec.name), tracker, parent
@@ -371,6 +367,26 @@ def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, 
         tracker.set_state(parent, "completed" if done else "failed",
                           None if done else f"trials {sorted(states)}")  # fmt: skip
     return parent, restored, rep, tracker
+
+
+def _parent_run(
+    store: ResultsStore,
+    tracker: Tracker,
+    spec: SweepSpec,
+    sweep_id: int,
+    spec_label: str,
+    existing: str | None,
+    dest: Destinations,
+    me: str,
+) -> SweepRun:
+    """The sweep's parent MLflow run started (``existing`` reused when MLflow has it), its id
+    recorded in the DB; the :class:`~orchestrator.driving.sweep_run.SweepRun` over it."""
+    from orchestrator.driving.sweep_run import SweepRun
+
+    params = {"spec": spec_label, **spec.model_dump(mode="json")}
+    parent = tracker.start_sweep_run(spec.name, params, existing)
+    store.set_sweep_mlflow_run(sweep_id, parent)
+    return SweepRun(store, tracker, spec, sweep_id, parent, dest.paths, me)
 
 
 def check_size(the_plan: Plan, *, yes: bool) -> None:
