@@ -196,7 +196,8 @@ def _require_tables(engine: Engine, url_text: str, sqlite_file: Path | None) -> 
     except SQLAlchemyError as exc:
         engine.dispose()
         raise StoreError(
-            f"cannot reach the results database {url_text}: {first_line(exc)}"
+            f"cannot reach the results database {url_text}: {first_line(exc)}. Fix: start the "
+            "server, or correct --db-url"
         ) from exc
     if not found:
         engine.dispose()

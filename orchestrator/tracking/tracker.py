@@ -249,15 +249,16 @@ class Tracker:
         if not database or database == ":memory:":
             return nullcontext()
         path = Path(database).expanduser().resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._errors("create the store's folder"):
+            path.parent.mkdir(parents=True, exist_ok=True)
         return FileLock(f"{path}.init.lock", timeout=300)
 
     def _make_client(self) -> MlflowClient:
-        if self.tracking_uri.startswith("sqlite:"):
-            database = make_url(self.tracking_uri).database
-            if database and database != ":memory:":
-                Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
         with self._errors("connect"):
+            if self.tracking_uri.startswith("sqlite:"):
+                database = make_url(self.tracking_uri).database
+                if database and database != ":memory:":
+                    Path(database).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
             return MlflowClient(tracking_uri=self.tracking_uri)
 
     @contextmanager

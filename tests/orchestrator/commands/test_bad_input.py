@@ -160,6 +160,9 @@ CASES: dict[str, Case] = {
     "cache-dir-under-a-file": Case(
         GOOD, "is a file, not a folder", args=("--cache-dir", "{tmp}/f/cache")
     ),
+    "tracking-store-under-a-file": Case(
+        GOOD, "create the store's folder failed", args=("--tracking-uri", "sqlite:///{tmp}/f/m.db")
+    ),
     "status-without-db": Case(None, "no results DB", args=("nope",), command="status"),
     # -- the draft recipe (issue 13) ----------------------------------------------------------
     "target-without-chat-template": Case(
