@@ -577,6 +577,17 @@ class Predictor:
             one_slot_wall_s=one,
         )
 
+    def sweep_apart(self, trials: Sequence[tuple[str, BaseModel]]) -> SweepCost:
+        """The simpler rule :meth:`sweep` is benchmarked against (``benchmarks/cost_bench.py``):
+        each trial priced as if run alone after the ones before it (shared work built by the
+        first that needs it, no waits, no split), then packed on :attr:`Hardware.slots` by
+        :func:`wall_time`."""
+        slots = self.hardware.slots
+        plans = [self.plan(cfg, cold=i < slots) for i, (_, cfg) in enumerate(trials)]
+        costs, _ = self._schedule(plans, 1)
+        pairs = tuple((key, c) for (key, _), c in zip(trials, costs, strict=True))
+        return SweepCost(pairs, self.hardware)
+
     def _schedule(self, plans: Sequence[_Plan], slots: int) -> tuple[list[TrialCost], float]:
         """Each plan's cost in the schedule of :func:`simulate`, and the schedule's wall
         seconds (trials of unknown cost take no time in it)."""

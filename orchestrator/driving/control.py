@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from orchestrator.driving.runner import STALE_AFTER_S
 from orchestrator.errors import OrchestratorError
 from orchestrator.store.results import ResultsStore, SweepInfo, TrialState
+from orchestrator.tracking.mirror import Mirror
 from orchestrator.tracking.tracker import Tracker
 
 
@@ -53,10 +54,10 @@ def cancel_sweep(
                 "(it checks every 5 s) — run `orchestrator status` later"
             )
     else:
-        mlflow = tracker()
+        mirror = Mirror(store, tracker(), info.id, info.name, info.mlflow_run_id or "")
         for t in store.trials(info.id, {TrialState.CANCELLED}):
             if t.mlflow_run_id:
-                mlflow.set_state(t.mlflow_run_id, TrialState.CANCELLED, "cancelled by the user")
+                mirror.publish(t, t.mlflow_run_id)
     trials = store.trials(info.id)
     n_cancelled = sum(t.state == TrialState.CANCELLED for t in trials)
     return CancelResult(n_pending, n_running, live, n_cancelled, len(trials))

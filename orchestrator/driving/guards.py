@@ -1,7 +1,7 @@
 """Refusals before a sweep writes anything: sinks that would collide, a resubmit that changes
 what an existing sweep runs, a cluster whose nodes do not share the run root.
 
-Who writes what (see ``docs/architecture.md``): only the driver writes the results DB and
+Who writes what (see ``docs/scale.md``): only the driver writes the results DB and
 MLflow (trial tasks return their results to it); trial tasks write their own folder under the
 run root and read the shared cache, so on a cluster every node must mount the run root and the
 cache at the same path. :func:`check_cluster_storage` checks that on every node.

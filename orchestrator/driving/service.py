@@ -290,7 +290,7 @@ def _drive(
         old_parent = info.mlflow_run_id if info else None
         run = _parent_run(store, tracker, spec, sweep_id, spec_label, old_parent, dest, me)
         parent, paths = run.parent_run, dest.paths
-        restored = run.restore_runs()  # MLflow lost the runs the DB names (`mlflow gc`)
+        restored = run.mirror.sync()  # MLflow lost runs the DB names (`mlflow gc`)
         proposals: Any
         if study is not None:
             from orchestrator.driving.search import SearchProposals
@@ -337,7 +337,7 @@ def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, 
     completed trial MLflow lost (config as params, metrics and series from the DB, finished;
     a run alive under another parent is moved under this one), the law refitted and logged,
     the parent's state from the trials'. Idempotent: runs MLflow still has are left as they
-    are (:meth:`~orchestrator.driving.sweep_run.SweepRun.restore_runs`). Nothing runs a trial.
+    are (:meth:`~orchestrator.tracking.mirror.Mirror.sync`). Nothing runs a trial.
 
     Returns:
         The parent run id, the child runs recreated, the fit's report, the tracker.
@@ -358,7 +358,7 @@ def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, 
             store, tracker, spec, info.id, info.spec_path, info.mlflow_run_id, dest, me
         )
         parent = run.parent_run
-        restored = run.restore_runs()
+        restored = run.mirror.sync()
         rep = report.fit_sweep(
             store, info.id, spec.name, dest.paths.dashboard(spec.name), tracker, parent
         )

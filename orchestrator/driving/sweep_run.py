@@ -4,15 +4,18 @@
 :class:`Proposals` for the next trial (the grid's pending queue, :class:`GridProposals`, or
 Optuna's ask, :class:`~orchestrator.driving.search.SearchProposals`, or an adaptive design,
 :class:`~orchestrator.design.driver.DesignProposals`) and tells it how each trial ended.
-Every outcome is recorded through :class:`~orchestrator.sinks.Sinks` (SQL, then MLflow), by the
-driver only. The driver renews its lease on the sweep every :data:`HEARTBEAT_S`; a
-cancel request (``orchestrator cancel``) stops the running trials and ends the loop.
+Every outcome is recorded by the driver only: in SQL, the system of record, then copied to MLflow
+(:class:`~orchestrator.tracking.mirror.Mirror`). The driver renews its lease on the sweep every
+:data:`HEARTBEAT_S`; a cancel request (``orchestrator cancel``) stops the running trials and ends
+the loop.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import ray
@@ -22,13 +25,22 @@ from orchestrator.driving import runner
 from orchestrator.driving.events import Listener, Tally, TrialEvent
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.driving.worker_exit import crash_error
-from orchestrator.sinks import Sinks, StoreSink, TrackerSink, TrialRef
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.results import ResultsStore, TrialInfo, TrialState
+from orchestrator.tracking.mirror import Mirror
 from orchestrator.tracking.tracker import Tracker
 from workloads.registry import Workload
 
 HEARTBEAT_S = runner.HEARTBEAT_S
+
+
+@dataclass(frozen=True)
+class TrialRef:
+    """One trial in flight: its SQL row id, its MLflow child run id and its key."""
+
+    trial_id: int
+    run_id: str
+    key: str
 
 
 @dataclass
@@ -46,10 +58,12 @@ class SweepRun:
     parent_run: str
     paths: runner.RunPaths
     driver: str
-    sinks: Sinks = field(init=False)
+    mirror: Mirror = field(init=False)
 
     def __post_init__(self) -> None:
-        self.sinks = Sinks(StoreSink(self.store), TrackerSink(self.tracker))
+        self.mirror = Mirror(
+            self.store, self.tracker, self.sweep_id, self.spec.name, self.parent_run
+        )
 
     @property
     def workload(self) -> Workload:
@@ -62,14 +76,7 @@ class SweepRun:
 
     def open_child(self, trial: TrialInfo) -> TrialRef:
         """Open (or reuse) the trial's MLflow child run and mark the trial running."""
-        run_id = self.tracker.start_trial_run(
-            self.parent_run,
-            self.spec.name,
-            trial.key,
-            trial.config,
-            trial.mlflow_run_id,
-            overrides=trial.overrides,
-        )
+        run_id = self.mirror.open(trial)
         self.store.mark_running(trial.id, run_id)
         return TrialRef(trial.id, run_id, trial.key)
 
@@ -92,7 +99,7 @@ class SweepRun:
     def fail_unrun(self, trial: TrialInfo, error: str) -> None:
         """Record a trial that could not start (e.g. a config the model refuses) as failed."""
         ref = self.open_child(trial)
-        self.sinks.record(ref, state=TrialState.FAILED, error=error, wall_s=0.0)
+        self.record(ref, state=TrialState.FAILED, error=error, wall_s=0.0)
 
     def finish(self, task: ray.ObjectRef, ref: TrialRef, wall_s: float) -> TaskOutcome:
         """Fetch a finished task's outcome and record it in every sink; never raises for a
@@ -108,7 +115,7 @@ class SweepRun:
                 artifacts=[out] if out.exists() else [],
             )
         if outcome.ok:
-            self.sinks.record(
+            self.record(
                 ref,
                 state=TrialState.COMPLETED,
                 metrics=outcome.metrics,
@@ -120,7 +127,7 @@ class SweepRun:
             error = outcome.error or "unknown error"
             if outcome.traceback:
                 error += "\n" + outcome.traceback
-            self.sinks.record(
+            self.record(
                 ref,
                 state=TrialState.FAILED,
                 artifacts=outcome.artifacts,
@@ -129,59 +136,50 @@ class SweepRun:
             )
         return outcome
 
-    def restore_runs(self) -> int:
-        """Give each completed trial a child run under this sweep's parent run again where
-        MLflow lost the one the results DB names (runs or experiment deleted, or purged by
-        ``mlflow gc``): recreated from the DB (config as params, metrics and series, state
-        completed; the trial's files stay in its folder) and recorded in the DB. A trial's run
-        that is alive under another parent (only the parent run was deleted) is moved under
-        this one, and one still RUNNING (the driver died between the DB's final state and
-        MLflow's) is finished. Returns how many runs were recreated.
+    def record(
+        self,
+        ref: TrialRef,
+        *,
+        state: str,
+        metrics: Mapping[str, float] | None = None,
+        series: Mapping[str, Sequence[float]] | None = None,
+        artifacts: Sequence[Path] = (),
+        error: str | None = None,
+        wall_s: float | None = None,
+    ) -> None:
+        """Record one finished trial in SQL, results first and then its final state (a crash
+        in between leaves it ``running``, to be rerun, never ``completed`` without metrics);
+        then copy it to its MLflow run (:meth:`Mirror.publish`).
 
         Raises:
+            ValueError: ``state`` is not a final state.
             StoreError, TrackingError: the DB or MLflow failed.
         """
-        done = [
-            t for t in self.store.trials(self.sweep_id, {TrialState.COMPLETED}) if t.mlflow_run_id
-        ]
-        if not done:
-            return 0
-        children = {c["run_id"]: c for c in self.tracker.child_runs(self.parent_run)}
-        restored = 0
-        for t in done:
-            run_id = t.mlflow_run_id
-            if run_id is not None and run_id in children:
-                if children[run_id].get("status") != "FINISHED":
-                    # the driver died between the DB's final state and MLflow's (the metrics
-                    # were logged to both before either): finish the run as the DB has it
-                    self.tracker.set_state(run_id, TrialState.COMPLETED)
-                continue
-            if run_id and self.tracker.adopt(run_id, self.parent_run):
-                continue
-            new = self.tracker.start_trial_run(
-                self.parent_run, self.spec.name, t.key, t.config, None, overrides=t.overrides
-            )
-            logged = self.store.trial_metrics(t.id)
-            scalars = {name: values[0] for name, values in logged.items() if len(values) == 1}
-            if scalars:
-                self.tracker.log_metrics(new, scalars)
-            for name, values in logged.items():
-                if len(values) > 1:
-                    self.tracker.log_series(new, name, values)
-            self.tracker.set_state(new, TrialState.COMPLETED)
-            self.store.set_trial_mlflow_run(t.id, new)
-            restored += 1
-        return restored
+        if metrics:
+            self.store.log_metrics(ref.trial_id, metrics)
+        for name, values in (series or {}).items():
+            self.store.log_metric_series(ref.trial_id, name, values)
+        if state == TrialState.COMPLETED:
+            self.store.mark_completed(ref.trial_id, wall_s or 0.0)
+        elif state == TrialState.FAILED:
+            self.store.mark_failed(ref.trial_id, error or "unknown error", wall_s)
+        elif state == TrialState.CANCELLED:
+            self.store.mark_cancelled(ref.trial_id)
+        else:
+            raise ValueError(f"not a final trial state: {state!r}")
+        row = self.trial(ref.key)
+        assert row is not None  # the row just written
+        self.mirror.publish(row, ref.run_id, artifacts)
 
     def cancel(self, task: ray.ObjectRef, ref: TrialRef) -> None:
         """Stop a running trial's task and record it cancelled."""
         ray.cancel(task, force=True)
-        self.sinks.record(ref, state=TrialState.CANCELLED, error="cancelled by the user")
+        self.record(ref, state=TrialState.CANCELLED, error="cancelled by the user")
 
 
 @dataclass
 class Flight:
-    """A trial in flight: its row, its sinks' handle, when it started."""
+    """A trial in flight: its row, its run's handle, when it started."""
 
     trial: TrialInfo
     ref: TrialRef

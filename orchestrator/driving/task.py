@@ -1,8 +1,8 @@
 """The Ray task that runs one trial (private): a typed config in, the workload's result out.
 
 Runs in a Ray worker. It writes only the trial's own folder under the run root; the driver
-records what it returns in SQL and MLflow (:mod:`orchestrator.sinks`), so a worker on another
-node needs no connection to either.
+records what it returns in SQL, then MLflow (:mod:`orchestrator.tracking.mirror`), so a worker on
+another node needs no connection to either.
 """
 
 from __future__ import annotations

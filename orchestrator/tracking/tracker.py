@@ -350,7 +350,7 @@ class Tracker:
         for batch in _batches(todo):
             self._client.log_batch(run_id, params=batch)
 
-    def _reuse(self, run: Any, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
+    def _resume(self, run: Any, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
         run_id = str(run.info.run_id)
         if run.info.status != RunStatus.to_string(RunStatus.RUNNING):
             self._client.update_run(run_id, status=RunStatus.to_string(RunStatus.RUNNING))
@@ -383,7 +383,7 @@ class Tracker:
         with self._errors(f"start the run of sweep {sweep_name!r}"):
             run = self._live_run(existing_run_id)
             if run is not None:
-                return self._reuse(run, tags, flat)
+                return self._resume(run, tags, flat)
             created = self._client.create_run(
                 self.experiment_id, tags=tags, run_name=_cap(sweep_name, _SWEEP_RUN_NAME_LEN)
             )
@@ -403,10 +403,13 @@ class Tracker:
     ) -> str:
         """Start (or resume) a trial's child run under ``parent_run_id``; return its run id.
 
-        Tags: ``mlflow.parentRunId``, ``specscale.sweep``, ``specscale.trial_key``,
-        ``specscale.kind=trial``, ``specscale.state=running``. The run name is the first 8
-        characters of ``trial_key`` plus the ``overrides`` (grid point) in short form. ``params``
-        (the full trial config) are logged flattened; on a reused run (``existing_run_id`` alive)
+        The run is ``existing_run_id`` when MLflow has it alive (moved under
+        ``parent_run_id`` when it was under a parent run MLflow lost), else the live child of
+        ``parent_run_id`` tagged ``trial_key`` (a driver killed between creating it and
+        recording its id), else a new one. Tags: ``mlflow.parentRunId``, ``specscale.sweep``,
+        ``specscale.trial_key``, ``specscale.kind=trial``, ``specscale.state=running``. The run
+        name is the first 8 characters of ``trial_key`` plus the ``overrides`` (grid point) in
+        short form. ``params`` (the full trial config) are logged flattened; on a resumed run
         params already set are skipped, a stale ``specscale.error`` tag is removed and the
         status goes back to RUNNING.
 
@@ -422,11 +425,9 @@ class Tracker:
         }
         flat = flatten(params)
         with self._errors(f"start the run of trial {trial_key!r}"):
-            # a driver killed between creating the run and recording its id in SQL left a run
-            # the DB does not know: find it by its tags rather than create a second one
             run = self._live_run(existing_run_id) or self._child_of(parent_run_id, trial_key)
             if run is not None:
-                return self._reuse(run, tags, flat)
+                return self._resume(run, tags, flat)  # the parent tag set again moves it
             created = self._client.create_run(
                 self.experiment_id, tags=tags, run_name=_run_name(trial_key, overrides)
             )
@@ -434,8 +435,17 @@ class Tracker:
             self._log_params(run_id, flat, {})
             return run_id
 
-    def log_metrics(self, run_id: str, metrics: Mapping[str, float], step: int = 0) -> None:
-        """Log metric values at ``step`` (batches of <= 1000) under :func:`mlflow_key` names.
+    def log_metrics(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        step: int = 0,
+        *,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Log metric values at ``step`` (batches of <= 1000) under :func:`mlflow_key` names,
+        stamped ``timestamp_ms`` (ms since the epoch; default now: the same values with the
+        same stamp logged again add nothing to a SQL store).
 
         NaN is logged as NaN; +inf and -inf are listed in the tag ``specscale.nonfinite``
         (``{"name": "inf@<step> -inf@<step> ... +<more>"}``) instead, as MLflow would store them
@@ -444,18 +454,25 @@ class Tracker:
         Raises:
             TrackingError: the backend failed.
         """
-        now_ms = int(time.time() * 1000)
+        now_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         items = [Metric(mlflow_key(k), float(v), now_ms, int(step)) for k, v in metrics.items()]
         self._log_metric_items(run_id, items)
 
-    def log_series(self, run_id: str, name: str, values: Sequence[float]) -> None:
-        """Log ``values`` as metric ``name`` at steps 0..n-1 (e.g. a loss curve); infinities as
-        in :meth:`log_metrics`.
+    def log_series(
+        self,
+        run_id: str,
+        name: str,
+        values: Sequence[float],
+        *,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        """Log ``values`` as metric ``name`` at steps 0..n-1 (e.g. a loss curve); stamp and
+        infinities as in :meth:`log_metrics`.
 
         Raises:
             TrackingError: the backend failed.
         """
-        now_ms = int(time.time() * 1000)
+        now_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         key = mlflow_key(name)
         self._log_metric_items(
             run_id, [Metric(key, float(v), now_ms, i) for i, v in enumerate(values)]
@@ -483,7 +500,8 @@ class Tracker:
         for key, new in points.items():
             old = notes.get(key, "").split()
             more = sum(int(p[1:]) for p in old if p.startswith("+") and p[1:].isdigit())
-            merged = [p for p in old if not p.startswith("+")] + new
+            kept = [p for p in old if not p.startswith("+")]
+            merged = kept + [p for p in new if p not in kept]  # logged again: nothing new
             shown = merged[:_NONFINITE_PER_METRIC]
             more += len(merged) - len(shown)
             notes[key] = " ".join(shown + ([f"+{more}"] if more else []))
@@ -564,21 +582,6 @@ class Tracker:
         with self._errors(f"delete runs {', '.join(run_ids)}"):
             for run_id in run_ids:
                 self._client.delete_run(run_id)
-
-    def adopt(self, run_id: str, parent_run_id: str) -> bool:
-        """Make the live run ``run_id`` a child of ``parent_run_id`` (a trial's run kept while
-        the sweep's parent run was deleted); False when MLflow has no live run ``run_id``.
-
-        Raises:
-            TrackingError: the backend failed.
-        """
-        with self._errors(f"read run {run_id}"):
-            run = self._live_run(run_id)
-            if run is None:
-                return False
-            if run.data.tags.get(TAG_PARENT) != parent_run_id:
-                self._client.set_tag(run_id, TAG_PARENT, parent_run_id)
-            return True
 
     def child_runs(self, parent_run_id: str) -> list[dict[str, Any]]:
         """Return the live child runs of a parent, oldest first.

@@ -52,6 +52,8 @@ def test_calibrated_on_one_root_and_compared_with_another(
     for row in data["trials"]:
         assert row["calibrated_basis"] == "calibrated+modelled"
         assert row["modelled_error_pct"] is not None
+        assert row["calibrated_apart_error_pct"] is not None  # the simpler rule beside it
+    assert data["totals"]["calibrated_apart_wall_s"] is not None
     # pretraining, SFT and setup follow the measured law; the evaluation is modelled in both
     assert data["totals"]["calibrated_error_pct"] is not None
     assert "fit pretrain: OLS on the work, n=3" in text

@@ -180,6 +180,12 @@ def test_a_sweep_counts_its_shared_work_once(tmp_path: Path) -> None:
     assert "split with 1 trial" in first.detail
     assert both.wall_s is not None and both.serial_s is not None
     assert both.wall_s < both.serial_s
+    # the simpler rule (benchmarks/cost_bench.py): each priced alone, in order, then packed
+    apart = _slots(pred, 2).sweep_apart([("a", small), ("b", large)])
+    one, two = (c.stage("features_pretrain") for _, c in apart.trials)
+    assert one is not None and two is not None
+    assert one.seconds == pytest.approx(alone.seconds / 2) and two.seconds == after.seconds
+    assert apart.wall_s == pytest.approx(max(c.total_s or 0 for _, c in apart.trials))
 
 
 def _two_seeds(tmp_path: Path, store: ResultsStore, extra: str = "") -> tuple[SweepSpec, Any]:

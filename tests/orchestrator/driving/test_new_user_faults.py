@@ -279,7 +279,7 @@ def _completed_sweep(tmp_path: Path) -> tuple[Path, ResultsStore, int, service.P
     for t in store.trials(sweep_id):
         ref = run.open_child(t)
         value = float(t.overrides["value"])
-        run.sinks.record(
+        run.record(
             ref, state=TrialState.COMPLETED, metrics={"value": value}, series={"curve": [3, 2, 1]}
         )
     return run_root, store, sweep_id, plan, uri, parent
@@ -312,7 +312,7 @@ def test_a_resubmit_after_mlflow_gc_recreates_the_runs_from_the_db(tmp_path: Pat
     run = SweepRun(
         store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
     )
-    assert run.restore_runs() == 2
+    assert run.mirror.sync() == 2
     children = {c["run_id"]: c for c in tracker.child_runs(parent)}
     trials = store.trials(sweep_id)
     assert {t.mlflow_run_id for t in trials} == set(children)  # the DB names the new runs
@@ -324,7 +324,7 @@ def test_a_resubmit_after_mlflow_gc_recreates_the_runs_from_the_db(tmp_path: Pat
         assert t.state == TrialState.COMPLETED
     history = MlflowClient(uri).get_metric_history(next(iter(children)), "curve")
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == [3.0, 2.0, 1.0]
-    assert run.restore_runs() == 0  # once recreated, nothing more to do
+    assert run.mirror.sync() == 0  # once recreated, nothing more to do
     opened = SweepOpened(plan.spec.name, "2 trials", store.url, uri, parent, 0, 2, old_parent, 2)
     line = render.lost_runs_line(opened)
     assert "mlflow gc" in line and "2 completed trials recreated" in line, line
@@ -344,7 +344,7 @@ def test_trial_runs_kept_when_only_the_parent_was_purged_move_to_the_new_parent(
     run = SweepRun(
         store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
     )
-    assert run.restore_runs() == 0  # nothing recreated: the trial runs are alive
+    assert run.mirror.sync() == 0  # nothing recreated: the trial runs are alive
     assert {c["run_id"] for c in tracker.child_runs(parent)} == before
     for run_id in before:
         assert MlflowClient(uri).get_run(str(run_id)).data.tags[TAG_PARENT] == parent
@@ -363,10 +363,36 @@ def test_a_completed_trial_whose_run_mlflow_left_running_is_finished_on_resubmit
     run = SweepRun(
         store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
     )
-    assert run.restore_runs() == 0  # finished, not recreated
+    assert run.mirror.sync() == 0  # finished, not recreated
     children = {c["run_id"]: c for c in tracker.child_runs(parent)}
     assert {c["status"] for c in children.values()} == {"FINISHED"}
     assert children[left]["tags"]["specscale.state"] == "completed"
+    # written again from SQL: the metrics MLflow already had are not logged twice
+    client = MlflowClient(uri)
+    assert [m.step for m in client.get_metric_history(left, "curve")] == [0, 1, 2]
+    assert len(client.get_metric_history(left, "value")) == 1
+    store.close()
+
+
+def test_publishing_a_trial_twice_adds_nothing_to_its_run(tmp_path: Path) -> None:
+    """The mirror is idempotent: a trial copied from SQL to MLflow again (a resubmit, `mirror`,
+    a crash between SQL and MLflow) leaves its run as it was."""
+    run_root, store, sweep_id, plan, uri, parent = _completed_sweep(tmp_path)
+    tracker = Tracker(uri)
+    run = SweepRun(
+        store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
+    )
+    client = MlflowClient(uri)
+    trial = store.trials(sweep_id)[0]
+    assert trial.mlflow_run_id is not None
+    before = client.get_run(trial.mlflow_run_id).data
+    history = client.get_metric_history(trial.mlflow_run_id, "curve")
+    assert run.mirror.open(trial) == trial.mlflow_run_id  # found by its id, not made again
+    run.mirror.publish(trial, trial.mlflow_run_id)
+    after = client.get_run(trial.mlflow_run_id).data
+    assert after.metrics == before.metrics and after.params == before.params
+    assert client.get_metric_history(trial.mlflow_run_id, "curve") == history
+    assert len(tracker.child_runs(parent)) == 2
     store.close()
 
 
