@@ -62,7 +62,9 @@ class Tracker:
     def set_state(self, *_: Any, **__: Any) -> None:
         pass
 
-    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+    def log_metrics(
+        self, run_id: str, metrics: dict[str, float], step: int = 0, **_: Any
+    ) -> None:
         if run_id == "parent":
             self.metrics.append((dict(metrics), step))
 

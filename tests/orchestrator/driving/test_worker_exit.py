@@ -108,7 +108,7 @@ def test_finish_records_the_exit_of_a_killed_worker(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """``SweepRun.finish`` on a task whose worker was killed: a failed outcome whose error
-    carries Ray's exit, recorded in the sinks."""
+    carries Ray's exit, recorded."""
 
     def crashed(_task: object) -> None:
         raise ray.exceptions.WorkerCrashedError()
@@ -122,7 +122,7 @@ def test_finish_records_the_exit_of_a_killed_worker(
     run = SimpleNamespace(
         spec=SimpleNamespace(name="s"),
         paths=SimpleNamespace(trial_dir=lambda _name, key: tmp_path / key),
-        sinks=SimpleNamespace(record=lambda _ref, **kw: recorded.append(kw)),
+        record=lambda _ref, **kw: recorded.append(kw),
     )
     ref = SimpleNamespace(key="k")
     outcome = SweepRun.finish(run, _task(), ref, 1.0)  # type: ignore[arg-type]
