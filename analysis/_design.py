@@ -246,8 +246,7 @@ def best_pick(
 @dataclass(frozen=True)
 class CostModel:
     """Predicted seconds for a candidate without ``cost_s``: ``intercept + slope*value``, at
-    least ``ref_cost * min(1, value/ref_value)`` (the cheapest measured trial, scaled down
-    in proportion below its value: a bound for any cost line with a non-negative intercept)."""
+    least ``ref_cost * min(1, value/ref_value)`` (ref: the cheapest measured trial)."""
 
     intercept: float
     slope: float

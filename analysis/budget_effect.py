@@ -1,11 +1,6 @@
 """A law's deviation shared by the trials of one budget (lack of fit), and the intervals of a
 prediction at a new budget that carry it.
 
-Why: the seeds of one pretraining budget train on the same tokens (the corpus split and the
-feature cache do not depend on the trial seed), so they deviate from ``y = a*log10(x) + b``
-together; ordinary least squares over trials treats them as independent and its prediction
-interval at a new budget then misses the budget's own deviation.
-
 The classical lack-of-fit decomposition (Draper & Smith, *Applied Regression Analysis*, 3rd ed.,
 Sec. 2.1): with m distinct x, n_i trials at x_i and the line fitted to all trials,
 
@@ -17,10 +12,8 @@ Sec. 2.1): with m distinct x, n_i trials at x_i and the line fitted to all trial
 When ``sigma2_between > 0`` the line's covariance is that of the budget means' regression (WLS
 with weights n_i, scale MS_LOF: the means vary by the budget effect and the seeds' noise), and a
 new trial at a new budget has variance ``var_line(x) + sigma2_between + MS_PE``, t-based on
-``m - 2`` degrees of freedom; the interval of the law's value there (what a draft trained at x
-is expected to reach, its budget's deviation included) drops MS_PE. Otherwise the trial-level
-OLS intervals stand. No test decides between the two: the estimate of the budget variance does
-(zero when the budget means sit no farther from the line than the seeds' noise says).
+``m - 2`` degrees of freedom; the interval of the law's value there drops MS_PE. Otherwise the
+trial-level OLS intervals stand. Why: docs/plan.md.
 
 Pure functions over arrays: no I/O.
 """

@@ -1,53 +1,35 @@
 """Adaptive design for the slope of a log-linear law: which trial (value, seed) to run next.
 
-The law is ``y = a*log_base(value) + b`` (:func:`analysis.laws.fit_log_linear`: OLS, HC3
-robust 95% CI of ``a``). A design spends trials where they shrink the slope's interval most per
-second of compute, and stops when the interval is as narrow as the goal.
+The law is ``y = a*log_base(value) + b`` (:func:`analysis.laws.fit_log_linear`: OLS, HC3 95% CI
+of ``a``). Pure, no I/O; the driver is :mod:`orchestrator.design.driver`. The rule (:func:`propose`;
+reasons and sources in docs/design.md):
 
-The rule (pure: no I/O; the driver is :mod:`orchestrator.design.driver`):
-
-1. **Precision of the slope.** For OLS with ``x = log_base(value)``,
-   ``Var(a) = sigma^2 / Sxx`` with ``Sxx = sum_i (x_i - mean x)^2`` (the c-optimality criterion
-   for the slope, ``c = (0, 1)``: Atkinson, Donev & Tobias, *Optimum Experimental Designs, with
-   SAS*, OUP 2007, Ch. 10 and 17; Pukelsheim, *Optimal Design of Experiments*, SIAM 2006,
-   Ch. 2). It depends on the design's x only, so the trials in flight (``pending``) and a batch's
-   earlier picks enter it exactly, before their y is known.
-2. **Initial design.** Until ``initial`` distinct values are completed or in flight, the picks
-   are :func:`initial_design` (both ends of the candidates and values evenly spread between them
-   in log space), one trial each, the lowest seed.
-3. **Each next pick** maximises ``(1/Sxx - 1/Sxx') / cost``: the reduction of ``Var(a) /
-   sigma^2`` it brings (``Sxx'``: with it added) per predicted second. ``sigma^2`` is common to
-   every candidate, so the choice does not depend on its estimate. Ties go to the cheaper, then
-   the smaller value, then the smaller seed (the rule is deterministic).
-4. **Distinct-value floor.** While fewer than ``max(min_distinct, initial)`` distinct values
-   (at most the candidates') are completed, in flight or picked, the pick must be a new distinct
-   value, so that the log-linear form itself can be checked (lack of fit against the saturating
-   alternative, :mod:`analysis.saturating`, needs >= 4 distinct x).
-5. **Budget.** A pick must fit: ``spent + committed + earlier picks + its cost <= budget_s``
-   (spent: the completed trials' measured seconds; committed: the pending trials' predicted).
-6. **Batch.** With ``slots`` > 1 the picks are chosen greedily one after another, each with the
-   earlier ones in ``Sxx`` (the sequential conditional construction of a batch; the best set,
-   not the best one repeated: a pick at one end moves the mean, which raises the other end's
-   value).
-7. **Stop.** ``"goal"`` when the completed trials' HC3 half-width (what the report shows) is
-   <= ``goal`` and the floor is met by completed values; ``"budget"`` when candidates are left
-   but none fits; ``"candidates"`` when none is left. A stop is for now: with trials in flight
-   the driver waits for them and asks again.
+1. **Precision**: with ``x = log_base(value)``, ``Var(a) = sigma^2 / Sxx``,
+   ``Sxx = sum_i (x_i - mean x)^2`` (c-optimality for the slope: Atkinson, Donev & Tobias 2007,
+   Ch. 10 and 17); pending trials and a batch's earlier picks count in ``Sxx``.
+2. **Initial design**: until ``initial`` distinct values are completed or in flight, the picks
+   are :func:`initial_design`, one trial each, the lowest seed.
+3. **Each next pick** maximises ``(1/Sxx - 1/Sxx') / cost`` (``Sxx'``: with it added). Ties:
+   cheaper, then smaller value, then smaller seed.
+4. **Distinct-value floor**: while fewer than ``max(min_distinct, initial)`` distinct values (at
+   most the candidates') are completed, in flight or picked, a pick must be a new value.
+5. **Budget**: ``spent + committed + earlier picks + its cost <= budget_s`` (spent: completed
+   trials' measured seconds; committed: pending trials' predicted).
+6. **Batch**: with ``slots`` > 1, picks are chosen greedily, each with the earlier ones in ``Sxx``.
+7. **Stop**: ``"goal"`` when the completed trials' HC3 half-width is <= ``goal`` and the floor is
+   met by completed values; ``"budget"`` when candidates are left but none fits;
+   ``"candidates"`` when none is left. With trials in flight the driver waits and asks again.
 
 **Expected half-width** of a pick (reported, not used to choose):
-``t_{1-alpha/2, n'-2} * sigma * sqrt(1/Sxx') * r``, ``n'`` the trials once it and the batch's
-earlier picks are in. ``sigma`` is the residual sd of the fit of the completed trials (its
-``scale``, ``n - 2`` df, lack of fit included, as in the interval itself); before that fit
-exists (< 3 distinct completed values), ``prior_sd`` when given, else unknown (None).
-``r`` is the ratio of the HC3 half-width to the classical OLS one on the completed trials now
-(``match_hc3``; 1 before a fit), so the figure predicts the interval the stop rule reads.
+``t_{1-alpha/2, n'-2} * sigma * sqrt(1/Sxx') * r``; ``n'`` the trials once it and the earlier
+picks are in; ``sigma`` the residual sd of the completed trials' fit (``prior_sd`` before a fit
+exists, else None); ``r`` the current HC3/OLS half-width ratio (``match_hc3``; 1 before a fit).
 
-**Costs.** ``Candidate.cost_s`` when given; else estimated from the completed trials: linear in
-value by least squares when they hold >= 2 distinct values and the line does not fall (below
-the cheapest measured trial's value, never under that trial's cost scaled in proportion), else
-their mean (equal costs), and 0 (equal costs, budget not checked) when none is measured. Each
-pick's ``reason`` says which. A cost that depends on what ran before (a feature cache, a
-wsd-fork trunk) is the caller's to predict in ``cost_s``, asked anew each step.
+**Costs**: ``Candidate.cost_s`` when given; else from the completed trials: linear in value by
+least squares when they hold >= 2 distinct values and the line does not fall (below the cheapest
+measured value, that trial's cost scaled in proportion), else their mean, else 0 (budget not
+checked). Each pick's ``reason`` says which. History-dependent costs (a feature cache, a
+wsd-fork trunk) are the caller's to give in ``cost_s``.
 """
 
 from __future__ import annotations
@@ -90,9 +72,8 @@ __all__ = [
 def initial_design(values: Sequence[float], n: int = 3) -> list[float]:
     """``n`` distinct values of ``values`` spread evenly in log space, both ends included.
 
-    The smallest and the largest are taken first; each of the ``n - 2`` evenly spaced log
-    targets between them then takes the nearest value not taken yet (a tie: the smaller, the
-    cheaper trial). Returns the chosen values sorted ascending, as given (not rounded).
+    The smallest and the largest first; each of the ``n - 2`` evenly spaced log targets then
+    takes the nearest value not taken yet (a tie: the smaller). Returns them sorted ascending.
 
     Raises:
         ValueError: ``n < 3``, a value that is not a positive finite number, or fewer than ``n``
@@ -119,7 +100,7 @@ def initial_design_cost(
     The initial design is :func:`initial_design` over the distinct values of ``candidates``
     and ``points``; each of its values not in ``points`` costs its lowest-seed candidate's
     ``cost_s`` (None estimated as in :func:`propose`). Returns None when a cost is unknown (no
-    ``cost_s`` and no measured trial). A driver refuses a budget smaller than this figure.
+    ``cost_s`` and no measured trial).
 
     Raises:
         ValueError: as :func:`initial_design`.

@@ -1,21 +1,13 @@
 """Main effects of two-level factors in a sweep of variants (a 2^k factorial ablation).
 
-A sweep of variants whose recipes differ in fields that take exactly two values across the
-variants (e.g. ``pretrain.packing`` joined | isolated) is a two-level factorial design. Each
-factor's main effect on a metric is the coefficient of its indicator (1 at the level the first
-variant does *not* use) in an OLS fit over the completed trials, ``y = b0 + sum_f e_f * x_f``,
-with a t-based 95% CI (statsmodels). In a balanced full factorial that coefficient equals the
-difference of the two level means (averaged over the other factors); in a fraction it is aliased
-with interactions of the others. Source: Box, Hunter & Hunter, *Statistics for Experimenters*,
-ch. 5 (factorial designs at two levels).
+A factor is a field that every variant sets and that takes exactly two values
+(:func:`two_level_factors`). Its main effect on a metric is the coefficient of its indicator (1
+at the level the first variant does *not* use) in an OLS fit over the completed trials,
+``y = b0 + sum_f e_f * x_f``, with a t-based 95% CI (statsmodels). In a fractional design it is
+aliased with interactions. Source: Box, Hunter & Hunter, *Statistics for Experimenters*, ch. 5.
 
-Across prompt sets (issue 24): a trial measures acceptance length on several prompt sets
-(``acceptance_length/<set>``, each pooled over its verify steps); :func:`effects_across_sets`
-gives each factor's effect on every set and on the trial's **mean over sets**
-(:data:`SET_MEAN`: the unweighted mean of its per-set acceptance lengths, each set weighing
-the same), whose sign names the level the recipe should take. OLS is linear in y, so the
-effect on the mean over sets is the mean of the per-set effects, with its own CI from the
-trials' scatter of that mean.
+:func:`effects_across_sets` gives each factor's effect on every ``acceptance_length/<set>`` and
+on the per-trial mean over sets (:data:`SET_MEAN`).
 """
 
 from __future__ import annotations
@@ -164,20 +156,18 @@ class FactorAcrossSets:
 
     @property
     def resolved(self) -> bool:
-        """Whether the 95% CI of the mean-over-sets effect excludes 0 (the preference is
-        more than the trials' scatter)."""
+        """Whether the 95% CI of the mean-over-sets effect excludes 0."""
         return _side(self.mean) != 0
 
     @property
     def agreeing_sets(self) -> int:
         """Prompt sets whose effect's 95% CI excludes 0 on the side of the mean-over-sets
-        effect (the set prefers the same level, beyond its scatter)."""
+        effect."""
         return sum(1 for e in self.per_set if _side(e) == _sign(self.mean.effect) != 0)
 
     @property
     def opposing_sets(self) -> int:
-        """Prompt sets whose effect's 95% CI excludes 0 on the other side (the set prefers
-        the other level, beyond its scatter: the recipe does not carry over to it)."""
+        """Prompt sets whose effect's 95% CI excludes 0 on the other side."""
         return sum(1 for e in self.per_set if _side(e) == -_sign(self.mean.effect) != 0)
 
 

@@ -34,12 +34,9 @@ CONSTANT_RTOL = 1e-12
 class LogLinearFit:
     """An OLS fit of ``y = a*log_base(x) + b`` with its uncertainty.
 
-    Standard errors are heteroskedasticity-robust (HC3, MacKinnon & White 1985) and the
-    intervals t-based with ``df_resid`` degrees of freedom. ``cov`` is the 2x2 HC3 covariance
-    of (a, b) and ``scale`` the residual variance, so :meth:`predict` needs nothing but this
-    object. When ``status != "ok"`` the coefficients, intervals and ``r2`` are NaN: fewer than
-    3 distinct x, or (when the caller asks) a constant response (every y equal: no slope
-    interval, R² or comparison is defined, see :func:`constant_response`).
+    Standard errors HC3 (MacKinnon & White 1985), intervals t-based with ``df_resid`` degrees
+    of freedom. When ``status != "ok"`` (fewer than 3 distinct x, or a refused constant
+    response) the coefficients, intervals and ``r2`` are NaN.
     """
 
     law: str
@@ -88,8 +85,7 @@ class LogLinearFit:
     cov_type: str = "HC3"
     """covariance estimator of a_ci, b_ci and cov (statsmodels ``cov_type``)"""
     weights: str = "none"
-    """"none" (OLS, the default fit) or ``"1/<column>"``: WLS weighting each trial by the
-    inverse of its measurement variance in that column (see :func:`fit_log_linear`)"""
+    """"none" (OLS) or ``"1/<column>"`` (WLS by that variance column, :func:`fit_log_linear`)"""
 
     @property
     def a_se(self) -> float:
@@ -110,11 +106,9 @@ class LogLinearFit:
     ) -> pd.DataFrame:
         """Fitted mean, its (1 - alpha) confidence band and prediction band at ``x_values``.
 
-        Same numbers as statsmodels ``get_prediction(...).summary_frame(alpha)`` columns mean,
-        mean_ci_lower/upper and obs_ci_lower/upper (the prediction interval of one new trial;
-        ``n_obs`` > 1 gives the interval of the mean of that many new trials). Columns: x,
-        mean, mean_lo, mean_hi, obs_lo, obs_hi, in y's unit; rows with x <= 0, or all rows of a
-        fit that is not ok, are NaN.
+        As statsmodels ``get_prediction(...).summary_frame(alpha)``; the obs band is for the
+        mean of ``n_obs`` new trials. Columns: x, mean, mean_lo, mean_hi, obs_lo, obs_hi, in y's
+        unit; NaN rows where x <= 0, all NaN for a fit that is not ok.
         """
         xs = np.asarray(list(x_values), dtype=float)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -140,10 +134,7 @@ class LogLinearFit:
 
 def constant_response(y: Iterable[float]) -> bool:
     """Whether the finite values ``y`` (shape (n,), n >= 1) do not vary: their range is at most
-    :data:`CONSTANT_RTOL` of their largest magnitude (all equal up to rounding).
-
-    A fit of such a response has slope 0 with a zero-width interval and an undefined R²; its
-    ratio to a published slope, its AIC and its intervals' verdicts mean nothing."""
+    :data:`CONSTANT_RTOL` of their largest magnitude. False for no values."""
     ys = np.asarray(list(y), dtype=float)
     if ys.size == 0:
         return False
@@ -178,27 +169,17 @@ def fit_log_linear(
 ) -> LogLinearFit:
     """Fit ``y = a*log_base(x) + b`` by OLS (statsmodels) with HC3 t-based (1 - alpha) CIs.
 
-    Scylla (arXiv 2505.07858) Thm 1.1 (acceptance length vs pretraining tokens, log10), Thm 1.2
-    (vs draft decoder layers, log10), Thm 1.3 (peak tokens/s vs batch size, log2). Rows where
-    x <= 0 (e.g. the SFT-only baseline at 0 tokens) or x or y is not finite are dropped and
-    counted in ``excluded``. Fewer than 3 distinct x values gives a fit whose ``status`` says
-    so and whose coefficients are NaN; so does a constant y (:func:`constant_response`) unless
-    ``allow_constant`` (a flat line, slope 0 within rounding, is then the fit: fine for "k does
-    not change with b", meaningless for a law compared with the paper or another form). It never
-    raises for data. Raises ``ValueError`` when a column is missing or ``log_base`` is not 2 or
-    10.
+    Scylla (arXiv 2505.07858) Thm 1.1 and 1.2 (log10), Thm 1.3 (log2). Rows where x <= 0 (the
+    SFT-only baseline) or x or y is not finite are dropped and counted in ``excluded``. Fewer
+    than 3 distinct x, or a constant y (:func:`constant_response`) unless ``allow_constant``,
+    give a fit whose ``status`` says so, coefficients NaN. Raises ``ValueError`` when a column
+    is missing or ``log_base`` is not 2 or 10; never for data.
 
-    ``variance`` (default None: OLS, every trial weighing the same) names a column of each
-    row's measurement variance in y units squared (e.g. :func:`ci_variance` of a trial's
-    ``acceptance_length_ci_low`` / ``_ci_high``): the fit is then WLS with weights 1/variance
-    (Aitken's generalised least squares for independent errors of known relative variance),
-    still with HC3 errors, so the intervals stay valid when the weights are off. A row whose
-    variance is not finite or negative is dropped (counted in ``excluded``); a zero variance
-    is raised to the smallest positive one. ``r2``, ``residuals`` and ``scale`` stay
-    unweighted (``scale`` is then the spread of a new trial at an average weight). It pays
-    only when the trials' variances differ (measured: slope RMSE -20%, a 28% narrower CI at
-    equal coverage when half the trials had 4 prompts and half 48; none, slightly worse, when
-    every trial has the same prompts, the platform's case; see docs/analysis.md).
+    ``variance`` (None: OLS) names a column of each row's measurement variance (y units
+    squared, e.g. :func:`ci_variance`): the fit is then WLS with weights 1/variance, still HC3.
+    Rows with a non-finite or negative variance are dropped (counted in ``excluded``); a zero
+    variance is raised to the smallest positive one. ``r2``, ``residuals`` and ``scale`` stay
+    unweighted. When to weight: docs/analysis.md.
     """
     if log_base not in (2, 10):
         raise ValueError(f"log_base={log_base} is not supported. Use 10 or 2.")
@@ -287,8 +268,8 @@ def _variances(df: pd.DataFrame, column: str | None) -> np.ndarray:
 def baseline_summary(df: pd.DataFrame, x: str, y: str) -> dict[str, float | int]:
     """Mean, std (ddof=1; NaN when n < 2) and n of finite ``y`` over rows with ``x == 0``.
 
-    The x == 0 rows are the SFT-only baseline (no pretraining), which a log axis cannot show;
-    Scylla reports tau 5.10 for it on MT-bench. Returns mean NaN and n 0 when there is none.
+    The x == 0 rows are the SFT-only baseline. Returns mean NaN and n 0 when there is none (or
+    a column is missing).
     """
     if x not in df.columns or y not in df.columns:
         return {"mean": math.nan, "std": math.nan, "n": 0}

@@ -4,9 +4,6 @@ Source: Scylla, "Scaling Laws for Speculative Decoding" (arXiv 2505.07858), as s
 ``shared/PAPER_NOTES.md``; the numbers live in ``analysis/reference/scylla_2505_07858.yaml``
 (the laws of Thm 1.1-1.3, the endpoints printed with Thm 1.1, Eq. 4 and its k_opt values,
 Table 4 means, Table 5). Pure functions: no I/O beyond reading that packaged file.
-
-This module does not import :mod:`analysis.laws` at run time (only its type, for annotations):
-the laws module fits, this one holds the paper's numbers, and the dependency runs one way.
 """
 
 from __future__ import annotations
@@ -53,10 +50,8 @@ def paper_constants() -> dict[str, dict[str, Any]]:
 PAPER_CONSTANTS: dict[str, dict[str, Any]] = paper_constants()
 """The paper's published law constants (``analysis/reference/scylla_2505_07858.yaml``).
 
-They were measured on 7B-class targets (and Qwen2.5-72B on H800 GPUs for the batch law) with
-GPU-scale drafts and budgets; they are a reference for the *shape* of the law, not numbers a CPU
-sweep should reproduce. The token law's T is in billions of tokens (b is tau at T = 1B); for raw
-token counts the intercept becomes ``b - 9*a`` while the slope a is unchanged.
+The token law's T is in billions of tokens (b is tau at T = 1B); for raw token counts the
+intercept is ``b - 9*a``, the slope unchanged.
 """
 
 
@@ -64,9 +59,7 @@ token counts the intercept becomes ``b - 9*a`` while the slope a is unchanged.
 class PaperComparison:
     """Our fitted slope beside the paper's (same law, same log base).
 
-    The slope a does not depend on x's unit; the intercept does, so ``paper_b_ours`` is the
-    paper's b moved to our x unit: ``b - a*log_base(x_scale)`` (e.g. Thm 1.1's b = 5.05 at
-    T = 1B becomes 5.05 - 9*0.08 = 4.33 for x in raw tokens).
+    ``paper_b_ours`` is the paper's b in our x unit: ``b - a*log_base(x_scale)``.
     """
 
     law: str
@@ -100,8 +93,7 @@ def compare_with_paper(
 ) -> PaperComparison | None:
     """Our fit of ``fit.law`` beside the paper's published constants, or None when the paper
     states no such law or the log bases differ. ``boot_a_ci`` adds the bootstrap interval's
-    verdict. A fit that is not ok (too few x, a constant response) gives NaN numbers and None
-    verdicts: there is nothing to compare."""
+    verdict. A fit that is not ok gives NaN numbers and None verdicts."""
     paper = paper_constants().get(fit.law)
     if paper is None or int(paper["log_base"]) != fit.log_base:
         return None

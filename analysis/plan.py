@@ -1,10 +1,8 @@
 """From measured laws to a training-and-serving plan, with intervals and extrapolation labels.
 
-The rule (stated so a test can follow it):
-
-**Training** (Scylla, arXiv 2505.07858, Sec. 4.4 decides the same by hand: more pretraining
-tokens, more draft layers). The token law ``tau = a_T*log10(T) + b_T`` (Thm 1.1) and, when a
-depth sweep exists, the depth law ``tau = a_D*log10(D) + b_D`` (Thm 1.2) are taken as additive:
+**Training** (Scylla, arXiv 2505.07858, Sec. 4.4). The token law ``tau = a_T*log10(T) + b_T``
+(Thm 1.1) and, when a depth sweep exists, the depth law ``tau = a_D*log10(D) + b_D`` (Thm 1.2)
+are taken as additive:
 ``tau(T, D) = a_T*log10(T) + b_T + a_D*log10(D / D0)``, D0 the depth the token sweep trained.
 Starting from the smallest measured budget T0 at D0, the plan takes, one at a time, the move
 (double T, or add a layer) with the larger predicted gain in tau per added training hour
@@ -18,18 +16,17 @@ laws runs the same rule, which gives the interval of the recommended T and D.
 token law, ``tau_plan(k) = 1 + g*(tau_k(k) - 1)`` with ``g = (tau(T*, D*) - 1) / (tau(T_dec, D0)
 - 1)`` (T_dec: the decode draft's budget; g = 1 when it is unknown), at most k. Per batch size b
 the plan's k maximises the roofline throughput ``b*tau_plan(k) / step_s(b, k)`` over the
-measured k range, or is 1 (no speculation, the target alone) where even that best k is slower
-than the autoregressive step (vLLM's K = 0 for that batch range); the speedup is over the
+measured k range, or is 1 (no speculation) where even that best k is slower than the
+autoregressive step; the speedup is over the
 roofline's autoregressive step ``b / ar_s(b)``, and the mix's speedup is ``sum_b w_b *
 speedup_b``. Every figure is computed for the fit and for each replicate (the token law's and
 the tau(k) curve's, paired by index): the interval is the replicates' (alpha/2, 1 - alpha/2)
 percentiles; the acceptance length at the plan also has the token law's t-based interval of
 its value there (:mod:`analysis.budget_effect`, passed in as ``mean_ci``).
 
-**Extrapolation.** A figure resting on a value beyond the measured range says so: decades of
-tokens beyond the largest measured budget, layers beyond the deepest measured draft, batch
-sizes outside the decode sweep's, another target shape or hardware than the trials ran on. A k
-at the top of the measured range is labelled ``capped`` (the best k may lie beyond it).
+**Extrapolation labels**: tokens beyond the largest measured budget, layers beyond the deepest
+measured draft, batch sizes outside the decode sweep's, another target or hardware; a k at the
+top of the measured range is labelled ``capped``.
 """
 
 from __future__ import annotations
@@ -133,9 +130,8 @@ class TrainingPlan:
     acceptance_length: float
     """tau at (tokens, layers) at the token sweep's evaluation tree"""
     acceptance_ci: tuple[float, float]
-    """the token law's t-based 95% interval of its value at that budget
-    (:mod:`analysis.budget_effect`: the mean interval, widened by a budget's shared deviation
-    when the sweep shows one; with the depth law's replicates' spread when layers move)"""
+    """the token law's t-based 95% interval of its value there (``mean_ci`` of
+    :func:`plan_training`), plus the depth law's replicates' half-spread when layers move"""
     acceptance_boot_ci: tuple[float, float]
     """the replicates' percentile interval of the same"""
     path: list[dict[str, Any]] = field(default_factory=list)
@@ -171,8 +167,8 @@ class ServingPlan:
 
     rows: list[dict[str, Any]]
     """per b: batch_size, share, k, k_ci, acceptance_length (+_ci), tokens_per_s (+_ci),
-    ar_tokens_per_s, speedup (+_ci), speedup_by_k ({candidate k: the fit's predicted speedup over
-    AR had that k been used}: what a served fixed k is compared with), labels"""
+    speculate, ar_tokens_per_s, speedup (+_ci), speedup_by_k ({candidate k: the fit's predicted
+    speedup over AR at that k}), labels"""
     mix_speedup: float
     mix_speedup_ci: tuple[float, float]
     rescale: float

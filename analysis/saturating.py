@@ -1,8 +1,7 @@
 """The saturating alternative to the log-linear law, compared by AIC.
 
-Scylla (arXiv 2505.07858) reports that acceptance-length gains "saturate past ~50B" pretraining
-tokens while fitting a log-linear law (Thm 1.1). The alternative here is the power law with a
-ceiling ``y = c - A*x**(-alpha)`` (c: the asymptote, A > 0, alpha > 0), fitted by nonlinear
+The alternative to Thm 1.1 of Scylla (arXiv 2505.07858) is the power law with a ceiling
+``y = c - A*x**(-alpha)`` (c: the asymptote, A > 0, alpha > 0), fitted by nonlinear
 least squares (``scipy.optimize.curve_fit``). Both forms are scored by the Gaussian AIC
 ``n*ln(RSS/n) + 2*(p + 1)`` (p coefficients plus the noise variance; Burnham & Anderson 2002,
 eq. 2.13); the lower AIC is preferred, and |delta| < 2 is no real preference.

@@ -7,11 +7,10 @@ Forms (tau in tokens per cycle, k verified tokens per sequence per cycle, root i
   Eq. 8, ``tau(k) = -6.25 * (0.2c)**(k/30) + 6``: it saturates at A as k grows;
 - ``log2``: ``tau = a * log2(k) + b``: grows without bound, one parameter fewer.
 
-Both are fitted by (weighted) least squares, ``eq8`` as a profile over r on a grid (for each r
-the model is linear in A and B), which makes every bootstrap replicate a weighted fit of the
-same design: a replicate draws the trials with replacement (multinomial counts used as
-weights; Efron & Tibshirani 1993, ch. 9), so all replicates are solved at once. The form with
-the lower AICc on the data (Burnham & Anderson 2002, Sec. 2.4) is used; both are reported.
+Both are fitted by least squares, ``eq8`` as a profile over r on :data:`R_GRID` (linear in A
+and B for each r). A bootstrap replicate is the weighted fit with the trials' multinomial
+resample counts as weights (Efron & Tibshirani 1993, ch. 9). The form with the lower AICc
+(Burnham & Anderson 2002, Sec. 2.4) is chosen; both are reported.
 """
 
 from __future__ import annotations

@@ -1,30 +1,19 @@
 """Batch-size sweep analysis: throughput surface, best k per batch, Thm 1.3 and Eq. 4 fits.
 
-Source: Scylla, "Scaling Laws for Speculative Decoding" (arXiv 2505.07858), Sec. 3.2:
+Source: Scylla (arXiv 2505.07858) Sec. 3.2 and Appendix C; the paper's constants are in
+``analysis/reference/scylla_2505_07858.yaml``.
 
-- Thm 1.3: peak throughput (generated tokens/s over the whole batch, at the best number of
-  verified tokens k) grows log-linearly in the decoding batch size b,
-  ``peak tokens/s = a*log2(b) + b0`` (paper: a ~ 286.79, b0 ~ 7.54 for Qwen2.5-72B on H800);
-- Eq. 4: the optimal number of verified tree tokens falls with b,
-  ``k_opt(b) = A*sqrt(1 + B/b) - C`` (paper: 27904, 0.034, 27897; ~477 at b=1, ~14 at b=64),
-  derived from the roofline (Appendix C).
+- Thm 1.3: peak throughput (tokens/s over the whole batch, at the best k) is
+  ``a*log2(b) + b0`` in the decoding batch size b;
+- Eq. 4: the optimal number of verified tree tokens is ``k_opt(b) = A*sqrt(1 + B/b) - C``.
 
-Input is the ``decode_bench`` trial table, one row per trial: ``trial_key``, ``state``, the knobs
-``batch_size``, ``num_draft_tokens`` (k, verified tokens per sequence per cycle, root included),
-``depth``, ``topk``, ``seed`` (the results store's dotted names ``decode.batch_size`` ... are
-accepted too, see :func:`decode_table`), and the metrics ``tokens_per_s``, ``ar_tokens_per_s``,
-``speedup``, ``hf_tokens_per_s``, ``acceptance_length``, ... Only completed trials with a finite
-metric count; failed trials (NaN metrics) are counted, never averaged.
-
-Trials that differ in a condition of the measurement (:data:`CONDITIONS`: the sampling
-``temperature``, the oracle draft's ``oracle_accept``) are never averaged into one (b, k) cell:
-the per-cell functions refuse such a table, and :func:`split_conditions` parts it into one
-table per condition, labelled, to analyse each apart.
-
-Trials with ``num_draft_tokens: auto`` (batch-adaptive k, Scylla Table 5 "Opt. top_k": k chosen
-each cycle from the live batch size) are kept apart: the surface, the best k per b and the
-Thm 1.3 / Eq. 4 fits use numeric k only, and :func:`auto_vs_best` sets each b's auto throughput
-beside the best fixed k's.
+Input: the ``decode_bench`` trial table, one row per trial: ``trial_key``, ``state``, the
+:data:`KNOBS` (``num_draft_tokens`` = k, verified tokens per sequence per cycle, root included;
+dotted names accepted, :func:`decode_table`) and the :data:`METRICS`. Only completed trials with
+a finite metric count; failed trials are counted, never averaged. Trials that differ in a
+:data:`CONDITIONS` value are never pooled (:func:`split_conditions`). ``num_draft_tokens: auto``
+trials (batch-adaptive k, Scylla Table 5 "Opt. top_k") are left out of the surface and the fits
+and compared by :func:`auto_vs_best`.
 
 Pure functions over pandas tables: no I/O, no torch, Ray, SQL or MLflow.
 """
@@ -97,9 +86,8 @@ PAPER_K_OPT: dict[str, Any] = {
     "C": float(reference()["eq4"]["C"]),
     "conditions": "Qwen2.5-72B, 10K-token prefill, one H800 (roofline-derived)",
 }
-"""The paper's Eq. 4 constants (from ``analysis/reference/scylla_2505_07858.yaml``). They
-belong to a 72B target on an H800; a reference for the shape of k_opt(b), not numbers a small
-model on a CPU should reproduce."""
+"""The paper's Eq. 4 constants (from ``analysis/reference/scylla_2505_07858.yaml``; 72B target,
+H800)."""
 
 BEST_COLUMNS = (
     "batch_size",
@@ -140,10 +128,8 @@ AUTO_COLUMNS = (
 
 @dataclass(frozen=True, eq=False)
 class RooflineData:
-    """Roofline predictions for one hardware profile (Scylla Sec. 3.2, Appendix C).
-
-    Computed elsewhere (the ``roofline`` workload) and passed to the analysis and dashboard.
-    """
+    """Roofline predictions for one hardware profile (Scylla Sec. 3.2, Appendix C), from the
+    ``roofline`` workload. Raises ``ValueError`` when ``intensity`` lacks a column."""
 
     hardware: str
     """hardware profile name, e.g. "H800 SXM" or "local CPU (measured)" """
@@ -174,9 +160,8 @@ class RooflineData:
 class Eq4Fit:
     """A nonlinear least-squares fit of ``k = A*sqrt(1 + B/b) - C`` (Scylla Eq. 4).
 
-    Made by :func:`fit_eq4` (measured best k per batch size, or the roofline's k_opt). When
-    ``status != "ok"`` the parameters, intervals and ``r2`` are NaN. A, B, C are strongly
-    correlated (for B << b the curve is ~ (A - C) + (A*B/2)/b), so wide intervals are normal.
+    Made by :func:`fit_eq4`. When ``status != "ok"`` the parameters, intervals and ``r2`` are
+    NaN.
     """
 
     status: str
@@ -233,7 +218,7 @@ class KOptFit:
     eq4: Eq4Fit
     """``k = A*sqrt(1 + B/b) - C`` (Scylla Eq. 4)"""
     log2: LogLinearFit
-    """``k = a*log2(b) + b0`` by OLS: a two-parameter alternative that fits with 3 batch sizes"""
+    """``k = a*log2(b) + b0`` by OLS (needs 3 distinct batch sizes)"""
     paper: Mapping[str, Any] = field(default_factory=lambda: dict(PAPER_K_OPT))
     """the paper's Eq. 4 constants (:data:`PAPER_K_OPT`)"""
 
@@ -245,12 +230,11 @@ class KOptFit:
 def decode_table(df: pd.DataFrame) -> pd.DataFrame:
     """The trial table with plain knob names, numeric knob columns and a ``k_auto`` column.
 
-    A knob missing under its plain name (``batch_size``) is taken from its dotted override name
-    (``decode.batch_size``) when present; ``k_auto`` (bool) is True where ``num_draft_tokens`` is
-    ``"auto"`` (:data:`AUTO`, batch-adaptive k); then knob columns are coerced to numbers (NaN
-    when not, so an auto trial's k is NaN and no fixed-k analysis counts it). The input is not
-    modified. Raises ``ValueError`` when ``batch_size`` or ``num_draft_tokens`` is missing under
-    both names.
+    A knob missing under its plain name (``batch_size``) is taken from its dotted name
+    (``decode.batch_size``); ``k_auto`` (bool) is True where ``num_draft_tokens`` is
+    :data:`AUTO`; knob columns are coerced to numbers (NaN when not, so an auto trial's k is
+    NaN). The input is not modified. Raises ``ValueError`` when ``batch_size`` or
+    ``num_draft_tokens`` is missing under both names.
     """
     out = df.copy()
     for knob, aliases in _KNOB_ALIASES.items():
@@ -278,11 +262,9 @@ def split_conditions(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """The trial table parted by the conditions it varies (:data:`CONDITIONS`), each part with
     its label (``"temperature=0.7, oracle_accept=0.8"``: the varying conditions only).
 
-    A condition is read under its plain name (``temperature``) or its dotted override name
-    (``decode.temperature``); a missing value is the config default. A table that varies none
-    (or lacks the columns) comes back whole, labelled ``""``. Parts are ordered with the
-    reference condition first: the lowest temperature, then the highest oracle_accept (greedy
-    decoding with a perfect oracle, when measured). The input is not modified.
+    A condition is read under its plain or dotted name; a missing value is the config default.
+    A table that varies none comes back whole, labelled ``""``. Parts are ordered lowest
+    temperature first, then highest oracle_accept. The input is not modified.
     """
     values = _condition_values(df)
     varying = [c for c in values.columns if values[c].nunique() > 1]
@@ -314,8 +296,7 @@ def _condition_values(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _one_condition(df: pd.DataFrame, what: str) -> None:
-    """Refuse a table whose trials differ in a :data:`CONDITIONS` column: its (b, k) cells
-    would average different measurements."""
+    """Raise ``ValueError`` when the trials differ in a :data:`CONDITIONS` column."""
     values = _condition_values(df)
     varying = {c: sorted(values[c].unique()) for c in values.columns if values[c].nunique() > 1}
     if varying:
@@ -329,16 +310,12 @@ def _one_condition(df: pd.DataFrame, what: str) -> None:
 def throughput_surface(df: pd.DataFrame, value: str = "tokens_per_s") -> pd.DataFrame:
     """Mean ``value`` per (batch size, number of verified tokens): the b x k surface.
 
-    Aggregation: over completed trials (``state == "completed"`` when the table has a state
-    column) whose ``value`` is finite, the arithmetic mean of every trial at the same
-    (``batch_size``, ``num_draft_tokens``), i.e. pooled over seeds *and* over any ``depth`` /
-    ``topk`` values swept at that cell (filter the table first for one tree shape). Failed
-    trials (NaN metrics) and ``num_draft_tokens: auto`` trials are ignored. Returns a pivot:
-    index ``batch_size`` (int, sequences), columns ``num_draft_tokens`` (int, verified tokens
-    per sequence per cycle), cells in the unit of ``value`` (tokens/s for ``tokens_per_s``),
-    NaN where no trial completed; sorted ascending both ways. Raises ``ValueError`` when
-    ``value`` or a knob column is missing, or when the trials differ in a condition
-    (:func:`split_conditions`).
+    The mean over completed trials with a finite ``value`` at each (``batch_size``,
+    ``num_draft_tokens``), pooled over seeds *and* any ``depth`` / ``topk`` (filter first for
+    one tree shape); auto trials are ignored. Returns a pivot: index ``batch_size`` (int,
+    sequences), columns ``num_draft_tokens`` (int, verified tokens), cells in the unit of
+    ``value``, NaN where no trial completed; sorted ascending. Raises ``ValueError`` when
+    ``value`` or a knob column is missing, or the trials differ in a condition.
     """
     _one_condition(df, "throughput_surface")
     done = _completed(decode_table(df), value)
@@ -353,13 +330,11 @@ def throughput_surface(df: pd.DataFrame, value: str = "tokens_per_s") -> pd.Data
 def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
     """The best fixed-k configuration at each batch size: Thm 1.3's peak throughput and best k.
 
-    Only trials with a numeric ``num_draft_tokens`` count (``auto`` trials are compared by
-    :func:`auto_vs_best`). A cell is one (``batch_size``, ``num_draft_tokens``, ``depth``,
-    ``topk``) — shape knobs the table lacks are left out — and its throughput is the mean
-    ``tokens_per_s`` of its completed trials (over seeds; a trial without a shape knob the
-    others have forms its own cell). At each batch size the best cell is the one with the
-    highest mean (ties: the smallest k, then the smallest depth and topk). When depth and topk
-    are fixed, the best k is exactly the argmax over k of :func:`throughput_surface`.
+    Only numeric ``num_draft_tokens`` count. A cell is one (``batch_size``,
+    ``num_draft_tokens``, ``depth``, ``topk``) (shape knobs the table lacks are left out; a
+    trial without a shape knob the others have forms its own cell), its throughput the mean
+    ``tokens_per_s`` of its completed trials. The best cell at b has the highest mean (ties:
+    smallest k, then depth, then topk).
 
     Columns (:data:`BEST_COLUMNS`), one row per batch size with a completed trial, sorted by b:
     ``batch_size`` (sequences); ``best_num_draft_tokens`` (k of the best cell, verified tokens
@@ -371,10 +346,9 @@ def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
     mean over all completed trials at b; NaN except at b = 1); ``n_trials`` (completed trials in
     the best cell); ``n_completed`` and ``n_failed`` (fixed-k trials at b); ``n_k`` (distinct k
     measured at b); ``best_k_at_edge`` (True when the best k is the smallest or largest k
-    measured at b, so the true optimum may lie outside the grid).
+    measured at b).
 
-    Raises ``ValueError`` when the trials differ in a condition (temperature, oracle_accept:
-    part the table with :func:`split_conditions` first).
+    Raises ``ValueError`` when the trials differ in a condition (:func:`split_conditions`).
     """
     _one_condition(df, "best_per_batch")
     table = decode_table(df)
@@ -437,9 +411,8 @@ def best_per_batch(df: pd.DataFrame) -> pd.DataFrame:
 def auto_vs_best(df: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataFrame:
     """Batch-adaptive k (``num_draft_tokens: auto``) against the best fixed k, per batch size.
 
-    The paper's "Opt. top_k" (Scylla Table 5) re-chooses the tree size per batch size; here an
-    auto trial chose k every cycle from the live batch size (its law: ``decode.k_law``). Per b
-    with a completed auto trial (finite ``tokens_per_s``): ``batch_size`` (sequences);
+    An auto trial chose k every cycle from the live batch size (``decode.k_law``; Scylla
+    Table 5 "Opt. top_k"). One row per b with a finished auto trial: ``batch_size`` (sequences);
     ``auto_tokens_per_s`` and ``auto_tokens_per_s_std`` (mean and std, ddof=1, over the auto
     trials at b, e.g. seeds; NaN std for one; tokens/s over the whole batch); ``auto_k_mean``
     (mean over those trials of :data:`AUTO_K_METRIC`, the mean k per cycle; NaN when not
@@ -448,12 +421,11 @@ def auto_vs_best(df: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataF
     mean tokens/s (:func:`best_per_batch`; NaN when no fixed-k trial completed at b);
     ``ratio`` = auto / best fixed tokens/s (NaN without a fixed k); ``auto_wins`` (ratio > 1);
     ``fixed_at_auto_k_tokens_per_s``: mean tokens/s of the fixed-k trials at b whose k is
-    ``auto_k_mean`` rounded half up (NaN when that k was not measured), to tell a poor law
-    (auto picked a k the grid shows is slow) from a cost of adapting; ``n_auto`` and
+    ``auto_k_mean`` rounded half up (NaN when that k was not measured); ``n_auto`` and
     ``n_auto_failed`` (completed and failed auto trials at b). Auto trials are pooled over any
     depth / topk at b. ``best`` defaults to :func:`best_per_batch` of ``df``. Sorted by b;
     empty (with the columns) when the table has no finished auto trial. Raises ``ValueError``
-    when the trials differ in a condition (:func:`split_conditions`).
+    when the trials differ in a condition.
     """
     _one_condition(df, "auto_vs_best")
     table = decode_table(df)
@@ -522,12 +494,11 @@ def auto_vs_best(df: pd.DataFrame, best: pd.DataFrame | None = None) -> pd.DataF
 def fit_peak_throughput(best: pd.DataFrame, *, alpha: float = 0.05) -> LogLinearFit:
     """Scylla Thm 1.3: ``peak_tokens_per_s = a*log2(batch_size) + b0`` by OLS.
 
-    One point per batch size from :func:`best_per_batch` (peak = mean tokens/s of the best
-    cell); a in tokens/s per doubling of b, b0 in tokens/s at b = 1; (1 - alpha) CIs and R² from
-    statsmodels via :func:`analysis.laws.fit_log_linear` (law "batch", so
-    ``analysis.paper.PAPER_CONSTANTS["batch"]`` holds the paper's a ~ 286.79, b0 ~ 7.54). The
-    fit's ``b`` is b0. Fewer than 3 batch sizes, or the same peak at every b (no slope to set
-    beside the paper's), give a fit whose ``status`` says so, never an exception.
+    One point per row of :func:`best_per_batch`; a in tokens/s per doubling of b, b0 (the
+    fit's ``b``) in tokens/s at b = 1; (1 - alpha) CIs and R² by
+    :func:`analysis.laws.fit_log_linear` (law "batch", paper constants in
+    ``analysis.paper.PAPER_CONSTANTS["batch"]``). Fewer than 3 batch sizes, or the same peak at
+    every b, give a fit whose ``status`` says so, never an exception.
     """
     return fit_log_linear(
         best,
@@ -543,13 +514,10 @@ def fit_peak_throughput(best: pd.DataFrame, *, alpha: float = 0.05) -> LogLinear
 def fit_k_opt(best: pd.DataFrame, *, alpha: float = 0.05) -> KOptFit:
     """Fit the measured best k vs batch size: Scylla Eq. 4 and a log-linear alternative.
 
-    Eq. 4, ``k = A*sqrt(1 + B/b) - C``, by :func:`fit_eq4` (statuses, not exceptions, when
-    there is no fit) on one point per batch size (``best_num_draft_tokens`` of
-    :func:`best_per_batch`, verified tokens; b in sequences). The measured k come from a
-    discrete grid, so the fit describes the grid's argmax, not a continuous optimum.
-
-    The alternative ``k = a*log2(b) + b0`` (OLS, :func:`analysis.laws.fit_log_linear`, law
-    "k_opt") needs only 3 distinct b.
+    ``best`` is :func:`best_per_batch`'s table (``best_num_draft_tokens`` in verified tokens, b
+    in sequences). Eq. 4 by :func:`fit_eq4`; ``k = a*log2(b) + b0`` by
+    :func:`analysis.laws.fit_log_linear` (law "k_opt"). Raises ``ValueError`` when ``best``
+    lacks ``batch_size`` or ``best_num_draft_tokens``.
     """
     missing = [c for c in ("batch_size", "best_num_draft_tokens") if c not in best.columns]
     if missing:
@@ -589,11 +557,9 @@ def fit_eq4(batch_sizes: Iterable[float], ks: Iterable[float], *, alpha: float =
     """Nonlinear least squares of Scylla Eq. 4, ``k = A*sqrt(1 + B/b) - C``, on (b, k) points.
 
     ``batch_sizes`` in sequences, ``ks`` in verified tokens (measured best k, or the roofline's
-    k_opt); points with a non-finite value or b <= 0 are dropped. The form is badly conditioned
-    (the paper's own A and C differ by 7 in 27904), so B is first scanned on a log grid
-    (1e-4 .. 1e6 sequences) with A and C solved linearly for each B, and the best grid point
-    starts :func:`scipy.optimize.curve_fit` over (A, log B, C), which keeps B > 0. Intervals: t
-    with n - 3 dof on the curve_fit covariance (B's by the delta method from log B).
+    k_opt); points with a non-finite value or b <= 0 are dropped. The start point is the best
+    B on a log grid (:func:`_eq4_start`); :func:`scipy.optimize.curve_fit` then fits (A, log B,
+    C). Intervals: t with n - 3 dof on the curve_fit covariance (B's by the delta method).
 
     Statuses instead of exceptions: "too few points" with fewer than
     :data:`MIN_DISTINCT_B_EQ4` distinct b, "did not converge" when the optimiser fails, "not
@@ -686,11 +652,8 @@ def _eq4_start(xs: np.ndarray, ys: np.ndarray) -> tuple[float, float, float]:
 
 
 def _eq4_identifiable(xs: np.ndarray, a: float, bb: float) -> bool:
-    """True when the Jacobian of Eq. 4 in (A, B, C) at the optimum has full column rank.
-
-    Columns are scaled to unit norm first, so the test does not depend on the parameters'
-    magnitudes; a smallest/largest singular value ratio under 1e-9 counts as rank-deficient.
-    """
+    """True when the Jacobian of Eq. 4 in (A, B, C), columns scaled to unit norm, has a
+    smallest/largest singular value ratio over 1e-9."""
     root = np.sqrt(1.0 + bb / xs)
     jac = np.column_stack([root, a / (2.0 * xs * root), -np.ones_like(xs)])
     norms = np.linalg.norm(jac, axis=0)

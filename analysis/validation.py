@@ -1,8 +1,8 @@
 """Out-of-sample checks of a log-linear law: extrapolation to the largest x and leave-one-out.
 
-A scaling law is used to extrapolate, so the check that matters is whether a fit on the smaller
-budgets predicts the largest one. Leave-one-out (LOO) predicts each trial from a fit without it;
-its residuals are the PRESS residuals ``e_i / (1 - h_ii)`` (statsmodels ``OLSInfluence``).
+Extrapolation: a fit on the smaller budgets predicts the largest one. Leave-one-out (LOO)
+predicts each trial from a fit without it; its residuals are the PRESS residuals
+``e_i / (1 - h_ii)`` (statsmodels ``OLSInfluence``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 No law is fitted: each variant's completed trials (its seeds and grid points) are summarised by
 count, mean, sample standard deviation, min and max of every numeric metric asked for, and the
-difference of each variant's mean from the first variant's (Scylla, arXiv 2505.07858, Sec. 5
-compares the recipes the same way: mean acceptance length per benchmark).
+difference of each variant's mean from the first variant's (as Scylla, arXiv 2505.07858,
+Sec. 5).
 """
 
 from __future__ import annotations
