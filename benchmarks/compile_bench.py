@@ -1,29 +1,21 @@
-"""Benchmark (issue 16, item 4): does ``torch.compile`` bring a small verification forward closer
-to one autoregressive step on this CPU?
+"""Benchmark: does ``torch.compile`` bring a small verification forward closer to one
+autoregressive step on this CPU?
 
-Speculative decoding pays only when a forward of n new tokens (the verification of n - 1 drafted
-tokens) costs little more than a forward of one. On this CPU HF's eager forward of 2-8 new tokens
-after a 256-token prefix takes ~1.75x one token (small-M matrix products), so a draft needs an
-acceptance length of ~1.8 to pay. This script measures, in one process, with the same threads and
-the same cache, the ratio verify(n) / AR(1) for n in ``--ns``:
+Prints, in one process with the same threads and cache, the ratio verify(n) / AR(1) for n in
+``--ns``, per mode:
 
 - ``eager``: the target's forward as is;
 - ``compiled``: ``torch.compile`` (inductor, ``dynamic=False``: one graph per n) with
-  ``torch._inductor.config.freezing = True``, which folds the frozen weights into the graph as
-  constants and prepacks them for oneDNN (the weight layout change that small-M products need);
-- ``compiled-unfrozen`` (``--unfrozen``): inductor without freezing, to separate the two effects;
-- ``onednn`` (``--onednn``, issue 22): eager, on a copy of the model whose every ``nn.Linear``
-  (LM head included) runs through oneDNN with its weight prepacked once
-  (:class:`OneDNNLinear`) instead of MKL's sgemm. On the AMD EPYC build machine MKL's small-M
-  products scale about linearly in M up to M = 3 (the 49152 x 576 LM head costs 2.1-3.2x at
-  M = 2-3 and 1.7x at M = 4-8) while oneDNN's stay flat to M = 8 and are 1.5-3x faster at M = 1.
+  ``torch._inductor.config.freezing = True`` (frozen weights folded in and prepacked for oneDNN);
+- ``compiled-unfrozen`` (``--unfrozen``): inductor without freezing;
+- ``onednn`` (``--onednn``): eager, every ``nn.Linear`` (LM head included) through oneDNN with
+  its weight prepacked once (:class:`OneDNNLinear`) instead of MKL's sgemm.
 
-Every forward runs on a transformers ``StaticCache`` holding the prefix (``--prefix`` random token
-ids of the target's vocabulary, prefilled once): the n new tokens are written at positions
-prefix..prefix+n-1 and the next repetition overwrites them, so every call sees the same
-prefix and the same shapes. Times are the median of ``--reps`` calls after two warm-ups, the
-modes interleaved call by call so drift in machine speed hits all of them alike. The logits of
-all n positions are computed (verification needs each), as the engine does.
+Every forward runs on a transformers ``StaticCache`` holding ``--prefix`` random token ids
+(prefilled once); the n new tokens overwrite the same positions each call, and the logits of
+all n positions are computed. Times: the median of ``--reps`` calls after two warm-ups, the
+modes interleaved call by call. Also prints compile seconds, compiled over eager and the largest
+logit difference from the first mode; ``--json FILE`` writes them.
 
     python benchmarks/compile_bench.py --json runs/compile_bench.json
 """

@@ -1,4 +1,4 @@
-"""Benchmark report: predicted against measured trial seconds (issue 24, cost before running).
+"""Benchmark report: predicted against measured trial seconds (cost before running).
 
 Calibrates the cost model on one run root's results DB (``--calibrate``, e.g. a smoke sweep's
 root), predicts every trial of a sweep spec as a submit would before running it (on this
@@ -18,7 +18,7 @@ each predicted wall time, the mean absolute error per trial), and the goals: per
     python benchmarks/cost_bench.py --calibrate /tmp/costroot --spec sweeps/tokens.yaml \
         --measured runs [--sweep tokens] [--cache-dir DIR] [--any-hardware] [--json out.json]
 
-``--any-hardware`` calibrates on trials that recorded no hardware (run before issue 24) or other
+``--any-hardware`` calibrates on trials that recorded no hardware (older trials) or other
 hardware too; by default only trials with this machine's ``hardware.id`` count.
 """
 

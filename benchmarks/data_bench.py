@@ -1,4 +1,4 @@
-"""Benchmark: the data path at paper scale, on this CPU (issue 15, "Benchmarks on this CPU").
+"""Benchmark: the data path at paper scale, on this CPU.
 
 Four measurements, on a tiny random-weight LLaMA target (a ``config.json`` written to a work
 folder, ``load_target(weights="random")``; hidden 64, 2 layers, the builtin SmolLM2 tokenizer)
@@ -8,7 +8,7 @@ and a local jsonl corpus written from ShareGPT's pretraining split (``--corpus-m
    :class:`~workloads.data.shards.StreamRows` of the corpus, each size in a fresh folder,
    sizes interleaved over ``--repeats`` rounds, medians): wall time, the counted work (rows
    packed, rows through the target; tokens tokenised during the build) and the time ratio per
-   doubling (issue target: <= 2.3x). The second call on a full folder (all hits, every chunk's
+   doubling (target: <= 2.3x). The second call on a full folder (all hits, every chunk's
    checksum verified) is timed too.
 2. **Tokenisation throughput** of the jsonl corpus into the token-shard cache
    (``corpus_tokens``, whole corpus, fresh cache per run) with 1 and 2 processes, tokens/s each,
@@ -17,16 +17,15 @@ and a local jsonl corpus written from ShareGPT's pretraining split (``--corpus-m
    draft (1 layer, draft vocabulary truncated to ``--draft-vocab`` ids) over the whole budget
    with :class:`~workloads.training.online_features.OnlineFeatures` on ``StreamRows`` (``repeat:
    true``) and reports its peak RSS (``ru_maxrss``) and its resident memory sampled after every
-   step; the issue's target is <= +10% from 1M to 4M, for both. Memory-mapped shard pages count as
-   resident once read (a 4M budget reads more of the corpus than a 1M one).
+   step (target: <= +10% from 1M to 4M, for both; memory-mapped shard pages count once read).
 4. **Online = cached**: the same draft trained on cached and on online features of the same
    rows (a corpus of one line per document, so rows hold several: the block-diagonal masks
-   count; feature noise on): the largest absolute difference of the per-step losses (issue
-   target: <= 1e-5).
+   count; feature noise on): the largest absolute difference of the per-step losses (target:
+   <= 1e-5).
 
-Times are wall-clock on whatever else the machine runs (the load average is printed). Prints a
-table per part and the measured ratios; ``--out`` writes everything as JSON. Exit code 0
-whether or not a target is met (the ``checks`` say), 2 for bad arguments.
+Times are wall-clock (the load average is printed). Prints a table per part and the measured
+ratios; ``--out`` writes everything as JSON. Exit code 0 whether or not a target is met (the
+``checks`` say), 2 for bad arguments.
 
     python benchmarks/data_bench.py --out runs-bench/data_bench.json
 """

@@ -1,43 +1,28 @@
 """Benchmark: the decoding engine against HF ``generate`` and its own AR loop, side by side.
 
-All numbers come from one process, one target (SmolLM2-135M-Instruct, float32), the same
-threads, the same prompts, with the methods interleaved prompt by prompt so drift in machine
-speed hits all of them alike:
+One process, one target (SmolLM2-135M-Instruct, float32), the same threads and prompts, the
+methods interleaved prompt by prompt. Prints one table per part:
 
-1. oracle draft (proposes the target's own greedy continuation, so acceptance is known and
-   only the engine's cost is measured), b = 1, temperature 0: tokens/s of HF ``generate``
-   greedy, the engine's AR loop and tree speculative decoding at each num_draft_tokens k
-   (a chain of k - 1 drafted tokens); the per-cycle time split at the best k;
-2. the same at b = 8 against the engine's batched AR loop;
-3. a trained draft (``--draft``: a folder saved by draft_train, or ``best`` = the best trial of
-   ``<--run-root>/tokens``), b = 1, in one interleaved loop of its own: HF ``generate``, the
-   engine's AR loop and the draft's small trees at each k, each engine method eager and compiled
-   (``--trained-compile``, default both): tokens/s vs HF and vs the compiled AR loop,
-   acceptance length, break-even acceptance length, the per-cycle split, compile seconds;
-4. memory: peak and current RSS before and after 100 consecutive prompts decoded
-   speculatively.
+1. oracle draft (proposes the target's own greedy continuation), b = 1, temperature 0: tokens/s
+   of HF ``generate`` greedy, the engine's AR loop and tree speculative decoding at each
+   num_draft_tokens k (a chain of k - 1 drafted tokens); the per-cycle split at the best k;
+2. the same at b = ``--batch`` against the engine's batched AR loop;
+3. a trained draft (``--draft``: a draft_train folder, or ``best`` = the best trial of
+   ``<--run-root>/tokens``), b = 1: HF ``generate``, the engine's AR loop and the draft's small
+   trees at each k, eager and/or compiled (``--trained-compile``): tokens/s vs HF and vs the
+   AR loop, acceptance length, break-even acceptance length, the per-cycle split;
+4. memory: RSS before and after ``--memory-prompts`` consecutive speculative prompts;
 
-Targets (issue 3): oracle b=1 >= 2.5x HF at the best k with bookkeeping <= 15% of the cycle;
-oracle b=8 >= 1.5x batched AR; engine AR >= HF. Every output is checked against HF greedy. The
-closing summary line gives the two figures tracked across issues (issue 16: 8.2-9.0x and
-2.4-2.9x so far): the oracle's best b=1 ratio over HF ``generate`` and its best b=8 (``--batch``)
-ratio over the batched AR loop.
+then a summary line: the oracle's best b=1 ratio over HF ``generate`` and its best b=``--batch``
+ratio over the batched AR loop. Every output is checked against HF greedy (``mismatches``).
+Each method's first call is an untimed warm-up; ``compile s`` is what ``Steps.prepare``
+compiled, ``warm-up s`` the warm-up calls' wall seconds, ``late`` the shapes first met inside a
+timed cycle (must be 0). ``--json FILE`` writes every figure.
 
-Every engine method keeps one :class:`~workloads.engine.steps.Steps` (its steps and KV caches) over
-all its calls, with the caches reserved before the first
-(:func:`~workloads.engine.tree_decode.reserve`): under ``compile`` each step shape is compiled once,
-in the first call's untimed preparation, and never again. Each method's first call is an untimed
-warm-up; the tables give apart the seconds ``Steps.prepare`` spent compiling (``compile s``, from
-``steps.stats``), the wall seconds of the warm-up calls (``warm-up s``: also what compiles inside a
-first call, which ``steps.stats`` does not see) and ``late``, the shapes first met inside a timed
-cycle (must be 0).
-
-``--quick`` runs parts 1 and 2 only, at fewer k (b=1: 8, 16, 32; batched: 4, 8, 16), in under
-3 minutes on a 2-core CPU. ``--oracle-accept p`` keeps each oracle proposal with probability p
-(else a wrong token), so acceptance is set rather than all or nothing; ``--compile compile``
-runs parts 1-2's engine steps through ``torch.compile`` (``graphs`` needs CUDA; this benchmark
-runs on the CPU); ``--trained-compile`` sets part 3's modes. Bad arguments are one line on
-stderr and exit code 2, as in the CLI.
+``--quick``: parts 1 and 2 only, at fewer k (b=1: 8, 16, 32; batched: 4, 8, 16).
+``--oracle-accept p`` keeps each oracle proposal with probability p (else a wrong token);
+``--compile`` sets parts 1-2's step mode (``graphs`` needs CUDA). Bad arguments: one line on
+stderr, exit code 2.
 
     python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
     python benchmarks/decode_bench.py --quick
@@ -164,10 +149,8 @@ class Tally:
         **kw: Any,
     ) -> BatchResult:
         """``fn(*args, steps=steps, **kw)``: count what it compiled and any late shape, and,
-        when ``timed``, its tokens and seconds; an untimed warm-up counts its wall seconds
-        apart (``warmup_s``: its compiling, including any shape that ``steps.stats`` does not
-        see compiled because it first compiles inside the call). Outputs are checked against
-        ``refs``."""
+        when ``timed``, its tokens and seconds (an untimed warm-up: its wall seconds, in
+        ``warmup_s``). Outputs are checked against ``refs``."""
         st = steps.stats
         before = (st.compile_s, st.compiles, st.late)
         t0 = time.perf_counter()

@@ -1,31 +1,15 @@
 """Benchmark: the adaptive design (:mod:`analysis.design`) against the full grid and a random
 order, replayed on a simulated law.
 
-Issue 24's goal: the adaptive design reaches the full grid's slope 95% CI half-width (HC3, as
-the report shows it) with <= 50% of the grid's compute (median over repetitions).
-
-The simulation (every figure from docs/results.md, none tuned to this benchmark):
-
-- law ``y = A*log10(T) + B + N(0, SEED_SD^2)``: ``A`` = 0.1372, the default sweep's fit (issue
-  23, cold run); ``B`` puts y at 1.423 at 131,072 tokens (the two 131K trials' mean there).
-  The intercept does not change any half-width.
-- ``SEED_SD`` = the pooled within-budget sd of the two seeds of the default sweep (issue 13,
-  "Before and after on the default grid", the "after" columns at 8K-131K): 0.0206.
-- cost of one trial, seconds, from issue 23's cold run of ``sweeps/tokens.yaml`` (12 trials;
-  trial-seconds per phase): a fixed 122.0 s (evaluation 1,074 + SFT 390 over 12 trials), plus
-  pretraining 476 s over the 507,904 tokens the 10 pretrained trials saw (0.000937 s/token),
-  plus the pretraining features 508 s for 131,072 tokens (0.003876 s/token) for the tokens
-  beyond the largest budget run so far only (the feature cache holds prefixes, shared by every
-  trial and seed), plus 416 s once for the first trial (regeneration 328 + SFT features 88).
-- candidates: 8,192 to ``--max-tokens`` (1,048,576) tokens in powers of 2 (8 values by
-  default; at least 3, so ``--max-tokens`` >= 32,768) x ``--seeds`` seeds (4).
-- each repetition draws one y per (value, seed), shared by the three designs (common random
-  numbers): (a) the adaptive design (:func:`analysis.design.propose`, one slot, goal = the
-  grid's final half-width of that repetition, budget = the grid's compute, candidate costs
-  predicted exactly or, with ``--costs estimated``, left to the rule's estimate); (b) the grid in
-  its expansion order (values ascending, seeds innermost); (c) a random order. For each: the
-  compute until the half-width first reaches the grid's final one with >= 4 distinct values
-  (all of them when there are only 3).
+The law is ``y = A*log10(T) + B + N(0, SEED_SD^2)`` and a trial's seconds follow the cost
+constants below (each names its source). Candidates: 8,192 to ``--max-tokens`` tokens in powers
+of 2 (``--max-tokens`` >= 32,768) x ``--seeds`` seeds. Each of ``--reps`` repetitions draws one y
+per (value, seed), shared by (a) the adaptive design (:func:`analysis.design.propose`, goal = the
+grid's final half-width, budget = the grid's compute; ``--costs estimated`` leaves costs to the
+rule), (b) the grid in expansion order and (c) a random order. Prints, per design, the compute
+until its HC3 slope half-width first reaches the grid's final one with >= 4 distinct values, as
+a fraction of the grid's (median, IQR), trials, the share that reached it and the CI's coverage
+of A, and the cheapest design that could (:func:`best_possible`). Figures: docs/design.md.
 
     python benchmarks/design_bench.py [--reps 200] [--seeds 4] [--costs exact|estimated]
         [--slots 1] [--design-seeds N] [--max-tokens 1048576] [--quick]

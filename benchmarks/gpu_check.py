@@ -1,4 +1,4 @@
-"""GPU checks, one JSON each: draft training (issue 15, item 7) and decoding (issue 16, item 8).
+"""GPU checks, one JSON each: draft training and decoding.
 
 ``train`` (:mod:`benchmarks.gpu.train_check`) measures draft training on online features for
 each target shape: tokens/s, the time split per step, MFU, peak memory, hours per 1B and 100B
@@ -6,15 +6,12 @@ tokens. ``decode`` (:mod:`benchmarks.gpu.decode_check`, with :mod:`benchmarks.gp
 :mod:`benchmarks.gpu.modes`) measures the decoding engine: HF ``generate``, the AR loop and
 speculative decoding with an oracle draft over b x k, the best k beside the roofline's k_opt,
 and each step mode (none, graphs, compile) with the oracle and a trained-shape draft. Without
-CUDA (or with ``--tiny``) a tiny LLaMA shape runs on the CPU instead, so the script is tested
-where no GPU is. This file is the command line; each check's module says what it measures.
+CUDA (or with ``--tiny``) a tiny LLaMA shape runs on the CPU instead. This file is the command
+line; each check's module says what it measures.
 
-The GPU machine has torch, transformers, numpy, safetensors and filelock but not pydantic, Ray,
-MLflow, SQLAlchemy or Optuna: the script imports only ``benchmarks/gpu/`` and the ``workloads``
-modules it needs (``target``, ``features``, ``online_features``, ``draft_model``, ``training``,
-``roofline``, ``oracle_draft``, ``ar_decode``, ``tree_decode``, ``_steps``), none of which needs
-those packages (``workloads/__init__.py`` imports nothing eagerly; a test runs the script with
-them blocked).
+Needs only torch, transformers, numpy, safetensors and filelock (not pydantic, Ray, MLflow,
+SQLAlchemy or Optuna): it imports only ``benchmarks/gpu/`` and the ``workloads`` modules that
+need none of those.
 
     python benchmarks/gpu_check.py train --out gpu_check.json
     python benchmarks/gpu_check.py decode --out gpu_check_decode.json

@@ -1,11 +1,10 @@
-"""Time of ``orchestrator plan`` on a results DB of about 1,000 trials (issue 25: under 10 s).
+"""Time of ``orchestrator plan`` on a results DB of about 1,000 trials (target: under 10 s).
 
 Builds a synthetic DB with known laws (:mod:`tests.orchestrator.plan_synthetic`): a token sweep of
 ``--budgets`` x ``--seeds`` trials and a decode sweep of batch sizes x k x ``--decode-seeds``,
 then times :func:`orchestrator.planning.plan.make_plan` (reading the DB, every fit, the
 bootstrap, the roofline per (b, k)) and, separately, the CLI end to end twice (files, MLflow
-run, index): the first run measures this CPU's roofline profile (a run root of real trials has
-it cached already), the second reads it. Prints the trial count and the times.
+run, index): the first run measures this CPU's roofline profile, the second reads it. Prints the trial count and the times.
 
     python benchmarks/plan_bench.py            # 1,000 trials
 """

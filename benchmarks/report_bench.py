@@ -1,14 +1,13 @@
 """Benchmark: fits with bootstrap plus every dashboard for a results DB of 1,000 trials.
 
-Target (issue 6): <= 10 s on the 2-core CPU for the law fits with their checks (HC3, a
+Target: <= 10 s on the 2-core CPU for the law fits with their checks (HC3, a
 2000-resample case bootstrap, extrapolation, leave-one-out, saturating form and AIC) and all
 pages (index, one page per sweep) -- what ``orchestrator report`` does.
 
 The DB is SYNTHETIC, written by this script into a temporary folder: token sweeps of
 ``draft_train`` trials (acceptance length = 0.1*log10(tokens) + 0.7 + noise, two loss curves of
 ``--steps`` steps per trial) and one ``decode_bench`` sweep (b x k grid with throughput and the
-CPU's measured peak FLOP/s and bandwidth, so the roofline is drawn). Its numbers are for timing
-only, never results. Writing the DB is not timed; the report is timed end to end, in process,
+CPU's measured peak FLOP/s and bandwidth, so the roofline is drawn), for timing only. Writing the DB is not timed; the report is timed end to end, in process,
 after one warm-up run on a small DB (imports of plotly, statsmodels, scipy are not counted).
 
     python benchmarks/report_bench.py [--trials 1000] [--steps 100] [--keep DIR]

@@ -6,9 +6,8 @@ MLflow store but the same cache (warm: what a second sweep over the same target 
 Samples the summed PSS (shared pages counted once) of the driver, the Ray processes and every
 other child once a second and prints the peak, the wall times and the per-phase split recorded
 by the trials. Also the machine's idle CPU over the run (``idle_core_s``: core-seconds no process
-used, from ``psutil.cpu_times``; ``busy_cores``: the mean cores in use), where a sweep leaves
-cores waiting (e.g. one trial building what the other needs); run it alone, since other work on
-the machine counts as busy.
+used, from ``psutil.cpu_times``; ``busy_cores``: the mean cores in use); run it alone, since
+other work on the machine counts as busy.
 
     python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
 """

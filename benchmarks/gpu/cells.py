@@ -212,9 +212,8 @@ def faults(result: dict[str, Any], name: str, row: dict[str, Any], mode: str) ->
 
 
 def release(steps_mode: str, dev: torch.device) -> None:
-    """After a cell's (or a group's) :class:`Steps` is dropped: dynamo's cache entries of its
-    compiled steps go too (each new Steps compiles its own, and dynamo counts recompiles per
-    code object), then the device memory."""
+    """After a cell's (or a group's) :class:`Steps` is dropped: clear dynamo's cache entries of
+    its compiled steps, then free the device memory."""
     if steps_mode == "compile":
         torch._dynamo.reset()
     free(dev)

@@ -1,49 +1,31 @@
-"""The ``decode`` check of ``benchmarks/gpu_check.py`` (issue 16, item 8), one JSON.
+"""The ``decode`` check of ``benchmarks/gpu_check.py``: one JSON and a printed table.
 
-``decode`` measures the decoding engine on a random-weight target (``--shape``, default
-llama-3-8b, bf16) with the oracle draft (:class:`~workloads.engine.oracle_draft.OracleDraft`, each
-proposal kept with probability ``--oracle-accept``, default 0.8), temperature 0, no EOS:
+It measures the decoding engine on a random-weight target (``--shape``, default llama-3-8b,
+bf16) with the oracle draft (:class:`~workloads.engine.oracle_draft.OracleDraft`, each proposal
+kept with probability ``--oracle-accept``, default 0.8), temperature 0, no EOS:
 
 - HF ``generate`` greedy at b = 1;
-- the engine's AR loop (:func:`~workloads.engine.ar_decode.ar_generate`) and speculative decoding
-  (:func:`~workloads.engine.tree_decode.generate`, a chain of k - 1 proposals) in tokens/s over
+- the engine's AR loop and speculative decoding (a chain of k - 1 proposals) in tokens/s over
   b in ``--batches`` (1, 8, 32, 64) x k in ``--ks`` (2, 4, ..., 64), with the per-cycle split
   (draft, verify, bookkeeping) and the acceptance length, in the steps of ``--compile`` (none);
 - per b: the measured best k beside the roofline's k_opt for the shape on ``--hardware``
-  (:func:`workloads.roofline.k_opt`, the numbers of ``orchestrator roofline --model llama-3-8b
-  --hardware h200``, at the mean prefix the rows decode over), and ``auto`` (k re-chosen each
-  cycle from the live batch size by that k_opt, as ``decode.num_draft_tokens: auto`` with
-  ``k_law: roofline``) against the best fixed k;
-- ``modes``: each step mode of ``--modes`` (none, graphs, compile on CUDA; none, compile on the
-  CPU) at b = 1 and max(b) (compile: b = 1 only, an inductor compile of an 8B forward taking
-  about a minute per shape): the AR loop, the oracle at k = 8 and a *trained-shape* draft (a
-  seeded random-weight 1-layer :class:`~workloads.models.draft.DraftModel` of the target's
-  shape, cast by ``DraftModel.cast_to``, its tree depth 4, topk 4, k 8), with tokens/s over
-  the same mode's AR loop and over eager; the JSON's ``trained_draft`` says its float32
-  buffers (RoPE) are still float32 after the cast (an error otherwise). Its acceptance length
-  is meaningless (random weights); its draft ms per cycle and mismatches (counted, bf16 may
-  flip near-ties) are not;
-- the issue's GPU goals read off the result (``goals``): oracle b=1 >= 4x HF, bookkeeping
-  <= 10% of a cycle at b=64, best k within one doubling of k_opt for b >= 8; and that every
-  step was prepared outside the timers (no late shape, no capture or compile in a timed call).
+  (:func:`workloads.roofline.k_opt`, at the mean prefix the rows decode over), and ``auto`` (k
+  re-chosen each cycle by that k_opt, as ``k_law: roofline``) against the best fixed k;
+- ``modes`` (:mod:`benchmarks.gpu.modes`): each step mode of ``--modes`` at b = 1 and max(b)
+  (compile: b = 1 only): the AR loop, the oracle at k = 8 and a random-weight trained-shape
+  draft (depth 4, topk 4, k 8), tokens/s over the same mode's AR loop and over eager;
+  ``trained_draft`` says whether its float32 buffers stayed float32 after the cast;
+- ``goals``: oracle b=1 >= 4x HF, bookkeeping <= 10% of a cycle at b=64, best k within one
+  doubling of k_opt for b >= 8, and no step prepared inside a timer (no late shape, capture or
+  compile in a timed call).
 
-Every cell keeps one :class:`~workloads.engine.steps.Steps` over its calls (the AR loop one per b;
-the modes' oracle and trained-shape draft share one per mode and b), its KV caches reserved
-(:func:`~workloads.engine.tree_decode.reserve`) before the first call. That first call is untimed:
-it prepares the steps (graph capture, compilation: ``capture_s``, ``compile_s`` per cell,
-outside the timed figures) and gives the oracle the cell's own greedy continuation; timed
-calls follow until the cell's share of ``--budget-s`` is spent (default 450 s, so the check
-ends inside 8 minutes on one H200). The main grid runs first and leaves the ``modes``
-section its reserve (about 4 minutes at the defaults: at most 5 s of timed calls per cell,
-180 s for the compile cells, which are skipped with a note when less than 150 s remain); each
-grid cell gets an equal share of the rest.
-``--attn`` (sdpa, eager) passes to the model, ``--compile-backend`` (inductor; ``eager`` in
-the CPU tests) to ``torch.compile``, and ``--no-capture`` (tests) runs graphs on the CPU
-through its static buffers without capturing. Without CUDA a tiny shape runs on the CPU (b 1,
-4; k 2, 4, 8; budget 180 s).
-
-The parts: the cells' machinery in :mod:`benchmarks.gpu.cells`, the ``modes`` section in
-:mod:`benchmarks.gpu.modes`; here the main grid, its summary, the goals and the report.
+Each cell's first call is untimed (it prepares the steps: ``capture_s``, ``compile_s``); timed
+calls follow until the cell's share of ``--budget-s`` (450 s) is spent. The main grid runs
+first and leaves the ``modes`` section its reserve; compile cells are skipped with a note when
+less than 150 s remain. ``--attn`` (sdpa, eager) passes to the model, ``--compile-backend``
+(inductor) to ``torch.compile``, ``--no-capture`` (tests) runs graphs on the CPU without
+capturing. Without CUDA a tiny shape runs on the CPU (b 1, 4; k 2, 4, 8; budget 180 s). The
+cells' machinery is :mod:`benchmarks.gpu.cells`.
 """
 
 from __future__ import annotations

@@ -50,9 +50,7 @@ MODE_CELL_S = {True: 2.0, False: 5.0}
 COMPILE_FLOOR_S = {
     (True, True): 90.0, (True, False): 10.0, (False, True): 150.0, (False, False): 60.0,
 }  # fmt: skip
-"""(tiny, inductor) -> seconds that must be left to start the ``compile`` cells: an inductor
-compile of an 8B forward takes about a minute per shape (dynamo's tracing alone, for the
-``eager`` backend, a fraction of that)"""
+"""(tiny, inductor) -> seconds that must be left to start the ``compile`` cells"""
 
 COMPILE_RESERVE_S = {
     (True, True): 120.0, (True, False): 20.0, (False, True): 180.0, (False, False): 90.0,
@@ -210,8 +208,7 @@ class _ModeClock:
 
     def compiled(self, method: str, ar_compile_s: float | None) -> tuple[float, str | None]:
         """Timed seconds of the next ``compile`` cell (ar, oracle, trained, in this order) and,
-        when it is skipped (0 s), why. The oracle's cell compiles the [1, 8] verify (about what
-        the AR loop's [1, 1] verify took), the trained draft's its two one-layer steps."""
+        when it is skipped (0 s), why."""
         est = ar_compile_s if ar_compile_s is not None else self.floor / 3
         need = {"ar": 0.0, "oracle": est, "trained": 0.6 * est}[method]
         after = {"ar": 1.6 * est, "oracle": 0.6 * est, "trained": 0.0}[method]
@@ -279,9 +276,8 @@ def _mode_group(
 ) -> None:
     """One (mode, b) of the ``modes`` section: the AR loop (its own Steps; its outputs are the
     references), the oracle's chain at k = :data:`MODE_K`, the trained-shape draft's
-    :data:`TRAINED_TREE` (one Steps for both drafts, its caches reserved for both trees: the
-    target's verify is prepared once, the draft's steps when it is set). A cell of the main
-    grid's mode, b and k is the grid's (``from_grid``)."""
+    :data:`TRAINED_TREE` (one Steps for both drafts, caches reserved for both trees). A cell of
+    the main grid's mode, b and k is the grid's (``from_grid``)."""
     args, errors = run.args, result["errors"]
     tag = f"modes {mode} b={b}"
     entry = result["modes"]["by_mode"][mode][str(b)]

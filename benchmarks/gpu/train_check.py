@@ -1,27 +1,23 @@
-"""The ``train`` check of ``benchmarks/gpu_check.py`` (issue 15, item 7), one JSON.
+"""The ``train`` check of ``benchmarks/gpu_check.py``: one JSON.
 
-``train`` measures, for each target shape (default: llama-3-8b, then smollm2-135m), a
-random-weight target in bfloat16 (``workloads.models.target.random_config``, seeded initialisation
-on the device) with :class:`~workloads.training.online_features.OnlineFeatures` (the target runs
-inside each step) and a 1-layer EAGLE draft trained by :func:`~workloads.training.loop.train_stage`
-in bf16 autocast (float32 master weights, TF32 on) with EAGLE's feature noise on
-(``--feature-noise``, default 0.2, the recipe's ``train.feature_noise``; drawn on the device, see
-issue 22):
+For each target shape (default: llama-3-8b, then smollm2-135m), a random-weight target in
+bfloat16 (``workloads.models.target.random_config``) with
+:class:`~workloads.training.online_features.OnlineFeatures` and a 1-layer EAGLE draft trained by
+:func:`~workloads.training.loop.train_stage` in bf16 autocast (float32 master weights, TF32 on),
+EAGLE's feature noise ``--feature-noise`` (default 0.2) drawn on the device. It measures:
 
-- training tokens/s over the measured steps (``--warmup`` steps first, not counted);
-- the time split per step: target forward (``OnlineFeatures.hidden``, synchronised before and
-  after) and draft step (loss, backward, clipping, AdamW: the rest of the step);
+- training tokens/s over the measured steps (after ``--warmup`` steps);
+- the time split per step: target forward (``OnlineFeatures.hidden``, synchronised) and draft
+  step (loss, backward, clipping, AdamW);
 - MFU: model FLOPs per step (:func:`step_flops`) over the step time and the GPU's dense bf16
-  peak (:data:`workloads.roofline.hardware.BUILTIN_PROFILES`, from the vendor's datasheet), and
-  over a bf16 matrix product measured here (8192^3);
-- peak GPU memory (``torch.cuda.max_memory_allocated``) and the hours 1B and 100B training
-  tokens would take at the measured rate.
+  peak (:data:`workloads.roofline.hardware.BUILTIN_PROFILES`, vendor datasheet), and over a
+  bf16 8192^3 matrix product measured here;
+- peak GPU memory (``torch.cuda.max_memory_allocated``) and the hours for 1B and 100B tokens.
 
 Rows are random token ids (``--seq-len`` 2048, ``--batch`` 8; halved on out-of-memory), one
-document per row unless ``--doc-len`` cuts them into documents (block-diagonal masks).
-``--budget-s`` bounds the whole run: measuring stops in time, and the JSON (rewritten after
-every shape) says where. Without CUDA (or with ``--tiny``) a tiny LLaMA shape runs on the CPU
-instead, so the script is tested where no GPU is.
+document per row unless ``--doc-len`` cuts them (block-diagonal masks). ``--budget-s`` bounds
+the run; the JSON (rewritten after every shape) says where measuring stopped. Without CUDA (or
+with ``--tiny``) a tiny LLaMA shape runs on the CPU.
 """
 
 from __future__ import annotations
