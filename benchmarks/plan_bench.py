@@ -4,7 +4,8 @@ Builds a synthetic DB with known laws (:mod:`tests.orchestrator.plan_synthetic`)
 ``--budgets`` x ``--seeds`` trials and a decode sweep of batch sizes x k x ``--decode-seeds``,
 then times :func:`orchestrator.planning.plan.make_plan` (reading the DB, every fit, the
 bootstrap, the roofline per (b, k)) and, separately, the CLI end to end twice (files, MLflow
-run, index): the first run measures this CPU's roofline profile, the second reads it. Prints the trial count and the times.
+run, index): the first run measures this CPU's roofline profile, the second reads it. Prints
+the trial count and the times.
 
     python benchmarks/plan_bench.py            # 1,000 trials
 """

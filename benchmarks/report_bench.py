@@ -7,8 +7,9 @@ pages (index, one page per sweep) -- what ``orchestrator report`` does.
 The DB is SYNTHETIC, written by this script into a temporary folder: token sweeps of
 ``draft_train`` trials (acceptance length = 0.1*log10(tokens) + 0.7 + noise, two loss curves of
 ``--steps`` steps per trial) and one ``decode_bench`` sweep (b x k grid with throughput and the
-CPU's measured peak FLOP/s and bandwidth, so the roofline is drawn), for timing only. Writing the DB is not timed; the report is timed end to end, in process,
-after one warm-up run on a small DB (imports of plotly, statsmodels, scipy are not counted).
+CPU's measured peak FLOP/s and bandwidth, so the roofline is drawn), for timing only. Writing
+the DB is not timed; the report is timed end to end, in process, after one warm-up run on a
+small DB (imports of plotly, statsmodels, scipy are not counted).
 
     python benchmarks/report_bench.py [--trials 1000] [--steps 100] [--keep DIR]
 """
