@@ -4,9 +4,8 @@ Every page is a template under ``dashboards/templates/`` rendered once, from com
 :func:`write_page`. Templates are autoescaped: every user string (sweep names, descriptions,
 trial keys, overrides, error texts) renders as text. Only plotly's own HTML goes in unescaped
 (``plotly(fig, div_id)`` in a template, :class:`_Plotly`). Strings put into plotly figures
-(titles, legend names, tick labels, hover text) go through :func:`plot_text`: plotly.js renders
-a subset of HTML in them. plotly.py writes figure JSON with ``<``, ``>`` and ``/`` as
-``\\u003c``, ``\\u003e``, ``\\u002f``, so no string can close the ``<script>`` it sits in.
+(titles, legend names, tick labels, hover text) go through :func:`plot_text`. Why this is
+enough: docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -73,10 +72,8 @@ class Table:
 
 
 def cell_text(value: Any, *, missing: str = NA) -> Any:
-    """A table cell's text: floats to 6 significant digits; NaN (a number undefined for the
-    row: ``mismatches`` when sampling, a metric a trial does not report, a fit without a
-    slope) as ``missing`` (``n/a``, the console's word); None (no value at all) as empty;
-    :class:`Labels` as they are (the macro draws them)."""
+    """A table cell's text: floats to 6 significant digits; NaN as ``missing`` (``n/a``); None
+    as empty; :class:`Labels` as they are (the macro draws them)."""
     if value is None:
         return ""
     if isinstance(value, Labels):
@@ -109,9 +106,7 @@ def random_weight_trials(trials: Any) -> int:
 
 def plot_text(value: Any) -> str:
     """``value`` as text for a plotly title, legend name, tick label or hover label: ``&``, ``<``
-    and ``>`` escaped, so plotly.js shows ``<b>`` or ``<a href=...>`` in a user string as typed
-    instead of rendering it (it decodes ``&amp;``, ``&lt;``, ``&gt;`` for display, but not
-    ``&quot;``, so quotes stay as they are)."""
+    and ``>`` escaped (quotes are not), so plotly.js shows a user string as typed."""
     return html.escape(str(value), quote=False)
 
 
