@@ -124,7 +124,7 @@ def fit_tau_k(
     """Fit both forms to trials (k_i, tau_i) and bootstrap them.
 
     Args:
-        k: verified tokens per sequence per cycle of each trial, >= 2, shape (n,).
+        k: verified tokens per sequence per cycle of each trial, >= 1, shape (n,).
         tau: each trial's acceptance length (pooled, tokens per cycle), shape (n,).
         n_resamples: bootstrap replicates (0: the fit alone).
         seed: seed of the resampling.
