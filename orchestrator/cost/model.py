@@ -1,35 +1,19 @@
 """What a sweep's trials will cost before they run: seconds per stage, each with its basis.
 
-Every stage figure has a basis:
+Bases (the rules: docs/scale.md, "Cost before running"):
 
-- ``calibrated``: from completed trials of the same workload, target and hardware in the
-  results DB (matched on the trial metric ``hardware.id``, see
-  :func:`workloads.roofline.hardware.hardware_fingerprint`): the stage's measured seconds
-  (``wall_s/<stage>``) fitted by OLS (statsmodels) linear in the stage's work, which is its
-  tokens (or chats, prompts) times their FLOPs or roofline seconds at utilisation 1
-  (:mod:`workloads.trial_cost`), so linear in tokens at one draft shape; with the fit's R² and
-  the trials used. One trial, or one value of the work, gives a ratio through the origin.
-- ``modelled``: the same work over the hardware's throughput (datasheet, or the measured local
-  CPU) times a stated utilisation (:func:`workloads.roofline.train_cost.utilisation`: MFU 0.35
-  on GPUs until ``benchmarks/gpu_check.py train`` measures it).
-- ``unknown``: no cost model, no shape, no hardware profile; never a guess shown as a figure.
+- ``calibrated``: the stage's measured seconds (``wall_s/<stage>``) of completed trials of the
+  same workload, target and hardware (``hardware.id``) in the results DB, fitted by OLS linear
+  in the stage's work (:mod:`workloads.trial_cost`); one trial or one work value: a ratio
+  through the origin.
+- ``modelled``: the same work over the hardware's throughput times
+  :func:`workloads.roofline.train_cost.utilisation`.
+- ``unknown``: no cost model, shape or hardware profile; no figure.
 
-Shared work (cached features, regenerated replies, a wsd-fork trunk, greedy references) costs only
-what is not cached yet: :class:`Predictor` reads the cache folder. :meth:`Predictor.sweep` runs the
-sweep's schedule as the driver does (:func:`orchestrator.cost.schedule.simulate`: trials in
-order, ``slots`` at a time, each starting when a slot frees): a trial that needs shared work
-another running trial is building splits it (feature chunks, batches of replies: a lock per chunk,
-taken without waiting) or waits for it (a wsd-fork trunk, greedy references), so both seeds of a
-budget that run at once pay the build in their wall seconds, and a trial after them finds it built.
-A trial's figure is then its own work plus its waits; the sweep's serial seconds (their sum) and
-wall seconds come from the same schedule. Called with one config, the predictor costs the trial run
-alone now (the adaptive design prices candidates so). The start-up of a trial (loading the target,
-the draft vocabulary, the step-cost probe) is calibrated as the ``setup`` stage (measured wall
-seconds less the stages'), apart for the first trial of each slot of a sweep (it starts a Ray
-worker: imports, data read once per process), and left out when nothing calibrates it (the figure
-is then the stages' only, said in the notes). The evaluation is costed at the acceptance length
-matched trials measured: on the same prompt sets, else the mean of each of its sets' own
-(``acceptance_length/<set>``), else theirs on other sets, else 1 (an upper bound).
+Shared work costs only what the cache folder lacks. :meth:`Predictor.sweep` costs the trials in
+the schedule of :func:`orchestrator.cost.schedule.simulate` (each trial's figure includes its
+waits); called with one config, the predictor costs that trial run alone now. The ``setup``
+stage (a trial's wall seconds less its stages') is left out when nothing calibrates it.
 """
 
 from __future__ import annotations

@@ -74,28 +74,15 @@ def simulate(
     cache), by key. Returns each trial's start and end seconds and what each of its stages
     spent.
 
-    The rule of shared work (a step with a key; units under one key are nested prefixes, built
-    from the first):
+    Shared work (a step with a key; units under one key are nested prefixes) is either
+    ``split``: every trial at the step builds the missing prefix at the sum of their rates and
+    leaves when its own prefix is built (``lookahead``: ``k`` trials building together need
+    ``k - 1`` lookaheads more); or else waited for: the first trial builds, the others wait
+    until it is done, then build what they need beyond it. The rules and the locks they
+    follow: docs/scale.md, "Cost before running".
 
-    - ``split`` (feature chunks, batches of replies: a lock per chunk, taken without waiting):
-      every trial at such a step whose prefix is not built yet builds, the prefix growing at the
-      sum of their rates; each leaves when the prefix it needs is built, so trials that need it
-      together split it and each pays its share plus the wait for the last chunk, about the
-      time all of it takes them together. Where the work looks ahead (``lookahead``: replies,
-      whose waiting trial generates the batch after the one it waits for), ``k`` trials that
-      built it together need ``k - 1`` lookaheads more.
-    - else (a wsd-fork trunk: one lock for the whole trunk, ``workloads.training.stages``;
-      greedy references: a blocking lock per prompt, taken just before the prompt's own
-      decoding, so two evaluations go in step, each waiting for the reference the other
-      computes): the first trial to need units not built yet builds them and holds the work
-      until it has built the prefix it needs; a trial that needs it meanwhile waits until then
-      (whether or not it needs less), then builds what it needs beyond it, if anything, and
-      goes on with its own work.
-
-    A trial's stage lasts from its first step to its last, waits included, so the stage
-    seconds of a trial add up to its wall seconds; a stage's own seconds come after its shared
-    steps. Each trial computes at its own calibrated rate (one slot each; a waiting trial's
-    slot idles), chunks are continuous (the wait for another's last chunk is not counted).
+    A stage lasts from its first step to its last, waits included, so a trial's stage seconds
+    add up to its wall seconds. Each trial computes at its own rate; chunks are continuous.
     """
     run = _Schedule(trials, have)
     for _ in range(min(max(1, slots), len(trials))):

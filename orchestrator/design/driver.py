@@ -1,31 +1,15 @@
 """Adaptive designs on the driver loop: :class:`DesignProposals` for a spec's ``design:`` block.
 
-The rule (:func:`analysis.design.propose`, pure) decides; this module feeds it and records what
-it decided. Each step it is given the completed trials of the sweep (value, seed, metric,
-measured cost), every candidate (value, seed) not run yet with its predicted cost, asked anew
-each step from the cost model (:mod:`orchestrator.cost.model`: a wsd-fork trunk built by an
-earlier trial makes the later forks off it cheap), the trials in flight (committed), the goal,
-the budget and the number of free Ray slots, and it answers with that many picks (a batch) or
-a stop: ``goal`` (the slope's 95% CI half-width is at most the goal), ``budget`` (spent plus
-committed compute would pass the budget) or ``candidates`` (none left). ``error`` is this
-module's own stop: a completed trial did not report the design's metric.
+The rule (:func:`analysis.design.propose`, pure) decides; this module feeds it each step (the
+completed trials, the candidates with costs asked anew of :mod:`orchestrator.cost.model`, the
+trials in flight, goal, budget, free Ray slots) and records its picks or stop (``goal``,
+``budget``, ``candidates``; ``error``: a completed trial did not report the design's metric).
+Compute is trial wall seconds, times ``resources.num_gpus`` for GPU trials.
 
-Each trial is an ordinary trial of the store and MLflow: its key is the hash of its full config
-(:func:`orchestrator.spec.grid.trial_key`), its grid point ``{axis: value, seed: seed}``. A
-failed trial stays failed: its compute counts as spent and its (value, seed) is not proposed
-again. Compute is trial wall seconds, times ``resources.num_gpus`` for GPU trials.
-
-Every decision is recorded before its trial runs (:class:`~orchestrator.store.results.
-Decision`): SQL (``ss_design_decisions``, one row per pick or stop), MLflow (parent-run metrics
-``design.half_width``, ``design.spent_h`` and ``design.expected_half_width`` per step, the tag
-``specscale.design.stop``, and ``design.json`` with every decision, written by :meth:`close`),
-and the dashboard's Design section (:mod:`orchestrator.design.report`).
-
-Resume: a resubmit first runs the recorded picks that did not complete (running when the
-driver died, pending, or cancelled), then asks the rule from the completed trials; a step's
-number continues after the last recorded one, so nothing is recorded twice. A design that
-stopped before is asked again (a resubmit may raise ``budget_hours`` or lower ``goal``); when
-the rule repeats the recorded stop, nothing is written and the summary says it was done.
+Every decision is recorded before its trial runs: SQL (``ss_design_decisions``), MLflow
+(parent-run metrics ``design.*``, tag ``specscale.design.stop``, ``design.json`` written by
+:meth:`DesignProposals.close`). A resubmit runs the recorded picks that did not complete first,
+and records nothing twice. Steps, records and resume: docs/design.md.
 """
 
 from __future__ import annotations
@@ -215,9 +199,8 @@ def completed_values(store: ResultsStore | None, spec: SweepSpec) -> set[float]:
 
 
 MODELLED_SLACK = 4.0
-"""a budget is refused on a modelled initial-design cost only beyond this factor: the modelled
-CPU figure moved 3.4x with the machine's load in a new user's runs (issue 24); a calibrated or
-given cost is refused as soon as it exceeds the budget"""
+"""a budget is refused on a modelled initial-design cost only beyond this factor (a calibrated
+or given cost: as soon as it exceeds the budget)"""
 
 
 def check_budget(
@@ -276,10 +259,9 @@ def check_budget(
 
 
 def _recorded_cost(rule_s: float, basis: str, spent_s: float) -> tuple[float | None, str]:
-    """A pick's predicted seconds and basis as recorded. Where the cost model had no figure
-    (basis ``unknown...``) the rule estimated one from the measured trials, and the record
-    says so; with nothing measured yet the rule's placeholder (equal costs, 0 s) is no figure:
-    recorded as None (unknown), never as 0 s."""
+    """A pick's predicted seconds and basis as recorded: for an ``unknown...`` basis, the
+    rule's estimate from the measured trials (the basis says so), or None when nothing was
+    measured yet (the rule's 0 s placeholder is never recorded)."""
     if not basis.startswith("unknown"):
         return rule_s, basis
     if spent_s <= 0:

@@ -1,20 +1,8 @@
 """The ``design:`` block of a sweep spec: an adaptive design over one law axis, instead of a grid.
 
-Instead of running every value of a grid, the driver runs a small initial design, fits the
-workload's log-linear law (``metric = a * log10(axis) + b``) and proposes each next trial
-(value, seed) where it shrinks the slope's confidence interval most per predicted cost, until
-the interval is as narrow as ``goal``, the compute ``budget_hours`` is spent, or the candidates
-run out (the rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.design.driver`)::
-
-    design:
-      axis: pretrain.tokens              # a law axis of the workload
-      values: [8192, 16384, 32768, 65536, 131072]
-      goal: 0.07                         # the slope's 95% CI half-width to reach
-      budget_hours: 0.8                  # trial hours (GPU trials: GPU-hours)
-      max_seeds: 3                       # seeds 0, 1, 2 per value at most
-
-Each trial is an ordinary trial (its key the hash of its full config, its grid point the axis
-value and the seed). A spec with ``design:`` has no ``grid:``, ``search:`` or ``variants:``.
+The rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.design.driver`; the block
+with an example: docs/design.md. A spec with ``design:`` has no ``grid:``, ``search:`` or
+``variants:``.
 """
 
 from __future__ import annotations
@@ -52,7 +40,9 @@ _POSITIVE = {
 
 
 class DesignSpec(NoBoolNumbers):
-    """An adaptive design over one law axis (see the module docstring)."""
+    """An adaptive design over one law axis: an initial design, then each next trial (value,
+    seed) where it narrows the slope's CI most per predicted cost, until ``goal``, the budget
+    or the candidates run out."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -225,10 +215,9 @@ def _check_metric_set(
     path: object,
 ) -> None:
     """Refuse a per-set ``design.metric`` (``<law metric>/<set>``) whose set is not one the
-    trials evaluate: the sets of the ``base:`` config's ``eval.prompt_sets`` (or
-    ``prompts.prompt_sets``) as :func:`workloads.data.prompts.prompt_set_sources` names them
-    (no trial would report it). A metric without a set passes, and so does a base or set list
-    that is refused on its own line (an invalid base, an unknown set, a missing directory).
+    trials evaluate (the ``base:`` config's ``eval.prompt_sets`` or ``prompts.prompt_sets``,
+    as :func:`workloads.data.prompts.prompt_set_sources` names them). A metric without a set
+    passes, and so does a base or set list refused on its own line.
 
     Raises:
         SpecError: ``file:line`` of design.metric, the valid choices and a fix.

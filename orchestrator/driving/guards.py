@@ -1,17 +1,6 @@
 """Refusals before a sweep writes anything: sinks that would collide, a resubmit that changes
-what an existing sweep runs, a cluster whose nodes do not share the run root.
-
-Who writes what (see ``docs/scale.md``): only the driver writes the results DB and
-MLflow (trial tasks return their results to it); trial tasks write their own folder under the
-run root and read the shared cache, so on a cluster every node must mount the run root and the
-cache at the same path. :func:`check_cluster_storage` checks that on every node.
-
-So a single-node sink (a SQLite results DB or MLflow store under the run root) is safe on a
-cluster: only the driver opens it, and no trial task connects to a DB or MLflow. What a cluster
-could silently split across nodes is the trial folders and the cache; a node that does not see
-them stops the submit (and ``retry``) with the fix, before a trial is registered or an MLflow
-run started (tested on a 2-node ``ray.cluster_utils`` cluster, tests/orchestrator/
-test_cluster.py).
+what an existing sweep runs, a cluster whose nodes do not share the run root and cache (who
+writes what: docs/scale.md).
 """
 
 from __future__ import annotations
@@ -53,15 +42,9 @@ def _db(url: str) -> URL | None:
 
 
 def check_sinks_apart(run_root: Path, db_url: str | None, tracking_uri: str | None) -> None:
-    """Refuse an MLflow tracking URI that is the results DB itself.
-
-    MLflow and Optuna (whose study lives in the results DB) both keep their Alembic revision in
-    a table ``alembic_version``: in one database, MLflow's migrations find Optuna's revision and
-    stop half-way, leaving tables behind.
-
-    Without ``tracking_uri`` MLflow's default store is checked (``<run root>/mlflow.db``, which
-    a ``--db-url`` could name). Every command that opens the results DB and may open MLflow
-    (``submit``, ``retry``, ``fit``, ``cancel``) runs this first.
+    """Refuse an MLflow tracking URI that is the results DB itself (both would keep an Alembic
+    revision in ``alembic_version``, see docs/scale.md). Without ``tracking_uri`` MLflow's
+    default store (``<run root>/mlflow.db``) is checked.
 
     Raises:
         OrchestratorError: the two URLs name one SQLite file or one PostgreSQL database.
@@ -93,12 +76,10 @@ def check_sinks_apart(run_root: Path, db_url: str | None, tracking_uri: str | No
 def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
     """Refuse a spec that changes which trials an existing sweep of its name runs.
 
-    A grid is the same experiment when it expands to the same trial keys (values reordered, a
-    default written out); a design when its base, seeds and design (but its goal and budget)
-    are the same; a search when its workload, seed, base config and space (direction
-    and sampler included) are the same. A resubmit may change the description, the resources
-    and a search's ``n_trials`` and ``metric`` (the study refuses a metric change once a trial
-    counted for the old one). Anything else would mix two experiments under one name.
+    Same experiment: a grid that expands to the same trial keys; a design with the same base,
+    seeds and design (but goal and budget); a search with the same workload, seed, base config
+    and space (direction and sampler included). The description, the resources and a search's
+    ``n_trials`` and ``metric`` may change.
 
     Raises:
         SpecError: ``file:line`` of the first changed field, and the fix.
@@ -176,11 +157,8 @@ def _locs(name: str, before: Any, after: Any) -> list[tuple[str, ...]]:
 
 def check_cluster_storage(dest: Destinations) -> None:
     """On a Ray cluster (``--address``), refuse unless every alive node sees the run root and
-    the cache folder at the same path (shared storage): trial tasks write their artifacts
-    under the run root, which the driver records, and read features and drafts there.
-
-    Writes a probe file in each folder, checks it from a task pinned to every node, and removes
-    it. A local Ray (no ``--address``) is one node and is not checked.
+    the cache folder at the same path: a probe file written in each folder is checked from a
+    task pinned to every node, then removed. A local Ray is not checked.
 
     Raises:
         OrchestratorError: naming the nodes that do not see a folder, and the fix.
@@ -318,10 +296,9 @@ def machine_memory_gb() -> float:
 
 def check_fits_locally(spec: SweepSpec, path: Path, *, extra_gpus: float = 0) -> None:
     """On a local Ray (no ``--address``), refuse a trial that asks for more CPUs, GPUs or
-    memory (``resources.memory_gb``, against :func:`machine_memory_gb`) than this machine has:
-    Ray would keep it waiting for ever (recorded ``running``). ``extra_gpus``:
-    GPUs a trial holds beyond ``resources.num_gpus`` (the one a trial training on workers keeps
-    for its features and evaluation, see :func:`orchestrator.driving.runner.task_options`).
+    memory (``resources.memory_gb``, against :func:`machine_memory_gb`) than this machine has
+    (Ray would keep it waiting for ever). ``extra_gpus``: GPUs a trial holds beyond
+    ``resources.num_gpus`` (see :func:`orchestrator.driving.runner.task_options`).
 
     Raises:
         SpecError: ``file:line`` of the resource and the fix.

@@ -1,20 +1,13 @@
 """``orchestrator submit --ray-job``: run the sweep driver itself as a Ray Job on a cluster.
 
-The working folder (this repository, without what ``.gitignore`` and :data:`EXCLUDES` leave
-out) is uploaded as the job's ``runtime_env`` ``working_dir``; the job runs
-``python -m orchestrator.cli submit <spec> ...`` there, and that driver finds the cluster through
-the ``RAY_ADDRESS`` Ray sets for jobs. The cluster's Python must have this project's
-dependencies. Ray docs: "Ray Jobs Quickstart", ``JobSubmissionClient.submit_job``.
+The working folder (without what ``.gitignore`` and :data:`EXCLUDES` leave out) is uploaded as
+the job's ``runtime_env`` ``working_dir``; the job runs ``python -m orchestrator.cli submit
+<spec> ...`` there (Ray docs: "Ray Jobs Quickstart", ``JobSubmissionClient.submit_job``).
 
-Database and tracking URLs never travel in the entrypoint, and a URL with a password never in
-the job's ``runtime_env`` either: both are shown to anyone who can read the job's info (``ray
-job list``, the dashboard). A URL without a password is an ``env_vars`` entry
-(``SPECSCALE_DB_URL``, ``MLFLOW_TRACKING_URI``); one with a password is written to a file only
-its owner can read, ``<run root>/.ray-jobs/<token>.json`` (mode 0600, folder 0700), and the job
-gets the file's path (:data:`URLS_FILE_VAR`). The job's driver reads the URLs from it when it
-parses its options (``orchestrator.commands.options``) and removes it
-(:func:`read_urls_file`). So a password needs an absolute ``--run-root`` on storage that this
-machine and the cluster share at the same path, read and written by one user.
+URLs never travel in the entrypoint: one without a password is an ``env_vars`` entry
+(``SPECSCALE_DB_URL``, ``MLFLOW_TRACKING_URI``); one with a password is written to
+``<run root>/.ray-jobs/<token>.json`` (mode 0600, folder 0700), whose path the job gets in
+:data:`URLS_FILE_VAR` and whose reader removes it (:func:`read_urls_file`). See docs/scale.md.
 """
 
 from __future__ import annotations

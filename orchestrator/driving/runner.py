@@ -1,10 +1,8 @@
 """Ray and the run root for a sweep driver: where a sweep writes, the lease, the trial task's
 Ray options, connecting to a cluster, registering a sweep's trials.
 
-The results store is the source of truth: a resubmitted sweep skips completed trial keys and
-reruns pending, failed and stale running ones. At most as many trials are in flight as the
-Ray cluster has room for (:func:`in_flight_limit`), so ``running`` in the store means running.
-The loop itself is :func:`orchestrator.driving.sweep_run.drive`.
+At most :func:`in_flight_limit` trials are in flight, so ``running`` in the store means
+running. The loop itself is :func:`orchestrator.driving.sweep_run.drive`.
 """
 
 from __future__ import annotations
@@ -100,10 +98,9 @@ def in_flight_limit(spec: SweepSpec) -> int:
 def task_options(spec: SweepSpec, *, hold_gpus: bool = True) -> dict[str, Any]:
     """Ray options of a trial's task: the spec's resources and retries.
 
-    ``hold_gpus=False``: a trial whose training workers take the spec's GPUs (Ray lends a
-    waiting task's CPUs to the workers it waits for, not its GPUs); the task itself keeps one
-    GPU (when the spec has any) for its target, features and evaluation, so it asks for
-    ``num_gpus + 1`` in all (:func:`extra_gpus`).
+    ``hold_gpus=False``: a trial whose training workers take the spec's GPUs; the task itself
+    keeps one GPU (when the spec has any), so it asks for ``num_gpus + 1`` in all
+    (:func:`extra_gpus`).
     """
     r = spec.resources
     return {

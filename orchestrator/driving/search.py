@@ -1,19 +1,12 @@
 """Optuna search: a spec's ``search:`` block -> a study in the results DB -> trials on Ray.
 
-The study lives in the same SQL database as the results (Optuna's ``RDBStorage`` on the store's
-URL, a PostgreSQL ``?options=-csearch_path%3D...`` schema included; study name = sweep name),
-so a resubmitted search resumes it: finished trials stay finished, a trial that was running when
-the driver died is told FAIL, marked void (it does not count) and its params are enqueued again,
-and new trials are asked until ``n_trials`` counted trials exist. One driver per sweep at a time,
-as for a grid (the store resets stale ``running`` trials the same way).
-
-Each Optuna trial is an ordinary trial of the store and MLflow: trial key = hash of the full
-config (:func:`orchestrator.spec.grid.trial_key`), overrides = the sampled params plus ``seed`` and
-``optuna_trial`` (the number of the Optuna trial that first proposed the config). A proposal
-whose key is completed in the store is told the stored metric without running; one whose key is
-in flight is told when that trial ends. A proposal the config model refuses, a failed trial and
-a non-finite metric are told FAIL, so the search goes on; a metric the workload does not report
-stops the search (no new trials) with an error naming the metrics it does report.
+The study is Optuna's ``RDBStorage`` on the results DB's URL (PostgreSQL schema included;
+study name = sweep name), so a resubmit resumes it. Each Optuna trial is an ordinary trial:
+key = :func:`orchestrator.spec.grid.trial_key` of its config, overrides = the sampled params
+plus ``seed`` and ``optuna_trial`` (the Optuna trial that first proposed the config). A
+proposal completed in the store is told its stored metric; a refused config, a failed trial
+and a non-finite metric are told FAIL; a metric the workload does not report stops the search.
+Behaviour on resume and failure: docs/sweep-spec.md, "search:".
 """
 
 from __future__ import annotations

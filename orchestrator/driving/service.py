@@ -90,14 +90,11 @@ def open_sinks(dest: Destinations, *, must_exist: bool = False) -> tuple[Results
 
 
 def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False, here: bool = True) -> None:
-    """Every refusal of a submit before it writes: the workload's preflight checks (corpora,
-    prompt sets, targets, budgets, disk), the folders, the Ray address and cluster storage or
-    what this machine can hold, the results DB and MLflow kept apart, and (``dry_run``, where a
-    results DB exists) a changed grid or search space on resubmit. ``submit --dry-run`` runs the
-    same checks as a submit and writes nothing (the corpus check tokenises into a temporary
-    folder it removes).
-    ``here=False`` (a dry run costing the sweep on other hardware, ``--hardware``) skips what
-    only this machine decides: the workload's preflight checks and what this machine can hold.
+    """Every refusal of a submit before it writes (a dry run runs the same and writes
+    nothing): the workload's preflight checks, the folders, the Ray address and cluster storage
+    or what this machine can hold, the results DB and MLflow kept apart, and (``dry_run``, where
+    a results DB exists) a changed grid or search space on resubmit. ``here=False``
+    (``--hardware``) skips the workload's preflight checks and what this machine can hold.
 
     Raises:
         SpecError, OrchestratorError: the first refusal, ``file:line`` and a fix where a spec
@@ -332,12 +329,10 @@ def _drive(
 
 
 def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, int, Any, Tracker]:
-    """Rebuild sweep ``name``'s MLflow runs from the results DB, the system of record: the
-    parent run the DB names (else a new one, recorded in the DB), a child run for each
-    completed trial MLflow lost (config as params, metrics and series from the DB, finished;
-    a run alive under another parent is moved under this one), the law refitted and logged,
-    the parent's state from the trials'. Idempotent: runs MLflow still has are left as they
-    are (:meth:`~orchestrator.tracking.mirror.Mirror.sync`). Nothing runs a trial.
+    """Rebuild sweep ``name``'s MLflow runs from the results DB: the parent run (made and
+    recorded when missing), a child run for each completed trial MLflow lost
+    (:meth:`~orchestrator.tracking.mirror.Mirror.sync`), the law refitted and logged, the
+    parent's state from the trials'. Idempotent; runs no trial.
 
     Returns:
         The parent run id, the child runs recreated, the fit's report, the tracker.

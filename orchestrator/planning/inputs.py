@@ -316,9 +316,7 @@ def decode_data(store: ResultsStore, info: SweepInfo) -> DecodeData | None:
 def _with_fixed_knobs(frame: pd.DataFrame, trials: Sequence[TrialInfo]) -> pd.DataFrame:
     """``frame`` with ``decode.batch_size``, ``decode.num_draft_tokens`` and
     ``decode.temperature`` read from each trial's full config where the grid does not vary them
-    (fixed in ``base`` or defaulted), so
-    such a sweep reads as the same sweep with a one-value grid column does. NaN for a trial whose
-    config lacks the knob; ``frame`` is not modified."""
+    (NaN for a trial whose config lacks the knob); ``frame`` is not modified."""
     configs = {t.key: t.config.get("decode") or {} for t in trials}
     out = frame.copy()
     for knob in ("batch_size", "num_draft_tokens", "temperature"):

@@ -2,12 +2,8 @@
 serve it (the rule: :mod:`analysis.plan`), every figure with its interval and, where it rests
 on a value beyond the measured range, its extrapolation label.
 
-Inputs (:mod:`orchestrator.planning.inputs`): the token law's sweep (required), a depth law's
-(optional), a decode sweep's acceptance-versus-k and throughput data (required); a target shape
-and a hardware profile for the roofline (default: the measured target on this CPU); the
-serving batch mix; a training budget and the least gain per hour worth training for. Training
-hours come from the cost model (:mod:`orchestrator.cost.model`: calibrated on the DB's
-completed trials of the same hardware where it has them, else modelled from FLOPs).
+Inputs: :mod:`orchestrator.planning.inputs`; training hours: :mod:`orchestrator.cost.model`
+(see docs/plan.md).
 """
 
 from __future__ import annotations
@@ -83,7 +79,7 @@ class PlanOptions:
 
 
 def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
-    """The plan as JSON-safe data (see the module docstring; keys: ``sweeps``, ``options``,
+    """The plan as JSON-safe data (keys: ``sweeps``, ``options``,
     ``laws``, ``training``, ``serving``, ``measured_k``, ``holdout``, ``predictions``,
     ``labels``, ``elapsed_s``).
 
@@ -401,9 +397,8 @@ def _mode(values: Any) -> int:
 
 def _costed_as(sw: PlanSweeps, model: str, measured: str | None, hw_name: str) -> dict[str, str]:
     """The target and dtype the training hours are costed for: the token sweep's own config,
-    with the named shape as the target when ``--model`` names another one (its FLOPs, its
-    draft's width) and bfloat16 on a GPU when the sweep trained in float32 (the paper's runs,
-    and what a GPU's tensor-core peak is quoted for)."""
+    with ``--model``'s shape as the target when it names another one, and bfloat16 on a GPU
+    when the sweep trained in float32."""
     from workloads.roofline.hardware import LOCAL_CPU
 
     target = sw.tokens.trials[0].config.get("target") or {}
@@ -423,11 +418,9 @@ def _hours_fn(
 ) -> tuple[Callable[[float, int], float], str]:
     """(tokens, layers) -> predicted training hours on one device (every stage but the
     evaluation) of one trial of the token sweep's config at that budget and depth, costed for
-    ``costed_as`` (:func:`_costed_as`: target and dtype overrides), and the figures' basis.
-    Another target or dtype than the trials ran matches none of them: modelled, not
-    calibrated. On this CPU the profile is the one the trials cached under ``opts.cache_dir``
-    (measured once and cached when there is none); nothing else cached counts, so the hours are
-    a fresh trial's."""
+    ``costed_as`` (:func:`_costed_as`), and the figures' basis (another target or dtype than
+    the trials ran: modelled). On this CPU the profile is the one cached under
+    ``opts.cache_dir`` (measured and cached when there is none); nothing else cached counts."""
     from orchestrator.cost import model as costing
     from orchestrator.spec.sweep import merge_overrides, parse_spec
     from workloads.roofline.hardware import LOCAL_CPU, get_profile
@@ -551,15 +544,11 @@ def _measured_k(
     opts: PlanOptions,
     measured_b: Sequence[int],
 ) -> list[dict[str, Any]]:
-    """The rule checked where it can be: per measured b, the k it plans for what the decode
-    sweep measured (its target, its draft not rescaled, this CPU's roofline), beside the k
-    that sweep measured best and the measured throughput at the planned k. A plan for another
-    ``--model`` or ``--hardware`` has nothing measured to compare with, so the check is always
-    of the measured setting (empty when the trials ran on a GPU: no datasheet name is recorded
-    for it, or the target has no built-in shape). The autoregressive baseline measured in the
-    same trials is the candidate k = 1 (no speculation): it is the best when it beats every
-    fixed k, and it is what a planned k = 1 measured. ``share_of_best`` is None where the
-    planned k was not in the sweep's grid."""
+    """The rule checked on the measured setting (the decode sweep's target and draft, this
+    CPU's roofline, whatever ``--model``/``--hardware`` say): per measured b, the planned k
+    beside the sweep's best k and the measured throughput at the planned k; the AR baseline
+    of the same trials is k = 1. Empty when the trials ran on a GPU or the target has no
+    built-in shape. ``share_of_best`` is None where the planned k was not in the grid."""
     from analysis.throughput import best_per_batch
     from workloads.roofline.hardware import LOCAL_CPU
 

@@ -6,11 +6,10 @@ the trials ran on: on CPU, the peak FLOP/s and bandwidth each trial measured
 decoded (``prompt_tokens_mean``). Its k_opt(b) is compared with the measured best k per b.
 
 A sweep whose trials differ in a condition of the measurement (``decode.temperature``,
-``draft.oracle_accept``) is analysed per condition (:func:`analysis.throughput.split_conditions`),
-never pooled into one (b, k) cell: one labelled page and set of console lines per condition; the
-stored fits and ``k_law.json`` are those of the reference condition (the first: the lowest
-temperature, the highest oracle_accept), and say which. Trials that differ in
-``prompts.prompt_sets`` are pooled as before, with a warning on the console and the page
+``draft.oracle_accept``) is analysed per condition (:func:`analysis.throughput.split_conditions`):
+one labelled page and set of console lines per condition; the stored fits and ``k_law.json`` are
+those of the reference condition (the lowest temperature, the highest oracle_accept). Trials
+that differ in ``prompts.prompt_sets`` are pooled, with a warning
 (:func:`orchestrator.reports.conditions.pooled_sets_line`).
 """
 
@@ -164,11 +163,9 @@ def fit_decode_sweep(
 ) -> tuple[LogLinearFit, list[str]]:
     """Fit Thm 1.3 and Eq. 4 over completed trials, store them (unless ``persist=False``; stored
     also as ``k_law.json`` beside the dashboard, for ``decode.k_law: sweep:<name>``), write the
-    dashboard (``description``: the sweep's spec ``description``, shown on it). Trials that
-    differ in temperature or oracle_accept are analysed per condition (see the module): the
-    fits stored and returned are the reference condition's, and each other condition gets its
-    own page beside ``dashboard``. Trials of different prompt sets pooled on a page get a
-    warning there and on the console. ``sections`` (the cost, the design) close the reference
+    dashboard (``description``: the spec's, shown on it). Per condition as the module says:
+    the fits stored and returned are the reference condition's, each other condition gets its
+    own page beside ``dashboard``. ``sections`` (the cost, the design) close the reference
     condition's page.
 
     Returns:

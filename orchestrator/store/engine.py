@@ -5,8 +5,8 @@ store needs to know about it); :func:`session_scope` is the one unit of work of 
 (commit, or roll back and re-raise SQL errors as :class:`~orchestrator.errors.StoreError`);
 :func:`reconnecting` retries a call while the server is unreachable.
 
-SQLite transactions start with ``BEGIN IMMEDIATE`` so concurrent writers queue on the busy
-timeout instead of failing with "database is locked" when a read turns into a write.
+SQLite transactions start with ``BEGIN IMMEDIATE`` (concurrent writers queue on the busy
+timeout).
 """
 
 from __future__ import annotations
@@ -271,9 +271,8 @@ def reconnecting(method: Callable[_P, _T]) -> Callable[_P, _T]:
     """Retry a store call whose connection failed (``OperationalError``: server restarted or
     unreachable, SQLite busy past its timeout) with backoff for up to :data:`RECONNECT_S`.
 
-    Every wrapped call is one transaction that is safe to repeat: inserts skip or update what
-    exists, updates set values (``mark_running`` adds 1 to ``attempts``: a retry after a commit
-    whose reply was lost can count one attempt twice).
+    Every wrapped call must be one transaction safe to repeat (``mark_running`` may count one
+    attempt twice when a commit's reply was lost).
     """
 
     @functools.wraps(method)

@@ -1,24 +1,9 @@
 """The results store: sweeps, trials, metrics and law fits in SQL (SQLite or PostgreSQL).
 
-The store is the source of truth for trial state: a resubmitted sweep skips completed trial keys.
-:class:`ResultsStore` is the facade over the package: every public method is one unit of work
-(:func:`~orchestrator.store.engine.session_scope`: commit, or roll back and re-raise database
-errors as :class:`~orchestrator.errors.StoreError`), takes and returns plain data (ints, strings,
-dicts, frozen dataclasses, a pandas frame), and no ORM object leaves it.
-
-The package, one concept a module:
-
-- :mod:`~orchestrator.store.rows`: the ORM tables, :class:`TrialState`, :class:`SweepInfo`,
-  :class:`TrialInfo`, the row -> info converters and the ``updated_at`` rule;
-- :mod:`~orchestrator.store.engine`: URLs, opening and migrating the database, SQLite settings,
-  sessions and the reconnect retry;
-- :mod:`~orchestrator.store.sweeps`, :mod:`~orchestrator.store.trials`,
-  :mod:`~orchestrator.store.metrics`, :mod:`~orchestrator.store.fits`: the statements of each
-  table, as functions over a session;
-- :mod:`~orchestrator.design.records`: the decisions of an adaptive design (``design:``);
-- :mod:`~orchestrator.store.lease`: which driver runs a sweep (claim, heartbeat, release) and
-  cancel requests;
-- :mod:`~orchestrator.store.migrate` and ``migrations/``: the Alembic schema migrations.
+:class:`ResultsStore` is the package's facade (its modules: docs/architecture.md): every public
+method is one unit of work (:func:`~orchestrator.store.engine.session_scope`: commit, or roll
+back and re-raise database errors as :class:`~orchestrator.errors.StoreError`) and takes and
+returns plain data, never an ORM object.
 
 A sweep's ``updated_at`` moves on every change to the sweep, its trials (added, state changed,
 reset to pending), their metrics, its fits, or a cancel request; lease heartbeats leave it alone.
@@ -81,22 +66,17 @@ class ResultsStore:
             ``postgresql://user@host:5432/db`` (plain ``postgresql://`` and ``postgres://`` use
             psycopg 3).
         schema: PostgreSQL only: create this schema if missing and keep all tables in it (via
-            the connection's ``search_path``); used to isolate tests and teams.
+            the connection's ``search_path``).
+        create: False (read-only commands): a database without this project's tables is
+            refused, never created or migrated.
 
     Raises:
-        StoreError: the URL is not a database URL, or the database is unreachable; the message
-            names the URL with its password masked and a fix.
+        StoreError: the URL is not a database URL, the database is unreachable, or
+            (``create=False``) it has no results tables; the password is masked.
         ValueError: ``schema`` is not a plain identifier or is given for SQLite.
     """
 
     def __init__(self, url: str, *, schema: str | None = None, create: bool = True) -> None:
-        """Open (and migrate) the store at ``url``; with ``create=False`` (read-only commands)
-        a database without this project's tables is refused, never created.
-
-        Raises:
-            StoreError: the URL is wrong, the server unreachable, or (``create=False``) the
-                database has no results tables.
-        """
         db = open_database(url, schema=schema, create=create)
         self._url_text = db.url_text
         self._dialect = db.dialect
@@ -192,11 +172,8 @@ class ResultsStore:
     @reconnecting
     def claim_sweep(self, sweep_id: int, driver: str, *, stale_after_s: float) -> None:
         """Make ``driver`` (``host:pid``) the one process running the sweep, and clear any
-        cancel request.
-
-        The sweep is free when no driver holds it, when its holder's heartbeat is older than
-        ``stale_after_s``, or when the holder ran on this host and its process is gone (a
-        driver killed with ``kill -9``).
+        cancel request. The sweep is free when no driver holds it, its holder's heartbeat is
+        older than ``stale_after_s``, or the holder ran on this host and its process is gone.
 
         Raises:
             StoreError: another driver holds the sweep and is alive; the message says which.
@@ -239,9 +216,7 @@ class ResultsStore:
         self, sweep_id: int, trials: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]]
     ) -> int:
         """Insert the missing ``(trial_key, config, overrides)`` as pending; return how many.
-
-        Existing keys are left untouched (their state, attempts and config stay), so calling this
-        twice, or from two processes at once, never duplicates a trial.
+        Existing keys are left untouched (safe to call twice, or from two processes).
 
         Raises:
             ValueError: a trial key is longer than 64 characters.
@@ -324,10 +299,8 @@ class ResultsStore:
 
     @reconnecting
     def reset_stale_running(self, sweep_id: int) -> int:
-        """Turn the sweep's ``running`` trials back into ``pending``; return how many.
-
-        Used when a sweep is resubmitted after the driver crashed mid-run.
-        """
+        """Turn the sweep's ``running`` trials back into ``pending``; return how many (a
+        resubmit after a crashed driver)."""
         with self._session() as s:
             return reset_to_pending(s, sweep_id, [TrialState.RUNNING.value])
 

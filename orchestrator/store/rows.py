@@ -1,15 +1,10 @@
 """The stored shape of the results: ORM tables, trial states, and the plain data callers get.
 
-The ORM models here must match the newest Alembic migration (``orchestrator/store/migrations``;
-``tests/orchestrator/store/test_migrate.py`` compares them). They stay inside the package: the store
-hands callers :class:`SweepInfo` and :class:`TrialInfo` (built by :func:`sweep_info` and
-:func:`trial_info`) and plain dicts.
-
-Timestamps are written as timezone-aware UTC; SQLite drops the offset, so every read goes
-through :func:`as_utc`. A sweep's ``updated_at`` is moved by :func:`touch_sweep` and
-:func:`touch_sweep_of_trial`, which every writer of the sweep's trials, metrics and fits calls.
-How metric and fit values map to columns (NaN, inf) is in :mod:`orchestrator.store.metrics` and
-:mod:`orchestrator.store.fits`.
+The ORM models must match the newest Alembic migration (``orchestrator/store/migrations``) and
+stay inside the package: callers get :class:`SweepInfo`, :class:`TrialInfo` and plain dicts.
+Timestamps are written as UTC and read through :func:`as_utc` (SQLite drops the offset). Every
+writer of a sweep's trials, metrics and fits calls :func:`touch_sweep` or
+:func:`touch_sweep_of_trial`.
 """
 
 from __future__ import annotations
@@ -313,9 +308,8 @@ def touch_sweep_of_trial(s: Session, trial_id: int) -> None:
     """Move ``updated_at`` of the sweep that trial ``trial_id`` belongs to (nothing happens for
     an unknown id).
 
-    Writers of existing trials call this (or :func:`touch_sweep`) before they change them, so
-    every transaction that locks a sweep row and its trial rows on PostgreSQL locks the sweep
-    first (as ``request_cancel`` does) and none waits on another in a cycle.
+    Writers of existing trials call this (or :func:`touch_sweep`) before they change them:
+    on PostgreSQL the sweep row is locked before its trial rows, as ``request_cancel`` does.
     """
     owner = select(TrialRow.sweep_id).where(TrialRow.id == trial_id).scalar_subquery()
     s.execute(

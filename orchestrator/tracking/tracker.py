@@ -1,35 +1,18 @@
 """MLflow tracking sink: one parent run per sweep, one child run per trial.
 
-Only :class:`mlflow.tracking.MlflowClient` with explicit run ids is used, never the fluent
-active-run API, so the same code runs in the driver and in Ray worker processes. A
-:class:`Tracker` holds no global state: it is rebuilt from ``(tracking_uri, experiment)`` and
-pickles as that (plus the resolved experiment id), so it can be shipped to a Ray task.
-
-Environment: this module reads no environment variables. The CLI sets
-``MLFLOW_DISABLE_TELEMETRY=true`` (and, for remote servers, may lower
-``MLFLOW_HTTP_REQUEST_MAX_RETRIES``) before creating a Tracker.
+Uses :class:`mlflow.tracking.MlflowClient` with explicit run ids only (never the fluent
+active-run API). A :class:`Tracker` pickles as ``(tracking_uri, experiment, experiment id)``, so
+it can be shipped to a Ray task. Reads no environment variables (the CLI sets
+``MLFLOW_DISABLE_TELEMETRY``).
 
 Tags written: ``specscale.kind`` (sweep | trial), ``specscale.sweep``, ``specscale.trial_key``,
-``specscale.state`` (pending/running/completed/failed/cancelled), ``specscale.error`` and
+``specscale.state`` (a :class:`TrialState` value), ``specscale.error`` and
 ``specscale.nonfinite``.
 
-Edge cases seen in public MLflow and Ray Tune bug reports, handled here (the results store keeps
-the originals: names, whole values, NaN and inf):
-
-- keys (params, metrics) pass :func:`mlflow_key`: MLflow refuses characters other than
-  letters, digits, ``_ - . /`` and spaces (``:`` not on Windows, mlflow/mlflow#12940, #12943;
-  ``@``, verl-project/verl#984) and names that are not normalised paths; file-backed stores use
-  keys as file names (too long ones fail as in ray-project/ray#1463, "File name too long").
-- param values over 6000 characters end in a hash of the whole value (:func:`flatten`); MLflow
-  refuses or cuts them (mlflow/mlflow#4992, #10512); log_batch requests stay under MLflow's
-  1 MB request limit.
-- NaN metrics are logged as NaN (MLflow stores them; its run page once broke on them,
-  mlflow/mlflow#16555, fixed by #16628); +-inf are not logged as metrics, because MLflow's SQL
-  stores silently turn them into +-1.8e308 (mlflow/mlflow#22826): they are listed in the tag
-  ``specscale.nonfinite`` instead.
-- runs are created with explicit ids and parents, so ``MLFLOW_RUN_ID`` in the environment
-  (which makes the fluent API resume that run, mlflow/mlflow#15713, #1348) changes nothing.
-- passwords in the tracking URI never reach a message (:attr:`Tracker.masked_uri`).
+Upstream limits worked around (docs/operations.md, "Tracking edge cases"): keys through
+:func:`mlflow_key` (mlflow/mlflow#12940, #12943; verl-project/verl#984; ray-project/ray#1463);
+long param values through :func:`flatten` (mlflow/mlflow#4992, #10512); +-inf metrics as a tag
+(mlflow/mlflow#22826); ``MLFLOW_RUN_ID`` ignored (mlflow/mlflow#15713, #1348).
 """
 
 from __future__ import annotations
@@ -102,10 +85,8 @@ _TERMINAL_STATUS = {
 
 
 def default_tracking_uri(run_root: Path) -> str:
-    """Return the embedded MLflow backend of a run root: ``sqlite:///<abs run_root>/mlflow.db``.
-
-    The file is created by MLflow on first use (a few seconds of migrations).
-    """
+    """Return the embedded MLflow backend of a run root: ``sqlite:///<abs run_root>/mlflow.db``
+    (created by MLflow on first use)."""
     return f"sqlite:///{Path(run_root).expanduser().resolve() / 'mlflow.db'}"
 
 
@@ -114,9 +95,8 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
     Nested mappings recurse (``{"pretrain": {"tokens": 5}}`` -> ``{"pretrain.tokens": "5"}``);
     strings stay as they are; other values (numbers, bools, None, lists) are JSON-encoded.
-    Values longer than MLflow's 6000-character limit are cut and end in ``...[sha256:<12 hex>]``
-    (the hash of the full value), so distinct long values stay distinct. Keys go through
-    :func:`mlflow_key` (unchanged for dotted field names).
+    Values over :data:`MAX_PARAM_VALUE_LEN` characters are cut and end in
+    ``...[sha256:<12 hex of the full value>]``. Keys go through :func:`mlflow_key`.
     """
     out: dict[str, str] = {}
     for key, value in d.items():
@@ -132,11 +112,10 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 def mlflow_key(name: str) -> str:
     """``name`` as a key MLflow accepts on every platform and store; the same name, same key.
 
-    Names made of letters (any script), digits, ``_ - . /`` and spaces, that are normalised
-    relative paths (no empty, ``.`` or ``..`` segment) of at most 250 UTF-8 bytes, come back
-    unchanged. Any other name is mended: other characters (``:``, ``@``, ``<``, ...) become
-    ``_``, bad segments become ``_``, the name is cut to fit, and ``-<8 hex of sha256(name)>``
-    is appended, so two names that mend alike still get distinct keys.
+    Names of letters (any script), digits, ``_ - . /`` and spaces that are normalised relative
+    paths (no empty, ``.`` or ``..`` segment) of at most 250 UTF-8 bytes come back unchanged.
+    Others are mended: other characters and bad segments become ``_``, the name is cut to fit,
+    and ``-<8 hex of sha256(name)>`` is appended.
 
     Examples: ``"pretrain.tokens"`` -> itself; ``"acc:humaneval"`` -> ``"acc_humaneval-<hash>"``.
     """
@@ -240,9 +219,8 @@ class Tracker:
     # -- internals ---------------------------------------------------------------------------
 
     def _first_start_lock(self) -> AbstractContextManager[object]:
-        """On a SQLite backend, a file lock next to the database: MLflow builds its schema on
-        first use, and two processes doing that at once fail in its Alembic migrations
-        ("Online migration expected to match one row"). Servers serialise this themselves."""
+        """A file lock next to a SQLite database, held while MLflow builds its schema (see
+        docs/operations.md); a null context for other backends."""
         if not self.tracking_uri.startswith("sqlite:"):
             return nullcontext()
         database = make_url(self.tracking_uri).database
@@ -263,11 +241,8 @@ class Tracker:
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
-        """Turn backend failures into one-line TrackingErrors naming the (masked) URI.
-
-        MLflow quotes the request URL, password included, in its HTTP errors: the message is
-        redacted, and an original exception that carries the password is not chained.
-        """
+        """Turn backend failures into one-line TrackingErrors naming the (masked) URI; the
+        message is redacted, and an original exception carrying the password is not chained."""
         try:
             yield
         except (MlflowException, SQLAlchemyError, OSError) as exc:
@@ -403,15 +378,12 @@ class Tracker:
     ) -> str:
         """Start (or resume) a trial's child run under ``parent_run_id``; return its run id.
 
-        The run is ``existing_run_id`` when MLflow has it alive (moved under
-        ``parent_run_id`` when it was under a parent run MLflow lost), else the live child of
-        ``parent_run_id`` tagged ``trial_key`` (a driver killed between creating it and
-        recording its id), else a new one. Tags: ``mlflow.parentRunId``, ``specscale.sweep``,
-        ``specscale.trial_key``, ``specscale.kind=trial``, ``specscale.state=running``. The run
-        name is the first 8 characters of ``trial_key`` plus the ``overrides`` (grid point) in
-        short form. ``params`` (the full trial config) are logged flattened; on a resumed run
-        params already set are skipped, a stale ``specscale.error`` tag is removed and the
-        status goes back to RUNNING.
+        The run is ``existing_run_id`` if alive (moved under ``parent_run_id``), else the live
+        child of ``parent_run_id`` tagged ``trial_key``, else a new one named by the first 8
+        characters of ``trial_key`` and the ``overrides`` in short form. Tags: the parent,
+        sweep, trial key, ``specscale.kind=trial``, ``specscale.state=running``. ``params`` are
+        logged flattened; on a resumed run params already set are kept, a ``specscale.error``
+        tag is removed and the status goes back to RUNNING.
 
         Raises:
             TrackingError: the backend failed.
@@ -443,13 +415,11 @@ class Tracker:
         *,
         timestamp_ms: int | None = None,
     ) -> None:
-        """Log metric values at ``step`` (batches of <= 1000) under :func:`mlflow_key` names,
-        stamped ``timestamp_ms`` (ms since the epoch; default now: the same values with the
-        same stamp logged again add nothing to a SQL store).
+        """Log metric values at ``step`` under :func:`mlflow_key` names, stamped
+        ``timestamp_ms`` (ms since the epoch; default now).
 
-        NaN is logged as NaN; +inf and -inf are listed in the tag ``specscale.nonfinite``
-        (``{"name": "inf@<step> -inf@<step> ... +<more>"}``) instead, as MLflow would store them
-        as +-1.8e308.
+        NaN is logged as NaN; +inf and -inf are not logged but listed in the tag
+        ``specscale.nonfinite`` (``{"name": "inf@<step> -inf@<step> ... +<more>"}``).
 
         Raises:
             TrackingError: the backend failed.
@@ -527,10 +497,8 @@ class Tracker:
                 self._client.log_artifact(run_id, str(local), artifact_path)
 
     def set_state(self, run_id: str, state: str, error: str | None = None) -> None:
-        """Set tag ``specscale.state``; completed/failed/cancelled also end the run.
-
-        Terminal statuses: completed -> FINISHED, failed -> FAILED, cancelled -> KILLED.
-        ``error`` (first 5000 characters) goes to tag ``specscale.error``.
+        """Set tag ``specscale.state``; completed/failed/cancelled end the run as FINISHED,
+        FAILED, KILLED. ``error`` (first 5000 characters) goes to tag ``specscale.error``.
 
         Raises:
             ValueError: ``state`` is not a trial state.
