@@ -16,11 +16,8 @@ import typer
 
 
 def flag(name: str, *, help: str) -> Any:
-    """A boolean switch, ``--name`` (present: True), with no ``--no-name`` twin.
-
-    Its metavar is empty: typer's rich help would otherwise show ``<bool>`` after it, as if it
-    took a value.
-    """
+    """A boolean switch, ``--name`` (present: True), with no ``--no-name`` twin and no
+    ``<bool>`` metavar in the help."""
     return typer.Option(name, help=help, metavar="")
 
 

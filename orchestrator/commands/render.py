@@ -266,8 +266,7 @@ def print_trials(
     """A trial table: key, grid point, state (and error), the given metrics (the workload's
     ``status_columns``; none for planned trials, which have no metrics yet), each in its
     format from ``formats`` (the workload's progress formats), else ``.4f``. A header wider
-    than its column folds onto more lines, never cut: two metrics that start alike stay
-    distinguishable on a narrow terminal; a metric's numbers keep their width."""
+    than its column folds onto more lines, never cut."""
     table = Table(title=f"sweep {name}")
     axes = sorted({k for _, _, o, _ in rows for k in o})
     spec = formats or {}

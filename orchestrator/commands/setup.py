@@ -21,9 +21,8 @@ def quiet_env() -> None:
 def loopback_ray(address: str | None) -> None:
     """Keep a local Ray (no ``address``) on 127.0.0.1; call before ``ray`` is imported.
 
-    Ray 2.60 turns ``ray.init(_node_ip_address="127.0.0.1")`` into the machine's address and then
-    listens on all interfaces (GCS, raylet, workers, agents), unless multi-node clusters are off,
-    which a one-node local Ray does not need. A user's own setting of the variable wins.
+    Sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless the user set it (Ray 2.60 otherwise
+    listens on all interfaces; docs/operations.md).
     """
     if not address:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

@@ -5,8 +5,6 @@ transition, and :class:`SweepFinished` at the end, with the counts of the driver
 (:class:`Tally`, kept by :func:`~orchestrator.driving.sweep_run.drive`) and of a search's study
 (:class:`SearchSummary`, kept by :class:`~orchestrator.driving.search.SearchProposals`) or of
 a design (:class:`DesignSummary`, kept by :class:`~orchestrator.design.driver.DesignProposals`).
-They live here, below them all, so the driver loop, the search and the design import this
-module and it imports none of them.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Why a trial's Ray worker died, as Ray reports it, for the trial's error text.
 
-``ray.get`` raises a bare ``WorkerCrashedError`` ("The worker died unexpectedly ...") for a
-worker that was killed (SIGKILL, the kernel's OOM killer, a segfault, ``os._exit``): Ray 2.60
-drops what it knows when it builds that exception. The GCS still has it: the task's events name
-the worker that ran it, and the worker table keeps the worker's pid, exit type and exit detail
-(e.g. ``The process receives a SIGTERM``, or a connection lost at end of file, which is what a
-SIGKILL or an OOM kill looks like to Ray). They are read here through Ray's private state
-accessor, best effort: where it is not available (Ray Client, another Ray version) the error
-text stays Ray's own.
+Ray 2.60's ``WorkerCrashedError`` for a killed worker carries no detail; the GCS keeps the
+worker's pid, exit type and exit detail, read here through Ray's private state accessor, best
+effort (where it is not available, e.g. Ray Client or another Ray version, the error text stays
+Ray's own).
 """
 
 from __future__ import annotations

@@ -50,11 +50,9 @@ def batch_ranges(batch_sizes: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def vllm_config(rows: Sequence[Mapping[str, Any]], draft: str) -> dict[str, Any] | None:
-    """vLLM's ``speculative_config`` for the plan's rows (batch_size, k): its
-    ``num_speculative_tokens_per_batch_size`` is a list of ``[range_start, range_end, K]``
-    (inclusive, from 1; vLLM 0.32 ``vllm/v1/spec_decode/dynamic/utils.py`` validates it), and
-    ``num_speculative_tokens`` the largest K. None when every planned k is 1: vLLM takes no
-    speculative config with K = 0 everywhere, so the target is served alone."""
+    """vLLM's ``speculative_config`` for the plan's rows (batch_size, k), as the module says
+    (validated by vLLM 0.32 ``vllm/v1/spec_decode/dynamic/utils.py``); None when every
+    planned k is 1."""
     ranges = batch_ranges([int(r["batch_size"]) for r in rows])
     by_b = {int(r["batch_size"]): int(r["k"]) for r in rows}
     per = [

@@ -1,4 +1,4 @@
-"""The recipe ablation across prompt sets as console lines (issue 24, item 3).
+"""The recipe ablation across prompt sets as console lines.
 
 A ``variants:`` sweep whose trials measured several prompt sets gets, per factor, its main
 effect on the mean over the sets (:data:`analysis.factorial.SET_MEAN`) with its 95% CI, the

@@ -1,7 +1,6 @@
 """What a trial measured on besides its grid point: the prompt sets it decoded and the sampling
-temperature. Acceptance length (and so throughput) depends on both, so trials or sweeps that
-differ in them are not repeats of one measurement; these lines say so where the decode report
-pools such trials into one point or ``orchestrator compare`` sets such sweeps side by side.
+temperature; the warning lines where the decode report pools trials, or ``orchestrator compare``
+sets sweeps side by side, that differ in them.
 
 A trial's prompt sets are its config's ``prompts.prompt_sets`` (decode_bench) or
 ``eval.prompt_sets`` (draft_train) as written (``humaneval+sharegpt``; a directory is its path);

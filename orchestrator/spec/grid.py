@@ -24,14 +24,9 @@ class TrialSpec:
 
 
 def _key_dump(config: BaseModel) -> dict[str, Any]:
-    """The config as JSON, minus fields marked ``key_omits_default`` that hold their default.
-
-    Fields added after a workload first shipped carry that mark, so adding them did not change
-    the keys of trials recorded before (their results stay reachable on resubmit). A field whose
-    default changed the behaviour (``key_omits: <value>``) is left out only at the value that
-    reproduces the behaviour from before it existed: the old recipe keeps its keys, the new
-    default gets new ones.
-    """
+    """The config as JSON, minus fields marked ``key_omits_default`` that hold their default,
+    and fields marked ``key_omits: <value>`` that hold that value (docs/sweep-spec.md, "Trial
+    keys and key_omits")."""
     out = config.model_dump(mode="json")
     for name, info in type(config).model_fields.items():
         value = getattr(config, name)

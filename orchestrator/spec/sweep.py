@@ -1,22 +1,8 @@
 """Sweep specs: a YAML file parsed once into typed, validated models.
 
-Every error names ``file:line`` and a fix. A spec names a workload, the ``base`` trial config,
-a ``grid`` of axes (dotted field paths of the trial config, each a list of values), ``seeds`` and
-the Ray ``resources`` of one trial::
-
-    name: tokens
-    workload: draft_train
-    seeds: [0, 1]
-    grid:
-      pretrain.tokens: [0, 8192, 16384]
-    base:
-      sft: {tokens: 16384}
-    resources: {num_cpus: 1}
-
-Instead of a ``grid``, a spec may have a ``search`` block: an Optuna study over a ``space`` of
-config fields (see :class:`SearchSpec` and ``sweeps/search-batch.yaml``), or a ``design`` block:
-an adaptive design over one law axis (see :mod:`orchestrator.design.spec` and
-``sweeps/tokens-adaptive.yaml``).
+Every error names ``file:line`` and a fix. A spec has a ``grid``, a ``search``
+(:class:`SearchSpec`) or a ``design`` (:mod:`orchestrator.design.spec`); the keys:
+docs/sweep-spec.md.
 """
 
 from __future__ import annotations

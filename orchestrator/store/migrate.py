@@ -5,14 +5,10 @@ older revision is upgraded; one made before migrations existed (the tables but n
 is stamped as revision ``0001`` (the schema it has) and then upgraded; one at a revision this
 code does not know (written by a newer orchestrator) is refused with a message.
 
-The version table is ``ss_alembic_version``: Optuna keeps its own Alembic version in
-``alembic_version`` in the same database when a sweep has a ``search:`` block.
-
-Concurrent first starts (two sweeps launched at once on a new database) are serialised: on
-PostgreSQL by a transaction-scoped advisory lock, on SQLite by a file lock next to the database
-file; the loser then finds the schema at head and does nothing. A SQLite file already at head is
-opened without that lock, and the lock file is removed after a migration, so opening a run
-root's DB leaves nothing behind.
+The version table is ``ss_alembic_version`` (Optuna's is ``alembic_version``; see
+docs/operations.md). Concurrent first starts are serialised: on PostgreSQL by a
+transaction-scoped advisory lock, on SQLite by a file lock next to the database, removed after
+the migration.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """MLflow as a view of the results DB, the one system of record.
 
-The driver records a trial in SQL (:mod:`orchestrator.store`); :class:`Mirror` then copies what
-SQL holds to the trial's MLflow child run. Every call is idempotent and keyed by the trial key:
-the run is found by the id SQL names or by its ``specscale.trial_key`` tag under the sweep's
-parent run, else created; metrics carry the trial's finish time as their timestamp, so writing
-the same trial again adds nothing (MLflow's SQL stores skip identical metric rows). The same
-calls rebuild a sweep's runs that MLflow lost (:meth:`Mirror.sync`: each submit, and
-``orchestrator mirror``). See ``docs/scale.md``, "Who writes what".
+The driver records a trial in SQL; :class:`Mirror` then copies what SQL holds to the trial's
+MLflow child run. Every call is idempotent and keyed by the trial key: metrics are stamped with
+the trial's finish time, so writing a trial again adds nothing. :meth:`Mirror.sync` rebuilds
+runs MLflow lost. See docs/scale.md, "Who writes what".
 """
 
 from __future__ import annotations
@@ -73,11 +70,9 @@ class Mirror:
         self.tracker.set_state(run_id, trial.state, trial.error)
 
     def sync(self) -> int:
-        """Give each completed trial its finished child run again where MLflow lost it (run
-        or experiment deleted, or purged by ``mlflow gc``), left it unfinished (the driver
-        died between SQL's final state and MLflow's) or holds it under a lost parent run; runs
-        already finished are left alone. Returns how many runs were made anew (their ids
-        recorded in SQL).
+        """Give each completed trial its finished child run again where MLflow lost it, left
+        it unfinished or holds it under a lost parent run; finished runs are left alone.
+        Returns how many runs were made anew (their ids recorded in SQL).
 
         Raises:
             StoreError, TrackingError: the DB or MLflow failed.
