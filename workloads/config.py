@@ -367,6 +367,13 @@ class TrainConfig(_Frozen):
     """DeepSpeed config for the workers instead of DDP, e.g. {zero_optimization: {stage: 2}}
     (ZeRO stage 0-2; batch sizes, clipping, optimiser and schedule come from this block); for
     GPU clusters: a sweep needs resources.num_gpus; None = DDP"""
+    ttt_steps: int = Field(default=1, ge=1, le=16, json_schema_extra=NEW)
+    """training-time test (EAGLE-3, arXiv 2503.01840; HASS, arXiv 2408.15766): the draft is
+    unrolled this many steps per training row, each step fed its own previous outputs as the
+    decoder feeds them, its loss weighted ttt_decay^step; 1 = the draft fed target features
+    only (EAGLE-1/Scylla training)"""
+    ttt_decay: float = Field(default=0.8, gt=0, le=1, json_schema_extra=NEW)
+    """weight of unrolled step k's loss is ttt_decay^k (SpecForge and EAGLE-3: 0.8)"""
 
     @property
     def on_workers(self) -> bool:
@@ -487,6 +494,26 @@ class DraftTrainConfig(_Frozen):
                 "pretrain.schedule 'wsd-fork' shares one trunk across budgets, so the draft "
                 "vocabulary must not depend on the budget: set draft.vocab_tokens (e.g. the "
                 "largest budget) or draft.vocab_size: 0"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_ttt(self) -> DraftTrainConfig:
+        k = self.train.ttt_steps
+        if k == 1:
+            return self
+        if self.train.on_workers:
+            raise ValueError(
+                f"train.ttt_steps {k} runs the draft {k} times per step, which data-parallel "
+                "workers do not take (one forward per backward). Fix: train.workers: 1 without "
+                "train.deepspeed, or train.ttt_steps: 1"
+            )
+        shortest = min(self.pretrain.seq_len, self.sft.seq_len)
+        if k + 2 > shortest:
+            raise ValueError(
+                f"train.ttt_steps {k} needs training rows of at least {k + 2} tokens (the "
+                f"unrolled chain and its target), but a row has {shortest}. Fix: "
+                f"train.ttt_steps: {max(1, shortest - 2)} or longer pretrain.seq_len/sft.seq_len"
             )
         return self
 

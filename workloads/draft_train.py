@@ -87,6 +87,8 @@ def _stage(cfg: DraftTrainConfig, stage: str, device: torch.device) -> StageSett
         seed=cfg.seed,
         feature_noise=t.feature_noise,
         precision=precision(cfg, device),
+        ttt_steps=t.ttt_steps,
+        ttt_decay=t.ttt_decay,
     )
 
 

@@ -319,6 +319,7 @@ def _train_flops(cfg: DraftTrainConfig, shape: ModelShape, stage: str, tokens: f
         vocab=_draft_vocab(cfg, shape),
         tokens=tokens,
         seq_len=seq_len,
+        ttt_steps=cfg.train.ttt_steps,
     )
 
 

@@ -126,17 +126,26 @@ def target_forward_flops(shape: ModelShape, tokens: float, seq_len: int) -> floa
 
 
 def draft_train_flops(
-    shape: ModelShape, *, layers: int, vocab: int, tokens: float, seq_len: int
+    shape: ModelShape,
+    *,
+    layers: int,
+    vocab: int,
+    tokens: float,
+    seq_len: int,
+    ttt_steps: int = 1,
 ) -> float:
     """FLOPs of training a draft of ``layers`` layers over a head of ``vocab`` rows on
     ``tokens`` tokens in rows of ``seq_len``: 6 · (trainable weights + layers·h·seq_len
     attention + h·vocab head) per token (see the module docstring). ``vocab`` is the draft
-    vocabulary (the target's V when not truncated). Raises ``ValueError`` for bad sizes."""
+    vocabulary (the target's V when not truncated). ``ttt_steps`` K unrolled steps (training-time
+    test) run the weights and head K times and attend over (k+1)·seq_len keys at step k:
+    K(K+1)/2 times the attention. Raises ``ValueError`` for bad sizes."""
     _check(tokens, seq_len)
-    if vocab < 1:
-        raise ValueError(f"vocab={vocab} must be >= 1")
-    h = shape.h
-    per_token = 6 * (draft_params(shape, layers) + layers * h * seq_len + h * vocab)
+    if vocab < 1 or ttt_steps < 1:
+        raise ValueError(f"vocab={vocab} and ttt_steps={ttt_steps} must be >= 1")
+    h, k = shape.h, ttt_steps
+    attention = layers * h * seq_len * k * (k + 1) // 2
+    per_token = 6 * (k * (draft_params(shape, layers) + h * vocab) + attention)
     return float(tokens) * per_token
 
 

@@ -6,7 +6,8 @@ w_cls * CE(p_target(x_{t+2}), p_draft(x_{t+2}))`` where ``f_t`` is the draft out
 through the frozen LM head. Positions count where ``x_{t+2}`` is in the loss mask (all tokens
 in pretraining, assistant tokens in SFT) and t..t+2 lie in one document of the packed row.
 Training adds EAGLE's uniform noise to the input hidden states (``feature_noise``), never
-evaluation.
+evaluation. With training-time test (``ttt_steps`` K > 1) the draft is unrolled K steps on its
+own outputs (:func:`unrolled_losses`), step k's loss weighted ``ttt_decay ** k``.
 
 Shape legend: B batch, T positions, h hidden, N draft vocabulary.
 """
@@ -80,6 +81,10 @@ class StageSettings:
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32: float32 throughout; bf16: the forward and loss in bfloat16 autocast on the draft's
     device (weights, gradients and the optimiser stay float32: the master copy)"""
+    ttt_steps: int = 1
+    """training-time test: unrolled draft steps per row (:func:`unrolled_losses`); 1 = off"""
+    ttt_decay: float = 0.8
+    """weight of unrolled step k's loss: ``ttt_decay ** k``"""
 
 
 @dataclass
@@ -175,6 +180,89 @@ def position_losses(
     return reg, cls, agree, weight
 
 
+def ttt_allowed(base_bqq: torch.Tensor, step: int) -> torch.Tensor:
+    """Which keys a query of unrolled step ``step`` may attend (training-time test).
+
+    The keys are step 0's, then each later step's, T apiece. The query at t continues the chain
+    that left the target at position t: it sees step 0's keys as ``base_bqq`` allows (causal
+    within a document) and, of each step i in 1..``step``, only key t (its own chain's step-i
+    token), as the decoder's KV cache holds them (EAGLE-3 arXiv 2503.01840 Sec. 3; the mask of
+    SpecForge's ``generate_eagle3_mask``).
+
+    Args:
+        base_bqq: [B, T, T] bool, step 0's mask (True = may attend).
+
+    Returns:
+        [B, T, (step + 1) * T] bool.
+    """
+    b, t, _ = base_bqq.shape
+    own = torch.eye(t, dtype=torch.bool, device=base_bqq.device).expand(b, t, t)
+    return torch.cat([base_bqq, *([own] * step)], dim=-1)
+
+
+def _ahead(x: torch.Tensor, k: int, n: int) -> torch.Tensor:
+    """``x[:, k : k + n]`` along dim 1, zero-padded at the end to length ``n``."""
+    part = x[:, k : k + n]
+    pad = n - part.shape[1]
+    if pad <= 0:
+        return part
+    return torch.cat([part, part.new_zeros((part.shape[0], pad, *part.shape[2:]))], 1)
+
+
+def unrolled_losses(
+    draft: DraftModel,
+    ids_bt: torch.Tensor,
+    mask_bt: torch.Tensor,
+    hid_bth: torch.Tensor,
+    pos_bt: torch.Tensor | None = None,
+    *,
+    noise_bth: torch.Tensor | None = None,
+    forward: nn.Module | None = None,
+    steps: int = 1,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """:func:`position_losses` of each of ``steps`` unrolled draft steps (training-time test).
+
+    Step 0 is :func:`position_losses` (``steps`` 1: exactly it). Step k at position t is fed
+    step k-1's output at t, token ``x_{t+1+k}`` at position ``t+k``, and predicts ``h_{t+1+k}``
+    and ``x_{t+2+k}``; it attends as :func:`ttt_allowed` says, through a KV cache that holds
+    every step's keys (gradients flow through it and through the fed outputs). Its weight: the
+    loss mask at ``t+2+k`` with t..t+2+k in one document; positions past the row weigh 0. Noise
+    is added to step 0's target features only.
+
+    Returns:
+        One ``(reg, cls, agree, weight)`` per step, each [B, T-2] float.
+    """
+    if steps == 1:
+        return [position_losses(draft, ids_bt, mask_bt, hid_bth, pos_bt,
+                                noise_bth=noise_bth, forward=forward)]  # fmt: skip
+    dev = training_device(draft)
+    ids_bt, mask_bt, hid = ids_bt.to(dev), mask_bt.to(dev), hid_bth.to(dev).float()
+    b, t = ids_bt.shape
+    n = t - 2
+    pos_bt = (torch.arange(t).expand(b, t) if pos_bt is None else pos_bt).to(dev)
+    pos_in = pos_bt[:, :n]
+    allowed = attention_allowed(pos_in)
+    base = (
+        torch.ones(n, n, dtype=torch.bool, device=dev).tril().expand(b, n, n)
+        if allowed is None
+        else allowed[:, 0]
+    )
+    run, cache = forward or draft, draft.new_cache()
+    x_in = hid[:, :n] if noise_bth is None else hid[:, :n] + noise_bth.to(dev)
+    out = []
+    for k in range(steps):
+        mask = additive_mask(ttt_allowed(base, k), hid.dtype)
+        f_bth = run(x_in, _ahead(ids_bt[:, 1:], k, n), pos_in + k, attention_mask=mask,
+                    cache=cache)  # fmt: skip
+        target_h = _ahead(hid[:, 1:], k, n)
+        weight = _ahead((mask_bt[:, 2 + k :] & same_segment(pos_bt, 2 + k)).float(), 0, n)
+        reg = nn.functional.smooth_l1_loss(f_bth, target_h, reduction="none").mean(-1)
+        cls, agree = vocab_cross_entropy(draft, f_bth, target_h)
+        out.append((reg, cls, agree, weight))
+        x_in = f_bth
+    return out
+
+
 CE_CHUNK_ELEMENTS = 1 << 26
 """logits held at once by :func:`vocab_cross_entropy`: positions per chunk x vocabulary (64M
 elements, 256 MiB in float32; [16, 2048, 128K] would be 16 GiB per copy)"""
@@ -244,23 +332,33 @@ def draft_loss(
     denom: float | None = None,
     forward: nn.Module | None = None,
     precision: Literal["fp32", "bf16"] = "fp32",
+    ttt_steps: int = 1,
+    ttt_decay: float = 0.8,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """EAGLE loss on a batch of rows; returns (loss, {loss_reg, loss_cls, top1}).
 
-    The weighted sum of :func:`position_losses` (see there for ``pos_bt``, ``noise_bth`` and
-    ``forward``) divided by ``denom`` (default: this batch's weighted positions, at least 1; a
-    data-parallel rank passes the global batch's over the world size, see
-    :class:`DataParallel`). Inputs move to the draft's device.
+    The weighted sum of :func:`unrolled_losses` (see there and :func:`position_losses` for
+    ``pos_bt``, ``noise_bth`` and ``forward``), step k's times ``ttt_decay ** k``, divided by
+    ``denom`` (default: step 0's weighted positions in this batch, at least 1; a data-parallel
+    rank passes the global batch's over the world size, see :class:`DataParallel`). ``top1``
+    is step 0's. Inputs move to the draft's device.
     """
     dev = training_device(draft)
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
-        reg_bt, cls_bt, agree_bt, weight = position_losses(
-            draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward
-        )
-    reg_bt, cls_bt = reg_bt.float(), cls_bt.float()
+        steps = unrolled_losses(
+            draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward,
+            steps=ttt_steps,
+        )  # fmt: skip
+    _, _, agree_bt, weight = steps[0]
     if denom is None:
         denom = float(weight.sum().clamp_min(1.0))
-    reg, cls = (reg_bt * weight).sum(), (cls_bt * weight).sum()
+    reg = cls = torch.zeros((), device=dev)
+    for k, (reg_bt, cls_bt, _, w_bt) in enumerate(steps):
+        step_reg, step_cls = (reg_bt.float() * w_bt).sum(), (cls_bt.float() * w_bt).sum()
+        if k == 0:  # one step: exactly the EAGLE loss
+            reg, cls = step_reg, step_cls
+        else:
+            reg, cls = reg + ttt_decay**k * step_reg, cls + ttt_decay**k * step_cls
     loss = (w_reg * reg + w_cls * cls) / denom
     top1 = float((agree_bt * weight).sum() / denom)
     parts = {"loss_reg": float(reg.detach() / denom), "loss_cls": float(cls.detach() / denom)}
@@ -428,6 +526,8 @@ def train_stage(
             denom=denom,
             forward=parallel.model if parallel else None,
             precision=s.precision,
+            ttt_steps=s.ttt_steps,
+            ttt_decay=s.ttt_decay,
         )
         if parallel is not None and parallel.update is not None:
             parallel.update(loss)

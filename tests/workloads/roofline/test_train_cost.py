@@ -65,6 +65,9 @@ def test_target_features_and_draft_training_flops_per_token() -> None:
     assert per_token == 6 * (251_674_624 + 4096 * 2048 + 4096 * 128_256) == 4_712_398_848
     truncated = draft_train_flops(LLAMA, layers=1, vocab=32_000, tokens=1, seq_len=2048)
     assert per_token - truncated == 6 * 4096 * (128_256 - 32_000)
+    # training-time test, 3 unrolled steps: weights and head 3 times, attention 1 + 2 + 3 times
+    ttt = draft_train_flops(LLAMA, layers=1, vocab=128_256, tokens=1, seq_len=2048, ttt_steps=3)
+    assert ttt == 6 * (3 * (251_674_624 + 4096 * 128_256) + 6 * 4096 * 2048)
     with pytest.raises(ValueError, match="tokens"):
         target_forward_flops(SMOL, -1, 256)
 
