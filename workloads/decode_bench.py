@@ -1,9 +1,8 @@
 """Workload ``decode_bench``: throughput and acceptance of tree speculative decoding at batch b.
 
-For one tree shape and batch size it decodes the same prompts three ways, batch by batch and
-interleaved (so drift in machine speed hits all three alike): the engine's tree speculative
-decoding, the engine's own autoregressive loop at the same batch size, and (at b = 1) HF
-``generate`` greedy with the same dtype and threads. Config in
+For one tree shape and batch size it decodes the same prompts three ways, interleaved batch by
+batch: the engine's tree speculative decoding, the engine's own autoregressive loop at the same
+batch size, and (at b = 1) HF ``generate`` greedy with the same dtype and threads. Config in
 (:class:`~workloads.config.DecodeBenchConfig`), metrics and artifacts out.
 Source: Scylla (arXiv 2505.07858) Sec. 3.2 and Thm 1.3 (throughput vs batch size).
 """
@@ -157,7 +156,7 @@ def bench_prompts(cfg: DecodeBenchConfig, target: Target) -> list[list[int]]:
 
     Raises:
         workloads.data.prompts.PromptTooLong: the first prompt that does not fit, naming its
-            set and number (the figures past the target's positions would be meaningless).
+            set and number.
     """
     sets = load_prompt_sets(cfg.prompts.prompt_sets, n=cfg.prompts.num_prompts)
     texts = round_robin(sets, cfg.prompts.num_prompts)
@@ -225,9 +224,8 @@ def run(
         ``peak_rss_mb`` (this process's peak RSS), ``prompt_tokens_mean``, ``depth_used`` (the
         deepest tree after the cap at num_draft_tokens - 1), ``num_draft_tokens_mean`` (k per
         cycle, averaged over the timed cycles: the fixed k, or what ``auto`` picked), and on
-        CPU ``hw.peak_flops`` (FLOP/s) and ``hw.bandwidth`` (bytes/s) measured by the roofline
-        micro-benchmark once for all the trials sharing ``cache_dir``, and ``hw.cached`` (1: read
-        from that cache, 0: measured by this trial); ``compile.captures``,
+        CPU ``hw.peak_flops`` (FLOP/s), ``hw.bandwidth`` (bytes/s) and ``hw.cached``
+        (:func:`_cpu_profile`); ``compile.captures``,
         ``compile.capture_s``, ``compile.compiles``, ``compile.compile_s``,
         ``compile.fallbacks`` (shapes whose capture failed: they ran eagerly), ``compile.late``
         (shapes first met inside the timers) of the speculative steps
@@ -273,8 +271,8 @@ def run(
 
 def _cpu_profile(target: Target, cache_dir: Path) -> tuple[HardwareProfile, float] | None:
     """On a CPU, this machine's ``local-cpu`` roofline at the target's dtype and torch's threads,
-    measured once for every trial sharing ``cache_dir`` (it is noisy), and 1.0 when it was read
-    from that cache (0.0: measured by this trial); None on a GPU."""
+    measured once for every trial sharing ``cache_dir``, and 1.0 when it was read from that
+    cache (0.0: measured by this trial); None on a GPU."""
     if target.model.device.type != "cpu":
         return None
     dtype = str(target.model.dtype).removeprefix("torch.")

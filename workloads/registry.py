@@ -256,8 +256,7 @@ def check_sft_budgets(configs: Sequence[DraftTrainConfig], _run_root: Path, **_:
 def check_prompt_sets(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
     """``eval.prompt_sets`` names builtin sets, directories of ``*.jsonl`` files or both
     mixed, each directory there and no two sets of one name (as ``decode_bench``'s
-    ``prompts.prompt_sets`` is checked): an unknown name would train the draft, then fail its
-    evaluation.
+    ``prompts.prompt_sets`` is checked).
 
     Raises:
         ConfigError: blaming ``eval.prompt_sets``, with the known names.
@@ -354,7 +353,7 @@ def check_eval_prompts(
 ) -> None:
     """Every evaluation prompt fits the target: its tokens (chat template included),
     ``eval.max_new_tokens`` and the tree's ``eval.depth`` within the target's
-    ``max_position_embeddings`` (a longer prompt decodes into meaningless figures).
+    ``max_position_embeddings``.
 
     Raises:
         ConfigError: blaming ``eval.prompt_sets``, naming the prompt, the sizes and the fix.
@@ -440,10 +439,9 @@ def check_decode(configs: Sequence[DecodeBenchConfig], run_root: Path, **_: obje
 
 
 def check_tree_vocab(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
-    """``eval.topk`` fits the draft vocabulary: each tree node takes its ``topk`` most likely
-    draft tokens, so a truncated vocabulary (``draft.vocab_size``) smaller than ``topk`` would
-    fail the evaluation after the whole training; and a ``draft.vocab_size`` at or above the
-    target's vocabulary (where it is known) is refused: 0 is the whole vocabulary.
+    """``eval.topk`` is at most a truncated draft vocabulary (``draft.vocab_size``), and a
+    ``draft.vocab_size`` at or above the target's vocabulary (where it is known) is refused:
+    0 is the whole vocabulary.
 
     Raises:
         ConfigError: blaming ``eval.topk`` (and ``draft.vocab_size``), with both values.
@@ -556,8 +554,8 @@ _K_LAW_FIELDS = ("k_law", "hardware", "k_max")
 def check_k_laws(configs: Sequence[DecodeBenchConfig], run_root: Path, **_: object) -> None:
     """The k law of ``num_draft_tokens: auto`` (:func:`workloads.engine.k_law.check_k_law`: hardware
     profile, the fitted sweep of ``sweep:NAME``); and ``decode.k_law``, ``hardware`` or
-    ``k_max`` set in a sweep where no trial uses ``auto`` (they would change nothing, so the
-    spec likely means something else). A sweep mixing fixed k and ``auto`` may set them.
+    ``k_max`` set in a sweep where no trial uses ``auto`` is refused. A sweep mixing fixed k
+    and ``auto`` may set them.
 
     Raises:
         ConfigError: blaming the field, with a fix.

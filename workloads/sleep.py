@@ -5,7 +5,7 @@ MLflow bookkeeping) without a model, in seconds: it sleeps ``seconds`` in ticks 
 then reports ``sleep.seconds`` (measured wall time, s), ``sleep.attempt`` (this trial's attempt
 number in its output folder, from 1), ``value`` (the config's, echoed) and the series ``ticks``
 (elapsed seconds at each tick). Every attempt appends one JSON line to ``attempts.jsonl`` in the
-output folder: attempt, pid, host and Ray node id, so a test can see where a trial ran.
+output folder: attempt, pid, host and Ray node id.
 
 Failure modes, for tests: ``fail: error`` raises :class:`RuntimeError` after the sleep (a
 deterministic Python error: recorded as failed, not retried unless the spec asks);

@@ -13,17 +13,12 @@ training steps and counted there), ``regenerate`` (SFT replies by the target), `
 own decay) and ``eval`` (tree speculative decoding of the held-out prompts and the target's
 greedy reference for the lossless check).
 
-Shared work: cached features, regenerated replies, wsd-fork trunks and greedy references are
-computed once and shared by every trial and sweep with the same recipe, and nested budgets
-share their prefix, so a :class:`StageWork` with a ``shared`` key costs only the units beyond
-what is cached (``cached``: read from the cache folder; a sweep's earlier trials add theirs).
-Trials running at once share it as its locks say (``split``): feature chunks and batches of
-replies each have a lock of their own, taken without waiting, so trials that need them together
-split them (each builds the next chunk or batch nobody is building, then waits for the rest:
-``workloads.training.feature_cache``, ``workloads.training.regenerate``); a wsd-fork trunk is
-built under one lock and a greedy reference under its prompt's, so the others wait for it (the
-evaluation of two trials goes in step: each waits for the reference of the prompt the other
-computes).
+Shared work (cached features, regenerated replies, wsd-fork trunks, greedy references; nested
+budgets share their prefix): a :class:`StageWork` with a ``shared`` key costs only the units
+beyond what is cached (``cached``: read from the cache folder; a sweep's earlier trials add
+theirs). Trials running at once split feature chunks and reply batches (``split``: one lock
+each, ``workloads.training.feature_cache``, ``workloads.training.regenerate``) and wait for a
+wsd-fork trunk or a prompt's greedy reference that another trial builds.
 """
 
 from __future__ import annotations
@@ -198,8 +193,8 @@ def _feature_rows(tokens: int, seq_len: int, cached: bool) -> int:
 def cached_feature_tokens(cache_dir: Path | None, cfg: DraftTrainConfig, stage: str) -> int:
     """Tokens of the stage's features cached without a gap from the first, in the largest
     matching folder (target, dtype, stage, sequence length, packing; for SFT, regenerated
-    replies or not) under ``cache_dir``; 0 when none. The corpus recipe needs the tokenizer, so
-    the largest folder is taken: the prediction errs towards cached."""
+    replies or not) under ``cache_dir``; 0 when none. Without the corpus recipe (it needs the
+    tokenizer) the largest folder is taken."""
     if cache_dir is None:
         return 0
     from workloads.training.feature_cache import feature_dir
@@ -242,9 +237,8 @@ def regen_recipe(cfg: DraftTrainConfig) -> dict[str, object]:
 
 
 def _regen_files(cache_dir: Path, cfg: DraftTrainConfig) -> list[Path]:
-    """The cache files of the trial's reply recipe (by ``<key>.recipe.json``); a cache written
-    before the recipe files existed: every file (the largest is taken, erring towards
-    cached)."""
+    """The cache files of the trial's reply recipe (by ``<key>.recipe.json``); every file when
+    the cache has no recipe files."""
     folder = cache_dir / "regenerated"
     recipes = list(folder.glob("*.recipe.json"))
     if not recipes:

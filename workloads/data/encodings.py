@@ -2,9 +2,7 @@
 
 A file that is not UTF-8 (a latin-1 or cp1252 export, say) is refused naming the file, the byte
 offset of its first byte that is not UTF-8, the byte and the codec's reason, with the fix; it is
-never read with replacement characters (a latin-1 file would otherwise become thousands of
-U+FFFD in the token shards without a word). Offsets of a ``.gz`` file count its decompressed
-bytes.
+never read with replacement characters. Offsets of a ``.gz`` file count its decompressed bytes.
 """
 
 from __future__ import annotations

@@ -8,14 +8,12 @@
   ``acceptance_length_prompt_mean``.
 
 The two differ when prompts with many cycles accept differently from prompts with few, and can
-order two drafts differently (vllm#42508). The CI resamples prompts with replacement (the
-prompt is the unit of independent draws; cycles within a prompt are not independent) and takes
-the percentile interval of each statistic (Efron & Tibshirani 1993, Ch. 13), from a fixed seed
-so a trial's figures are reproducible.
+order two drafts differently (vllm#42508). The CI resamples prompts with replacement and takes
+the percentile interval of each statistic (Efron & Tibshirani 1993, Ch. 13), from a fixed seed.
 
 Inputs are per prompt: ``accepted`` (tokens emitted, the sum of the cycles' acceptance lengths,
 bonus token included) and ``cycles`` (verify steps), as ``EvalResult.per_prompt`` records them.
-Pure numpy: no torch, so the module runs anywhere a trial or a test does.
+Pure numpy (no torch).
 """
 
 from __future__ import annotations

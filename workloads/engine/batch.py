@@ -162,8 +162,7 @@ def row_bucket(live: int, rows: int, fixed: bool) -> int:
     Eager steps drop finished rows at once (``live``). Fixed-shape steps (CUDA graphs,
     ``torch.compile``) keep the batch at ``rows`` until ``live`` fits the next smaller power of
     two, then shrink to it, so a batch of b0 rows sees at most log2(b0) + 2 batch sizes (finished
-    rows in between are frozen: they commit nothing). SGLang and vLLM pad decode batches to
-    captured sizes the same way.
+    rows in between are frozen: they commit nothing).
     """
     if not fixed:
         return live

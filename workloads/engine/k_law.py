@@ -1,18 +1,15 @@
 """Batch-adaptive tree size: the number of verified tokens k chosen from the live batch size b.
 
 Source: Scylla, "Scaling Laws for Speculative Decoding" (arXiv 2505.07858), Sec. 3.2 and Table 5
-("Opt. top_k": the tree size re-chosen per batch size keeps 1.21x over no speculation at b = 64,
-where a fixed EAGLE-2 tree loses). With ``decode.num_draft_tokens: auto`` a ``decode_bench``
-trial asks a :class:`KLaw` for k at the start of every cycle, so when rows leave the batch k
-follows on the next cycle. Two laws (``decode.k_law``):
+("Opt. top_k"). With ``decode.num_draft_tokens: auto`` a ``decode_bench`` trial asks a
+:class:`KLaw` for k at the start of every cycle. Two laws (``decode.k_law``):
 
 - ``roofline``: the roofline's k_opt(b) (:func:`workloads.roofline.k_opt`: the fewest k whose
   decoding step reaches I_crit = peak FLOP/s / bandwidth) for the target's shape on the
   ``decode.hardware`` profile, at the prefix length the trial decodes;
 - ``sweep:NAME``: Eq. 4, ``k = A*sqrt(1 + B/b) - C``, as fitted on the finished ``decode_bench``
-  sweep NAME. The fit step of that sweep writes it to ``<run root>/NAME/k_law.json``
-  (:func:`write_sweep_k_law`); a trial reads the file, since a workload never reads the results
-  DB (a worker on another node has no connection to it).
+  sweep NAME, read from ``<run root>/NAME/k_law.json`` (written by the sweep's fit step,
+  :func:`write_sweep_k_law`).
 
 Either way k is rounded half up and clamped to [2, k_max]: ``decode.k_max``, or the nodes of the
 tree (``depth``, ``topk``) when fewer. Torch is imported only to name the GPU (``hardware: auto``
@@ -77,7 +74,7 @@ class KLaw:
         self.description = description
         """one line: the law, its inputs (model, hardware, prefix, fit)"""
         self.cache: dict[int, int] = {}
-        """k returned so far, by batch size (b takes few values in a trial)"""
+        """k returned so far, by batch size"""
 
     def __call__(self, b: int) -> int:
         """k at batch size ``b`` (>= 1). Raises ``ValueError`` for b < 1 or a non-finite law."""
@@ -116,9 +113,8 @@ def roofline_k_law(
     :func:`workloads.roofline.k_opt` of ``shape`` on ``hw`` (at ``hw.bytes_per_element``) over a
     prefix of ``context_len`` tokens (s), with ``draft_steps`` draft steps per cycle (the paper's
     5, as ``orchestrator roofline`` counts them) and the accepted-token prefill of Eq. 8: the
-    fewest k whose decoding step reaches I_crit; ``k_max`` when none up to ``k_max`` does (the
-    step stays memory-bound, so more tokens are nearly free). Raises ``ValueError`` for
-    context_len < 0 or k_max < 2.
+    fewest k whose decoding step reaches I_crit; ``k_max`` when none up to ``k_max`` does.
+    Raises ``ValueError`` for context_len < 0 or k_max < 2.
     """
     if context_len < 0:
         raise ValueError(f"context_len={context_len} must be >= 0 (tokens in the KV cache)")
@@ -173,8 +169,7 @@ def make_k_law(
             num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
             intermediate_size, vocab_size (:func:`shape_of`).
         device: where the target runs; with ``hardware: auto`` a CPU gets the measured
-            ``local-cpu`` profile (a ~2 s micro-benchmark, once per process and dtype, or once
-            per ``cache_dir``), a CUDA device the datasheet profile its name matches
+            ``local-cpu`` profile, a CUDA device the datasheet profile its name matches
             (:func:`resolve_hardware`).
         dtype: the target's dtype (``"bfloat16"``, ``"torch.float32"``, ...): bytes per element.
         run_root: the run root, where ``sweep:NAME`` finds ``NAME/k_law.json``.
@@ -182,7 +177,7 @@ def make_k_law(
             (e.g. the mean prompt length plus half of ``max_new_tokens``).
         cache_dir: the run's shared cache, where the ``local-cpu`` profile is measured once
             for every trial (:func:`workloads.roofline.hardware.cached_local_cpu`); None:
-            once per process.
+            once per process and dtype.
 
     Raises:
         ValueError: an unknown or unsupported hardware profile (GPU without a datasheet,
@@ -215,8 +210,7 @@ def make_k_law(
 
 def tree_capacity(depth: int, topk: int) -> int:
     """Nodes of the engine's tree of ``depth`` expansion steps and ``topk`` children, root
-    included: 1 + topk + (depth - 1) * topk**2 (as ``workloads.engine.tree.max_nodes``; a larger k
-    verifies no more tokens)."""
+    included: 1 + topk + (depth - 1) * topk**2 (as ``workloads.engine.tree.max_nodes``)."""
     return 1 + topk + (depth - 1) * topk * topk
 
 
@@ -224,8 +218,8 @@ def check_k_law(decode: DecodeConfig, run_root: Path, *, dtype: str | None = Non
     """Submit-time check of a trial's k law (no model is loaded, nothing is measured).
 
     Nothing to check unless ``num_draft_tokens`` is ``auto``. ``hardware`` must name a profile
-    (or be ``auto``); a datasheet profile with ``dtype`` float32 is refused (its peak is the
-    bf16 tensor-core one). ``sweep:NAME`` needs ``<run_root>/NAME`` and in it the ``k_law.json``
+    (or be ``auto``); a datasheet profile with ``dtype`` float32 is refused (its peak is
+    bf16's). ``sweep:NAME`` needs ``<run_root>/NAME`` and in it the ``k_law.json``
     that the sweep's fit wrote, with an ok Eq. 4 fit.
 
     Raises:

@@ -1,8 +1,7 @@
 """Oracle draft: proposes a known continuation (e.g. the target's own greedy output).
 
-With an oracle the acceptance is known in advance, so tests can drive the accept path on the
-real target, and benchmarks can measure the decoding engine's own cost (its forward is a table
-lookup). It follows the draft interface of :mod:`workloads.engine.tree_decode`.
+Its acceptance is known in advance and its forward is a table lookup. It follows the draft
+interface of :mod:`workloads.engine.tree_decode`.
 
 Shape legend: B rows, T positions, V target vocabulary.
 """

@@ -1,7 +1,7 @@
 """Measured cost of one draft step and one target step, in the trial's own process.
 
-The draft's cost per step is what a deeper draft pays for its higher acceptance length
-(Scylla, arXiv 2505.07858, Thm 1.2 and Sec. 5 leave the trade-off open). Timings are medians of
+The draft's cost per step against its acceptance length: Scylla (arXiv 2505.07858) Thm 1.2 and
+Sec. 5. Timings are medians of
 ``repeats`` forwards after ``warmup`` ones, with a KV cache of ``context`` positions, batch 1,
 on the threads the trial was given. The net speedup estimate below combines them with a
 measured acceptance length (EAGLE-2 cycle: ``depth`` draft steps, then one verification of
@@ -112,9 +112,8 @@ class _Steps:
         return out
 
     def target_step(self, n: int) -> torch.Tensor:
-        """One target forward of ``n`` new tokens (causal among them, after the context, which
-        transformers masks explicitly: its SDPA path skips the mask only when n is 1 or the
-        cache is empty); [1, n, V] logits."""
+        """One target forward of ``n`` new tokens (causal among them, after the context, with an
+        explicit mask); [1, n, V] logits."""
         c = self.context
         out = self.target(
             input_ids=self.ids[:, c : c + n],

@@ -1,9 +1,7 @@
 """The forward steps of a decoding cycle, eager, compiled or replayed from CUDA graphs (private).
 
 A cycle runs two kinds of forward: the target's verification of the tree (``verify``) and the
-draft's steps (``draft``: the pending pairs, then one step per tree level). At batch 1 on a GPU a
-one-layer draft step is a few dozen small kernels, so launch overhead, not the GPU, sets its time;
-SGLang and gpt-fast capture the decode steps as CUDA graphs or compile them for that reason.
+draft's steps (``draft``: the pending pairs, then one step per tree level).
 
 - ``none``: eager calls.
 - ``compile``: ``torch.compile`` of each step (inductor; CPU or CUDA). The KV cache attends over
@@ -12,17 +10,16 @@ SGLang and gpt-fast capture the decode steps as CUDA graphs or compile them for 
   values per call and each is compiled once, in :meth:`Steps.prepare`, before the timers start.
   The prompt phase (prompt lengths vary) runs eagerly.
 - ``graphs``: each step captured as a CUDA graph per input shape in :meth:`Steps.prepare` (all
-  the batch buckets a call can meet, like SGLang's and vLLM's capture at start-up), then
-  replayed with its inputs copied into the graph's static buffers. All graphs share one memory
-  pool (vLLM does the same: graphs replay one at a time and their outputs are read before the
-  next replay). A shape that cannot be captured runs eagerly, counted in :attr:`Steps.stats`;
-  running out of memory is raised, never swallowed.
+  the batch buckets a call can meet), then replayed with its inputs copied into the graph's
+  static buffers. All graphs share one memory pool: graphs replay one at a time and their
+  outputs are read before the next replay. A shape that cannot be captured runs eagerly,
+  counted in :attr:`Steps.stats`; running out of memory is raised, never swallowed.
 
 A :class:`Steps` lives across ``generate`` calls: it keeps its compiled steps, its graphs and
 the KV caches they read and write (:meth:`Steps.caches`), so a repeat call with the same shapes
 compiles and captures nothing. The cache's buffers and its write index
-(:class:`~workloads.models.kv_cache.RaggedStaticCache` with ``fixed_width``) keep their addresses,
-which is what a replayed graph needs.
+(:class:`~workloads.models.kv_cache.RaggedStaticCache` with ``fixed_width``) keep their
+addresses, as a replayed graph needs.
 
 Shape legend: B rows, n verified tokens, P pending pairs, K frontier nodes, W key slots.
 """
@@ -349,9 +346,8 @@ _SERIAL = itertools.count()
 
 
 def _dense(t: torch.Tensor) -> torch.Tensor:
-    """``t`` with the strides of a new tensor of its shape (a copy only when they differ).
-    ``contiguous()`` is not enough: it keeps any stride of a size-1 dimension (a [1, 5] slice
-    of [1, 8] has strides (8, 1)), and dynamo guards on every stride."""
+    """``t`` with the strides of a new tensor of its shape, size-1 dimensions included (a copy
+    only when they differ; ``contiguous()`` keeps those strides, and dynamo guards on them)."""
     want, acc = [], 1
     for size in reversed(t.shape):
         want.append(acc)
@@ -362,9 +358,8 @@ def _dense(t: torch.Tensor) -> torch.Tensor:
 
 
 def _own_code(fn: Step, name: str) -> Step:
-    """``fn`` with a code object of its own: dynamo keeps compiled graphs, and counts
-    recompiles against its limit, per code object, so each :class:`Steps` compiles its own
-    (freed with it) instead of piling entries onto one shared by every Steps of the process."""
+    """``fn`` with a code object of its own, so each :class:`Steps` has its own compiled graphs
+    and recompile count (dynamo keeps both per code object), freed with it."""
     code = fn.__code__.replace(co_name=name, co_qualname=name)
     own = types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
     own.__kwdefaults__ = fn.__kwdefaults__

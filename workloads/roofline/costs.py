@@ -16,13 +16,8 @@ Legend (the paper's symbols; a :class:`~workloads.roofline.models.ModelShape` ca
           (FC 2h->h, one decoder layer of the target's width, the target's LM head) on k tokens
     t     accepted tokens the draft re-reads (prefill) at the start of the next cycle
 
-Counts are in elements, multiplied by ``bytes_per_element`` (2 for bf16) to give bytes.
-
-Check against the paper: for Qwen2.5-72B on the H800 datasheet (I_crit 295.2 FLOP/byte) with
-s = 10K these formulas give k_opt = 290, 149, 78, 42, 24, 15, 11 at b = 1, 2, 4, ..., 64, where
-Eq. 4 gives 477, 243, 125, 66, 37, 22, 14 (0.61x at b=1 rising to 0.76x at b=64). At Eq. 4's k
-the intensity is 460 (b=1) down to 388 (b=64) FLOP/byte, so no single I_crit reproduces Eq. 4
-from these counts; the formulas are kept as published.
+Counts are in elements, multiplied by ``bytes_per_element`` (2 for bf16) to give bytes. How
+these counts compare with the paper's Eq. 4: docs/architecture.md, "Reasons in the workloads".
 """
 
 from __future__ import annotations
@@ -98,7 +93,7 @@ def tau_eq8(k: float, c: float = 1.0) -> float:
     """Acceptance length (tokens per cycle) at k verified tokens: -6.25*(0.2c)^(k/30) + 6.
 
     Scylla Appendix E, Eq. 8, fitted for the paper's drafts; c in [0.9, 1.2] moves the curve.
-    Note that it is below 1 for small k (0.07 at k=1) and tends to 6 as k grows.
+    Below 1 for small k (0.07 at k=1); tends to 6 as k grows.
     """
     return -6.25 * (0.2 * c) ** (k / 30) + 6.0
 
@@ -106,8 +101,7 @@ def tau_eq8(k: float, c: float = 1.0) -> float:
 def eq4_paper(b: float) -> float:
     """The paper's k_opt(b) = 27904*sqrt(1 + 0.034/b) - 27897 (Scylla Eq. 4, Thm 1.3).
 
-    Derived for Qwen2.5-72B with a 10K-token prefix on one H800; ~477 at b=1, ~66 at b=8,
-    ~14 at b=64. ``b`` is the batch size (> 0).
+    Derived for Qwen2.5-72B with a 10K-token prefix on one H800. ``b`` is the batch size (> 0).
     """
     if b <= 0:
         raise ValueError(f"batch size b={b} must be > 0")
@@ -117,8 +111,8 @@ def eq4_paper(b: float) -> float:
 def default_t_acc(k: int, c: float = 1.0) -> int:
     """Accepted tokens the draft prefills per cycle: tau_eq8(k) rounded half up, at least 1.
 
-    Our choice (the paper does not give t): the tokens accepted in the previous cycle, which is
-    tau on average; at least 1 because the bonus token is always new.
+    Not in the paper: the tokens accepted in the previous cycle, tau on average; at least 1
+    (the bonus token).
     """
     return max(1, math.floor(tau_eq8(k, c) + 0.5))
 
@@ -257,9 +251,8 @@ def k_opt(
 ) -> KOpt:
     """The optimal number of verified tokens: the smallest integer k with I(b, k) >= I_crit.
 
-    Scylla Sec. 3.2: below that k the step is memory-bound (more tokens are nearly free), above
-    it compute-bound. Scans k = 1..k_max (I is not guaranteed monotone because t_acc is rounded),
-    at ``hw.bytes_per_element``; when no k reaches I_crit returns k = k_max with
+    Scylla Sec. 3.2. Scans k = 1..k_max (I need not be monotone: t_acc is rounded), at
+    ``hw.bytes_per_element``; when no k reaches I_crit returns k = k_max with
     ``reached=False``. Raises ``ValueError`` when k_max < 1 (or b < 1, s < 0).
     """
     if k_max < 1:

@@ -163,8 +163,8 @@ def get_profile(
     (dtype, threads) in this process and reuses the result; with ``cache_dir`` once per CPU model,
     dtype, threads and torch version for every process sharing that folder
     (:func:`cached_local_cpu`). ``dtype`` defaults to ``bfloat16`` for datasheet profiles
-    (``float16`` has the same dense peak; ``float32`` is refused, since the tensor-core peak does
-    not apply) and to ``float32`` for ``local-cpu``. ``threads`` and ``cache_dir`` only apply to
+    (``float16`` has the same peak; ``float32`` is refused) and to ``float32`` for
+    ``local-cpu``. ``threads`` and ``cache_dir`` only apply to
     ``local-cpu`` (default threads: torch's current thread count).
 
     Raises ``ValueError`` for an unknown name (:func:`profile_name`) or an unsupported dtype.
@@ -194,7 +194,7 @@ def cached_local_cpu(
     cache_dir: Path, *, dtype: str = "float32", threads: int | None = None
 ) -> tuple[HardwareProfile, bool]:
     """The ``local-cpu`` profile shared by every trial with this ``cache_dir``: measured once,
-    then read back, so the trials of a run see one profile (the micro-benchmark is noisy).
+    then read back.
 
     The file is ``<cache_dir>/hardware/local-cpu-<dtype>-<threads>t-<id>.json`` (``id``: a hash
     of the CPU model name, from ``/proc/cpuinfo`` or :func:`platform.processor`, and of the torch
@@ -327,8 +327,8 @@ def measure_local_cpu(
     """Measure this CPU's matmul FLOP/s and memory bandwidth with torch (about ``seconds`` s).
 
     FLOP/s: square matmuls of ``dtype`` (after an untimed warm-up), the size doubled from 256 up
-    to 2048 while the next size still fits twice in what is left of half the budget (small
-    products understate the peak), then the best of as many repeats as that half allows (2*n^3
+    to 2048 while the next size still fits twice in what is left of half the budget, then the
+    best of as many repeats as that half allows (2*n^3
     FLOPs each). Bandwidth: the best of repeated copies of a 128 MiB tensor into another,
     counting the bytes read plus the bytes written (bytes/s). ``threads`` sets torch's intra-op
     thread count for the measurement and is restored afterwards. Returns a profile named

@@ -34,19 +34,16 @@ from workloads.roofline.hardware import LOCAL_CPU, HardwareProfile
 from workloads.roofline.models import ModelShape
 
 GPU_MFU = 0.35
-"""share of a GPU's dense bf16 datasheet peak that training and feature forwards reach, assumed
-until ``benchmarks/gpu_check.py train`` measures it (issue 24); decoding steps are assumed to
-reach the same share of their roofline time"""
+"""share of a GPU's dense bf16 datasheet peak that training and feature forwards reach, and of
+its roofline time that a decoding step reaches; assumed (docs/scale.md, "Cost before running")"""
 
 CPU_TRAIN_UTILISATION = 0.5
 """share of the measured ``local-cpu`` matmul peak that training and feature forwards reach on
-a CPU, assumed: the probes of DESIGN.md (features ~275-448 tokens/s, draft training ~400
-tokens/s for SmolLM2 on 2 threads) put it between 0.25 and 1 of the day's matmul peak"""
+a CPU; assumed from DESIGN.md's probes (docs/scale.md, "Cost before running")"""
 
 CPU_DECODE_UTILISATION = 0.25
-"""share of its roofline time that a decoding step reaches on a CPU, assumed: DESIGN.md
-measures a one-token SmolLM2 forward at ~100 ms on 2 threads, where reading its float32 weights
-at the measured bandwidth takes ~25 ms (a fixed ~14 ms per forward and small matmuls)"""
+"""share of its roofline time that a decoding step reaches on a CPU; assumed from DESIGN.md's
+probes (docs/scale.md, "Cost before running")"""
 
 REGEN_BATCH = 16
 """prompts the target answers together when it regenerates SFT replies
@@ -54,15 +51,14 @@ REGEN_BATCH = 16
 
 REPLY_SHARE = 0.8
 """share of a regenerated chat's tokens that are the reply: 12,977 reply tokens in the 16,384
-SFT tokens of the default sweep (docs/results.md, issue 13)"""
+SFT tokens of the default sweep (docs/results.md)"""
 
 REPLY_FILL = 0.8
 """mean regenerated reply length over its cap: 12,977 tokens in 64 replies capped at 256
 (docs/results.md); a batch decodes until its longest reply ends, counted at the cap"""
 
 EVAL_PROMPT_TOKENS = 128
-"""tokens of an evaluation prompt assumed for the prefix of its decoding steps (the prompt sets'
-lengths are not read before the trial; the prefix moves only the attention share)"""
+"""tokens of an evaluation prompt assumed for the prefix of its decoding steps"""
 
 
 @dataclass(frozen=True)
