@@ -119,7 +119,8 @@ def lost_runs_line(e: SweepOpened) -> str:
         parts.append(f"parent run {e.lost_parent[:8]} replaced by a new one")
     if e.restored:
         parts.append(
-            f"the child runs of {e.restored} completed trials recreated from the results DB "
+            f"the child runs of {e.restored} completed trial{'s' * (e.restored != 1)} "
+            "recreated from the results DB "
             "(config, metrics, series; their files stay in the trial folders)"
         )
     return (

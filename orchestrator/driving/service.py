@@ -347,8 +347,8 @@ def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, 
     info = find_sweep(store, name)
     spec = stored_spec(info)
     guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
-    tracker = Tracker(dest.tracking)
-    with runner.sweep_lease(store, info.id) as me:
+    with runner.sweep_lease(store, info.id) as me:  # refused: no tracking store made
+        tracker = Tracker(dest.tracking)
         run = _parent_run(
             store, tracker, spec, info.id, info.spec_path, info.mlflow_run_id, dest, me
         )
@@ -379,7 +379,7 @@ def _parent_run(
     from orchestrator.driving.sweep_run import SweepRun
 
     params = {"spec": spec_label, **spec.model_dump(mode="json")}
-    parent = tracker.start_sweep_run(spec.name, params, existing)
+    parent = tracker.start_sweep_run(spec.name, params, existing, record=store.url)
     store.set_sweep_mlflow_run(sweep_id, parent)
     return SweepRun(store, tracker, spec, sweep_id, parent, dest.paths, me)
 

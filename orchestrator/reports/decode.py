@@ -198,7 +198,7 @@ def fit_decode_sweep(
     peak = ref.peak
     if tracker is not None and parent_run is not None:
         numbers = {"a": peak.a, "b": peak.b, "r2": peak.r2, "n": float(peak.n)}
-        tracker.log_metrics(parent_run, {f"fit.batch.{k}": float(v) for k, v in numbers.items()})
+        tracker.update_metrics(parent_run, {f"fit.batch.{k}": float(v) for k, v in numbers.items()})
     dashboard.parent.mkdir(parents=True, exist_ok=True)
     for part in parts:
         write_decode_dashboard(

@@ -223,7 +223,7 @@ def _fit_sweep(
         }
         store.save_fit(sweep_id, fit_record(law, fit, details))
     if tracker is not None and parent_run is not None:
-        tracker.log_metrics(parent_run, review_metrics(review, base))
+        tracker.update_metrics(parent_run, review_metrics(review, base))
     dashboard.parent.mkdir(parents=True, exist_ok=True)
     tradeoff = depth_tradeoff_figure(done) if law == "layers" else None
     extra = [("Gain and cost of depth", tradeoff)] if tradeoff is not None else []
@@ -357,7 +357,7 @@ def _report_variants(
         for e in effects:
             key = f"effect.{e.factor}.{e.metric}"
             values |= {key: e.effect, f"{key}.lo": e.ci[0], f"{key}.hi": e.ci[1]}
-        tracker.log_metrics(parent_run, values)
+        tracker.update_metrics(parent_run, values)
     write_variant_dashboard(
         dashboard,
         sweep_name=sweep_name,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.store.results import ResultsStore, TrialInfo, TrialState
-from orchestrator.tracking.tracker import Tracker
+from orchestrator.tracking.tracker import TAG_TRIAL_KEY, Tracker
 
 __all__ = ["Mirror"]
 
@@ -70,9 +70,11 @@ class Mirror:
         self.tracker.set_state(run_id, trial.state, trial.error)
 
     def sync(self) -> int:
-        """Give each completed trial its finished child run again where MLflow lost it, left
-        it unfinished or holds it under a lost parent run; finished runs are left alone.
-        Returns how many runs were made anew (their ids recorded in SQL).
+        """Give each completed trial its finished child run, found by its trial key: made
+        again where MLflow lost it, finished where MLflow left it unfinished, moved under this
+        parent where it was under a lost one; finished runs are left alone. SQL is pointed at
+        the run found (it may have named a run of another tracking store). Returns how many
+        runs were made anew.
 
         Raises:
             StoreError, TrackingError: the DB or MLflow failed.
@@ -80,18 +82,19 @@ class Mirror:
         done = self.store.trials(self.sweep_id, {TrialState.COMPLETED})
         if not done:
             return 0
-        finished = {
-            c["run_id"]
-            for c in self.tracker.child_runs(self.parent_run)
-            if c.get("status") == "FINISHED"
+        children = {
+            c["tags"].get(TAG_TRIAL_KEY): c for c in self.tracker.child_runs(self.parent_run)
         }
         made = 0
         for trial in done:
-            if trial.mlflow_run_id in finished:
+            child = children.get(trial.key)
+            if child is not None and child.get("status") == "FINISHED":
+                if child["run_id"] != trial.mlflow_run_id:
+                    self.store.set_trial_mlflow_run(trial.id, child["run_id"])
                 continue
             run_id = self.open(trial)
             if run_id != trial.mlflow_run_id:
                 self.store.set_trial_mlflow_run(trial.id, run_id)
-                made += 1
+                made += child is None  # not found under this parent: made (or moved) here
             self.publish(trial, run_id)
         return made

@@ -76,6 +76,8 @@ TAG_STATE = "specscale.state"
 TAG_ERROR = "specscale.error"
 TAG_NONFINITE = "specscale.nonfinite"
 TAG_PARENT = "mlflow.parentRunId"
+TAG_RECORD = "specscale.results_db"
+"""a sweep's parent run: a hash of its results DB's (masked) URL, to find it by"""
 
 _TERMINAL_STATUS = {
     TrialState.COMPLETED: RunStatus.to_string(RunStatus.FINISHED),
@@ -338,13 +340,20 @@ class Tracker:
     # -- runs --------------------------------------------------------------------------------
 
     def start_sweep_run(
-        self, sweep_name: str, params: Mapping[str, Any], existing_run_id: str | None
+        self,
+        sweep_name: str,
+        params: Mapping[str, Any],
+        existing_run_id: str | None,
+        *,
+        record: str | None = None,
     ) -> str:
         """Start (or resume) the sweep's parent run and return its run id.
 
-        ``existing_run_id`` (e.g. from the results store) is reused, set back to RUNNING, when
-        it exists and is not deleted; otherwise a new run named ``sweep_name`` is created.
-        ``params`` are flattened with :func:`flatten`; params already on a reused run are kept.
+        The run is ``existing_run_id`` (from the results store) when it is alive, else, with
+        ``record`` (the results DB the sweep lives in, e.g. its masked URL), the oldest live
+        parent run of ``sweep_name`` tagged with that DB (the DB names a run in another
+        tracking store), else a new run named ``sweep_name``; a resumed run goes back to
+        RUNNING. ``params`` are flattened with :func:`flatten`; params already set are kept.
 
         Raises:
             TrackingError: the backend failed.
@@ -354,9 +363,11 @@ class Tracker:
             TAG_KIND: "sweep",
             TAG_STATE: TrialState.RUNNING.value,
         }
+        if record is not None:
+            tags[TAG_RECORD] = hashlib.sha256(record.encode()).hexdigest()[:16]
         flat = flatten(params)
         with self._errors(f"start the run of sweep {sweep_name!r}"):
-            run = self._live_run(existing_run_id)
+            run = self._live_run(existing_run_id) or self._sweep_run_of(tags)
             if run is not None:
                 return self._resume(run, tags, flat)
             created = self._client.create_run(
@@ -365,6 +376,22 @@ class Tracker:
             run_id = str(created.info.run_id)
             self._log_params(run_id, flat, {})
             return run_id
+
+    def _sweep_run_of(self, tags: Mapping[str, str]) -> Any | None:
+        """The oldest live parent run carrying ``tags``' sweep name and results DB, if any."""
+        if TAG_RECORD not in tags:
+            return None
+        sweep = tags[TAG_SWEEP]  # a sweep name is letters, digits, . _ -: nothing to quote
+        runs = self._client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.`{TAG_KIND}` = 'sweep' and tags.`{TAG_RECORD}` = '{tags[TAG_RECORD]}' "
+                f"and tags.`{TAG_SWEEP}` = '{sweep}'"
+            ),
+            max_results=1,
+            order_by=["attributes.start_time ASC"],
+        )
+        return runs[0] if runs else None
 
     def start_trial_run(
         self,
@@ -427,6 +454,23 @@ class Tracker:
         now_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         items = [Metric(mlflow_key(k), float(v), now_ms, int(step)) for k, v in metrics.items()]
         self._log_metric_items(run_id, items)
+
+    def update_metrics(self, run_id: str, metrics: Mapping[str, float]) -> None:
+        """:meth:`log_metrics` at step 0 of only the values that differ from the run's latest
+        (NaN equals NaN): a refit that changed nothing adds nothing to the run's history.
+
+        Raises:
+            TrackingError: the backend failed.
+        """
+        with self._errors(f"read run {run_id}"):
+            latest = self._client.get_run(run_id).data.metrics
+
+        def same(old: float | None, new: float) -> bool:
+            return old is not None and (old == new or (math.isnan(old) and math.isnan(new)))
+
+        changed = {k: v for k, v in metrics.items() if not same(latest.get(mlflow_key(k)), v)}
+        if changed:
+            self.log_metrics(run_id, changed)
 
     def log_series(
         self,

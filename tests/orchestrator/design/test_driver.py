@@ -62,11 +62,12 @@ class Tracker:
     def set_state(self, *_: Any, **__: Any) -> None:
         pass
 
-    def log_metrics(
-        self, run_id: str, metrics: dict[str, float], step: int = 0, **_: Any
-    ) -> None:
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0, **_: Any) -> None:
         if run_id == "parent":
             self.metrics.append((dict(metrics), step))
+
+    def update_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        self.log_metrics(run_id, metrics)
 
     def log_series(self, *_: Any, **__: Any) -> None:
         pass

@@ -271,7 +271,7 @@ def _completed_sweep(tmp_path: Path) -> tuple[Path, ResultsStore, int, service.P
     run_root, store, sweep_id, plan = _sweep(tmp_path)
     uri = default_tracking_uri(run_root)
     tracker = Tracker(uri)
-    parent = tracker.start_sweep_run(plan.spec.name, {}, None)
+    parent = tracker.start_sweep_run(plan.spec.name, {}, None, record=store.url)  # as submit
     store.set_sweep_mlflow_run(sweep_id, parent)
     run = SweepRun(
         store, tracker, plan.spec, sweep_id, parent, service.Destinations(run_root).paths, "me"
@@ -467,6 +467,17 @@ def test_mirror_rebuilds_a_sweeps_mlflow_runs_from_the_db_once(tmp_path: Path) -
     again = CliRunner().invoke(app, argv)
     assert again.exit_code == 0 and "0 trial runs recreated" in again.output, again.output
     assert len(tracker.child_runs(info.mlflow_run_id)) == 2
+    # back in the sweep's own store: its runs are found by their keys, none made twice
+    home = ["mirror", plan.spec.name, "--run-root", str(run_root)]
+    back = CliRunner().invoke(app, home)
+    assert back.exit_code == 0 and "0 trial runs recreated" in back.output, back.output
+    info = store.get_sweep(plan.spec.name)
+    assert info is not None and info.mlflow_run_id == old_parent
+    own = Tracker(_uri)
+    assert {c["run_id"] for c in own.child_runs(old_parent)} == {
+        t.mlflow_run_id for t in store.trials(sweep_id)
+    }
+    assert len(MlflowClient(_uri).search_runs([own.experiment_id])) == 3  # parent, 2 trials
     missing = CliRunner().invoke(app, ["mirror", "nope", "--run-root", str(run_root)])
     assert missing.exit_code == 2 and "Fix:" in missing.output
     store.close()

@@ -172,6 +172,9 @@ class FakeTracker:
     def log_metrics(self, *_: Any, **__: Any) -> None:
         pass
 
+    def update_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        self.log_metrics(run_id, metrics)
+
     def log_series(self, *_: Any, **__: Any) -> None:
         pass
 

@@ -41,6 +41,9 @@ class _Sink:
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
         self.metrics.update(metrics)
 
+    def update_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        self.log_metrics(run_id, metrics)
+
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.artifacts.append(path)
 

@@ -206,3 +206,26 @@ def test_unreachable_server_is_tracking_error(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(TrackingError, match="MLflow at http://u:\\*\\*\\*@127.0.0.1:1") as info:
         Tracker("http://u:pw@127.0.0.1:1")
     assert "\n" not in str(info.value)
+
+
+def test_a_refit_that_changed_nothing_adds_nothing_to_the_history(tracker: Tracker) -> None:
+    """update_metrics (a sweep's fit on its parent run): equal values, NaN included, are not
+    logged again; a changed value is."""
+    run = tracker.start_sweep_run("s", {}, None)
+    tracker.update_metrics(run, {"fit.a": 0.14, "fit.r2": math.nan})
+    tracker.update_metrics(run, {"fit.a": 0.14, "fit.r2": math.nan})
+    client = tracker._client
+    assert len(client.get_metric_history(run, "fit.a")) == 1
+    assert len(client.get_metric_history(run, "fit.r2")) == 1
+    tracker.update_metrics(run, {"fit.a": 0.15, "fit.r2": math.nan})
+    assert [m.value for m in client.get_metric_history(run, "fit.a")] == [0.14, 0.15]
+
+
+def test_a_sweeps_parent_run_is_found_by_its_results_db(tracker: Tracker) -> None:
+    """The DB names a run of another tracking store: the parent run tagged with the same
+    results DB and sweep is reused, not made twice; another DB's sweep of that name is not."""
+    first = tracker.start_sweep_run("tokens", {}, None, record="sqlite:////a/results.db")
+    again = tracker.start_sweep_run("tokens", {}, "elsewhere-id", record="sqlite:////a/results.db")
+    other = tracker.start_sweep_run("tokens", {}, None, record="sqlite:////b/results.db")
+    assert again == first and other != first
+    assert tracker.start_sweep_run("tokens", {}, None) not in (first, other)  # no DB: new
