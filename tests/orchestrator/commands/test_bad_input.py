@@ -105,6 +105,17 @@ CASES: dict[str, Case] = {
     "absurd-learning-rate": Case(
         "name: t\nbase:\n  pretrain: {lr: 1e9}\n", "pretrain.lr: Input should be less than"
     ),
+    "ttt-depth-zero": Case(
+        "name: t\nbase:\n  train: {ttt_steps: 0}\n", "train.ttt_steps: Input should be greater"
+    ),
+    "ttt-on-workers": Case(
+        "name: t\nbase:\n  train: {ttt_steps: 2, workers: 2}\n", "Fix: train.workers: 1"
+    ),
+    "ttt-longer-than-rows": Case(
+        "name: t\nbase:\n  pretrain: {seq_len: 16}\n  sft: {seq_len: 16}\n"
+        "  train: {ttt_steps: 15}\n",
+        "Fix: train.ttt_steps: 14",
+    ),
     "impossible-tree": Case(
         "name: t\nbase:\n  eval:\n    num_draft_tokens: 1\n", "greater than or equal to 2"
     ),
