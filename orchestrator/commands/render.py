@@ -112,11 +112,12 @@ class SweepConsole:
 
 
 def lost_runs_line(e: SweepOpened) -> str:
-    """The warning when MLflow no longer had the runs the results DB names (deleted, or purged
-    by ``mlflow gc``), and what was done about it."""
+    """The warning when MLflow does not have the runs the results DB names (deleted, purged by
+    ``mlflow gc``, or made in another tracking store), and what was done about it."""
     parts = []
     if e.lost_parent:
-        parts.append(f"parent run {e.lost_parent[:8]} replaced by a new one")
+        parts.append(f"parent run {e.lost_parent[:8]} not there, the sweep's runs now under "
+                     f"{e.parent_run[:8]}")  # fmt: skip
     if e.restored:
         parts.append(
             f"the child runs of {e.restored} completed trial{'s' * (e.restored != 1)} "
@@ -124,8 +125,9 @@ def lost_runs_line(e: SweepOpened) -> str:
             "(config, metrics, series; their files stay in the trial folders)"
         )
     return (
-        f"[yellow]warning[/]: MLflow at {escape(e.tracking_uri)} no longer had runs this sweep "
-        "recorded (deleted, or purged by `mlflow gc`): " + "; ".join(parts)
+        f"[yellow]warning[/]: MLflow at {escape(e.tracking_uri)} did not have runs this sweep "
+        "recorded (deleted, purged by `mlflow gc`, or made in another tracking store): "
+        + "; ".join(parts)
     )
 
 

@@ -106,7 +106,7 @@ class SweepOpened:
     skipped: int
     """completed trials left alone (a grid resubmit)"""
     lost_parent: str | None = None
-    """the parent run the results DB named, when MLflow no longer had it (a new one was made)"""
+    """the parent run the results DB named, when this tracking store did not have it"""
     restored: int = 0
     """completed trials whose child runs MLflow no longer had, recreated from the results DB"""
 
