@@ -374,8 +374,9 @@ def _parent_run(
     dest: Destinations,
     me: str,
 ) -> SweepRun:
-    """The sweep's parent MLflow run started (``existing`` reused when MLflow has it), its id
-    recorded in the DB; the :class:`~orchestrator.driving.sweep_run.SweepRun` over it."""
+    """The sweep's parent MLflow run started (``existing``, else the one tagged with this
+    results DB, reused when MLflow has it), its id recorded in the DB; the
+    :class:`~orchestrator.driving.sweep_run.SweepRun` over it."""
     from orchestrator.driving.sweep_run import SweepRun
 
     params = {"spec": spec_label, **spec.model_dump(mode="json")}

@@ -164,20 +164,42 @@ def position_losses(
         ``reg``, ``cls`` (per-position losses, graph attached), ``agree`` (draft top-1 equals
         the target's, no graph) and ``weight``, each [B, T-2] float.
     """
+    ids_bt, mask_bt, hid, pos_bt, hid_in = _on_device(draft, ids_bt, mask_bt, hid_bth, pos_bt,
+                                                      noise_bth)  # fmt: skip
+    pos_in = pos_bt[:, :-2]
+    allowed = attention_allowed(pos_in)
+    mask = None if allowed is None else additive_mask(allowed[:, 0], hid.dtype)
+    f_bth = (forward or draft)(hid_in, ids_bt[:, 1:-1], pos_in, attention_mask=mask)
+    target_h = hid[:, 1:-1]
+    weight = (mask_bt[:, 2:] & same_segment(pos_bt, 2)).float()
+    return (*_prediction_losses(draft, f_bth, target_h), weight)
+
+
+def _on_device(
+    draft: DraftModel,
+    ids_bt: torch.Tensor,
+    mask_bt: torch.Tensor,
+    hid_bth: torch.Tensor,
+    pos_bt: torch.Tensor | None,
+    noise_bth: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch on the draft's device: ids, loss mask, hidden states (float32), positions
+    (default ``0..T-1`` per row) and the input hidden states [B, T-2, h] (noise added)."""
     dev = training_device(draft)
     ids_bt, mask_bt, hid = ids_bt.to(dev), mask_bt.to(dev), hid_bth.to(dev).float()
     b, t = ids_bt.shape
     pos_bt = (torch.arange(t).expand(b, t) if pos_bt is None else pos_bt).to(dev)
-    pos_in = pos_bt[:, :-2]
-    allowed = attention_allowed(pos_in)
-    mask = None if allowed is None else additive_mask(allowed[:, 0], hid.dtype)
     hid_in = hid[:, :-2] if noise_bth is None else hid[:, :-2] + noise_bth.to(dev)
-    f_bth = (forward or draft)(hid_in, ids_bt[:, 1:-1], pos_in, attention_mask=mask)
-    target_h = hid[:, 1:-1]
-    weight = (mask_bt[:, 2:] & same_segment(pos_bt, 2)).float()
-    reg = nn.functional.smooth_l1_loss(f_bth, target_h, reduction="none").mean(-1)
-    cls, agree = vocab_cross_entropy(draft, f_bth, target_h)
-    return reg, cls, agree, weight
+    return ids_bt, mask_bt, hid, pos_bt, hid_in
+
+
+def _prediction_losses(
+    draft: DraftModel, f_bth: torch.Tensor, target_bth: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SmoothL1 [B, T] of the predicted hidden states and :func:`vocab_cross_entropy`'s
+    ``cls`` and ``agree`` [B, T]."""
+    reg = nn.functional.smooth_l1_loss(f_bth, target_bth, reduction="none").mean(-1)
+    return (reg, *vocab_cross_entropy(draft, f_bth, target_bth))
 
 
 def ttt_allowed(base_bqq: torch.Tensor, step: int) -> torch.Tensor:
@@ -235,20 +257,17 @@ def unrolled_losses(
     if steps == 1:
         return [position_losses(draft, ids_bt, mask_bt, hid_bth, pos_bt,
                                 noise_bth=noise_bth, forward=forward)]  # fmt: skip
-    dev = training_device(draft)
-    ids_bt, mask_bt, hid = ids_bt.to(dev), mask_bt.to(dev), hid_bth.to(dev).float()
-    b, t = ids_bt.shape
-    n = t - 2
-    pos_bt = (torch.arange(t).expand(b, t) if pos_bt is None else pos_bt).to(dev)
+    ids_bt, mask_bt, hid, pos_bt, x_in = _on_device(draft, ids_bt, mask_bt, hid_bth, pos_bt,
+                                                     noise_bth)  # fmt: skip
+    b, n = x_in.shape[:2]
     pos_in = pos_bt[:, :n]
     allowed = attention_allowed(pos_in)
     base = (
-        torch.ones(n, n, dtype=torch.bool, device=dev).tril().expand(b, n, n)
+        torch.ones(n, n, dtype=torch.bool, device=hid.device).tril().expand(b, n, n)
         if allowed is None
         else allowed[:, 0]
     )
     run, cache = forward or draft, draft.new_cache()
-    x_in = hid[:, :n] if noise_bth is None else hid[:, :n] + noise_bth.to(dev)
     out = []
     for k in range(steps):
         mask = additive_mask(ttt_allowed(base, k), hid.dtype)
@@ -256,9 +275,7 @@ def unrolled_losses(
                     cache=cache)  # fmt: skip
         target_h = _ahead(hid[:, 1:], k, n)
         weight = _ahead((mask_bt[:, 2 + k :] & same_segment(pos_bt, 2 + k)).float(), 0, n)
-        reg = nn.functional.smooth_l1_loss(f_bth, target_h, reduction="none").mean(-1)
-        cls, agree = vocab_cross_entropy(draft, f_bth, target_h)
-        out.append((reg, cls, agree, weight))
+        out.append((*_prediction_losses(draft, f_bth, target_h), weight))
         x_in = f_bth
     return out
 
