@@ -56,7 +56,9 @@ def _old_cpu_noise(
     return (torch.rand(shape, generator=cpu_gen) - 0.5) * (amount * 512 / seq_len)
 
 
-def _step_on_device(monkeypatch: pytest.MonkeyPatch) -> tuple[NoLargeHostAllocations, list[int]]:
+def _step_on_device(
+    monkeypatch: pytest.MonkeyPatch, s: StageSettings = S
+) -> tuple[NoLargeHostAllocations, list[int]]:
     """One noisy training step with the training device tagged as the emulated GPU; the mode
     that watched it and the element counts of the noise drawn."""
     monkeypatch.setattr(training, "training_device", lambda draft: EMULATED_DEVICE, raising=False)
@@ -71,7 +73,7 @@ def _step_on_device(monkeypatch: pytest.MonkeyPatch) -> tuple[NoLargeHostAllocat
     monkeypatch.setattr(training, "input_noise", counting)
     draft, feats = _draft(), _feats()
     with NoLargeHostAllocations() as mode:
-        log = train_stage(draft, feats, S)
+        log = train_stage(draft, feats, s)
     assert len(log.loss) == 1
     return mode, drawn
 
@@ -96,10 +98,12 @@ def test_the_check_catches_noise_drawn_on_the_cpu() -> None:
     mode.check()
 
 
+@pytest.mark.parametrize("ttt_steps", [1, 3], ids=["one-step", "training-time-test"])
 def test_a_noisy_step_on_the_device_allocates_nothing_large_on_the_host(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, ttt_steps: int
 ) -> None:
-    mode, drawn = _step_on_device(monkeypatch)
+    """Also with the draft unrolled (training-time test: its masks, padding and KV cache)."""
+    mode, drawn = _step_on_device(monkeypatch, replace(S, ttt_steps=ttt_steps))
     assert drawn == [B * (L - 2) * H] and drawn[0] > LARGE  # the noise was drawn, and large
     mode.check()
 

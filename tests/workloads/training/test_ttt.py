@@ -138,3 +138,17 @@ def test_a_bad_ttt_is_refused_with_the_fix(train: dict, seq: int, says: str) -> 
         )
     ok = DraftTrainConfig.model_validate({"train": {"ttt_steps": 3}})
     assert ok.train.ttt_steps == 3
+
+
+def test_bf16_autocast_keeps_the_weights_float32_and_the_losses_finite() -> None:
+    """The unrolled steps in bfloat16 autocast (a GPU trial's default): finite losses, the
+    trainable weights and their gradients stay float32 (the master copy)."""
+    draft = tiny_draft(4)
+    ids, mask, hid, pos = _batch(5, packed=True)
+    loss, parts = draft_loss(
+        draft, ids, mask, hid, w_reg=1.0, w_cls=0.1, pos_bt=pos, precision="bf16", ttt_steps=3
+    )
+    loss.backward()
+    assert torch.isfinite(loss) and all(v == v for v in parts.values())  # no NaN
+    assert {p.dtype for p in draft.parameters()} == {torch.float32}
+    assert {p.grad.dtype for p in draft.parameters() if p.grad is not None} == {torch.float32}
