@@ -12,6 +12,7 @@ seconds before /health answers 200.
 import json
 import os
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -20,6 +21,13 @@ START = time.monotonic()
 MODE = os.environ.get("FAKE_VLLM_MODE", "ok")
 DELAY = float(os.environ.get("FAKE_VLLM_DELAY", "0"))
 K = 3
+LOG_LOCK = threading.Lock()  # handler threads write whole lines, never interleaved
+
+
+def log_line(text: str) -> None:
+    with LOG_LOCK:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 def metrics_text() -> str:
@@ -43,7 +51,7 @@ def metrics_text() -> str:
 
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
-        sys.stdout.write("request " + (args[0] % args[1:] if args else "") + "\n")  # type: ignore[operator]
+        log_line("request " + (args[0] % args[1:] if args else ""))  # type: ignore[operator]
 
     def _send(self, code: int, body: str, ctype: str = "application/json") -> None:
         data = body.encode()
@@ -64,16 +72,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        print("body " + json.dumps(body, sort_keys=True), flush=True)
+        log_line("body " + json.dumps(body, sort_keys=True))
         n = int(body["max_tokens"])
         out = [(int(body["prompt"][-1]) + i) % 50 for i in range(1, n + 1)]
         stops = set(body.get("stop_token_ids") or ())
         out = out[: next((i + 1 for i, t in enumerate(out) if t in stops), n)]
         steps = max(1, n // 2)  # 2 tokens per verification step: 1 accepted draft token
-        COUNTERS["drafts"] += steps
-        COUNTERS["draft_tokens"] += K * steps
-        COUNTERS["accepted"] += steps
-        COUNTERS["pos"][0] += steps
+        with LOG_LOCK:
+            COUNTERS["drafts"] += steps
+            COUNTERS["draft_tokens"] += K * steps
+            COUNTERS["accepted"] += steps
+            COUNTERS["pos"][0] += steps
         spec = {  # vLLM 0.32's SpeculativeDecodingMetrics (summary level)
             "mean_acceptance_length": 2.0,
             "draft_acceptance_rate": 1 / K,
