@@ -329,6 +329,39 @@ class DraftConfig(_Frozen):
     """pretraining tokens the draft vocabulary is counted over (with the SFT rows); None = the
     trial's own budget. wsd-fork needs a fixed value (e.g. the largest budget): its trunk is
     shared by every budget, so its vocabulary must not depend on the budget"""
+    fusion: Literal["none", "eagle3"] = Field(default="none", json_schema_extra=NEW)
+    """none: the draft reads the target's last-layer hidden state (Scylla, EAGLE-1/2); eagle3:
+    it reads the hidden states of several target layers (``fusion_layers``) through a linear
+    fusion layer, EAGLE-3's low/mid/high features (arXiv 2503.01840 Sec. 3)"""
+    fusion_layers: tuple[int, ...] | None = Field(default=None, json_schema_extra=NEW)
+    """``fusion: eagle3``: the target layers read, each the input of that decoder layer (0 = the
+    embeddings; vLLM's ``eagle_aux_hidden_state_layer_ids``); None = vLLM's and SpecForge's
+    default (2, L // 2, L - 3) for a target of L layers"""
+
+    @model_validator(mode="after")
+    def _check_fusion(self) -> DraftConfig:
+        layers = self.fusion_layers
+        if layers is None:
+            return self
+        if self.fusion == "none":
+            raise ValueError(
+                f"draft.fusion_layers {list(layers)} are read only with draft.fusion: eagle3. "
+                "Fix: add draft.fusion: eagle3, or remove draft.fusion_layers"
+            )
+        if not layers or len(set(layers)) != len(layers) or min(layers) < 0:
+            raise ValueError(
+                f"draft.fusion_layers {list(layers)} must be distinct target layer indices >= 0. "
+                "Fix: e.g. [2, 15, 27] for a 30-layer target, or remove it for EAGLE-3's default"
+            )
+        return self
+
+    @property
+    def feature_copies(self) -> int:
+        """Hidden-state vectors per token the draft's features hold: 1 (the last layer), plus
+        one per fused layer (``fusion: eagle3``; the default choice has 3)."""
+        if self.fusion == "none":
+            return 1
+        return 1 + (len(self.fusion_layers) if self.fusion_layers is not None else 3)
 
 
 class TrainConfig(_Frozen):

@@ -34,6 +34,7 @@ from workloads.training.stage_data import (
     ReplySource,
     StageData,
     draft_vocab,
+    fusion_layers,
     splits,
     stage_data,
     target_spec,
@@ -338,6 +339,7 @@ def _new_draft(
         output_norm=cfg.draft.output_norm,
         first_input_norm=cfg.draft.input_norm,
         rope_theta=cfg.draft.rope_theta,
+        fusion_layers=fusion_layers(cfg, target),
     )
     vocab = draft_vocab(cfg, target, cache_dir, pre, sft, say)
     torch.manual_seed(cfg.seed)  # right here: cache misses (target conversion) use the RNG too

@@ -469,6 +469,27 @@ def check_tree_vocab(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: 
             )
 
 
+def check_fusion_layers(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
+    """``draft.fusion_layers`` are layers of the target (where its layer count is known
+    without loading it: :func:`~workloads.models.target_source.target_num_layers`).
+
+    Raises:
+        ConfigError: blaming ``draft.fusion_layers``, with the target's layer count and a fix.
+    """
+    from workloads.models.fusion import resolve_layers
+    from workloads.models.target_source import target_num_layers
+
+    for c in configs:
+        d = c.draft
+        if d.fusion == "none" or d.fusion_layers is None:
+            continue
+        try:
+            resolve_layers(d.fusion, d.fusion_layers,
+                           target_num_layers(c.target.model, weights=c.target.weights))  # fmt: skip
+        except ValueError as err:
+            raise ConfigError(str(err), ("draft", "fusion_layers")) from None
+
+
 def draft_vocab_size(folder: Path) -> int | None:
     """N, the vocabulary of the draft saved in ``folder`` (``draft_to_target`` [N] in its
     ``draft.safetensors``), read from the file's header alone; None when it cannot be read."""
@@ -681,6 +702,7 @@ WORKLOADS: dict[str, Workload] = {
                 check_targets,
                 check_devices,
                 check_tree_vocab,
+                check_fusion_layers,
                 check_prompt_sets,
                 check_chat_templates,
                 check_regen_engine,

@@ -204,8 +204,10 @@ def cached_feature_tokens(cache_dir: Path | None, cfg: DraftTrainConfig, stage: 
         cache_dir, target=_target_key(cfg), stage=stage, recipe="x", seq_len=seq_len
     ).parent
     regen = None  # the reply recipe's marks in SFT feature folders (None: any)
-    if stage == "sft" and cfg.sft.responses == "target" and list(
-        (cache_dir / "regenerated").glob("*.recipe.json")
+    if (
+        stage == "sft"
+        and cfg.sft.responses == "target"
+        and list((cache_dir / "regenerated").glob("*.recipe.json"))
     ):
         regen = {"-regen" + f.stem[:8] for f in _regen_files(cache_dir, cfg)}
     best = 0

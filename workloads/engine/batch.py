@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from workloads.models.fusion import body_features, last_layer
 from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask
 from workloads.models.target import input_device, output_device
 
@@ -122,13 +123,18 @@ def pick(logits_bv: torch.Tensor, temperature: float, gen: torch.Generator | Non
 
 
 def prefill(
-    target: PreTrainedModel, prompts: list[list[int]], cache: RaggedStaticCache
+    target: PreTrainedModel,
+    prompts: list[list[int]],
+    cache: RaggedStaticCache,
+    *,
+    layers: tuple[int, ...] = (),
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the prompts through the target and commit them to ``cache`` (empty before).
 
     Returns:
-        hidden [B, L, h] and the last prompt position's logits [B, V] (float32), both on the
-        placement's output device; lengths [B] on the input device.
+        target features [B, L, F] (F = h, or with fusion ``layers`` (len(layers) + 1) * h:
+        :mod:`workloads.models.fusion`) and the last prompt position's logits [B, V] (float32),
+        both on the placement's output device; lengths [B] on the input device.
     """
     dev = input_device(target)
     ids, lengths = right_pad(prompts, dev)
@@ -137,18 +143,20 @@ def prefill(
     causal = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
     cache.stage(length)
     allowed = cache.allowed(causal[None] & key_ok[:, None, :])
-    h = target.model(
+    h = body_features(
+        target.model,
+        layers,
         input_ids=ids,
         position_ids=torch.arange(length, device=dev).expand(b, -1),
         attention_mask=additive_mask(allowed, target.dtype),
         **{CACHE_KW: cache},
         use_cache=True,
-    ).last_hidden_state
+    )
     # padding slots stay beyond each row's length: overwritten next
     cache.commit(None, lengths, [len(p) for p in prompts])
     idx = (lengths - 1).to(h.device)[:, None, None].expand(b, 1, h.shape[2])
     last = h.gather(1, idx)[:, 0]
-    return h, target.lm_head(last).float(), lengths
+    return h, target.lm_head(last_layer(last, len(layers))).float(), lengths
 
 
 def finished(tokens: list[int], eos_ids: frozenset[int], max_new_tokens: int) -> bool:

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from workloads.models.fusion import body_features, last_layer
 from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask
 from workloads.models.target import input_device
 
@@ -142,15 +143,13 @@ class Steps:
         self._prepared: set[tuple[Any, ...]] = set()
         self.pool = torch.cuda.graph_pool_handle() if mode == "graphs" and capture else None
 
+        self.fusion_layers: tuple[int, ...] = ()
+        """target layers the draft fuses (its ``arch.fusion_layers``), read by the verify step"""
+
         def verify(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any) -> Any:
-            h = target.model(
-                input_ids=ids,
-                position_ids=pos,
-                attention_mask=mask,
-                use_cache=True,
-                **{CACHE_KW: cache},
-            ).last_hidden_state
-            return h, target.lm_head(h)
+            h = body_features(target.model, self.fusion_layers, input_ids=ids, position_ids=pos,
+                              attention_mask=mask, use_cache=True, **{CACHE_KW: cache})  # fmt: skip
+            return h, target.lm_head(last_layer(h, len(self.fusion_layers)))
 
         self._verify_eager: Step = verify
         self._verify = self._wrap(verify, "verify")
@@ -189,6 +188,11 @@ class Steps:
         if getattr(self, "_draft_obj", None) is draft and draft is not None:
             return
         self._draft_obj = draft
+        layers = tuple(getattr(getattr(draft, "arch", None), "fusion_layers", ()))
+        if layers != self.fusion_layers:  # the verify step returns other features now
+            self.fusion_layers = layers
+            self._verify = self._wrap(self._verify_eager, "verify")
+            self._prepared.clear()
         no_draft = torch.zeros(0, dtype=torch.long)
         self.draft_to_target: torch.Tensor = getattr(draft, "draft_to_target", no_draft)
         self._top: Step = getattr(draft, "top_candidates", None) or self._top_of_logits
@@ -244,21 +248,24 @@ class Steps:
         ddt = _dtype_of(self._draft_obj) if self._draft_capturable else None
         # the caches' buffers are allocated by an eager call first: a compiled step that
         # allocated them would be compiled again once they exist (a graph, into its pool)
-        first = [("verify", tcache, dt)] + ([("draft", dcache, dt)] if ddt is not None else [])
-        for kind, cache, hdt in first:
+        hd = int(self.target.config.hidden_size)
+        feat = (len(self.fusion_layers) + 1) * hd  # the target features the pending pairs carry
+        first = [("verify", tcache, dt, 0)]
+        first += [("draft", dcache, dt, feat)] if ddt is not None else []
+        for kind, cache, hdt, hw in first:
             if not cache.keys:
-                self._dummy(kind, cache, rows, 1, hdt, eager=True)
+                self._dummy(kind, cache, rows, 1, hdt, hw, eager=True)
         for b, n, k in plan.buckets:
-            todo = [("verify", b, n, dt)]
+            todo = [("verify", b, n, dt, 0)]
             if ddt is not None:
-                todo += [("draft", b, plan.pending, dt), ("draft", b, k, ddt)]
+                todo += [("draft", b, plan.pending, dt, feat), ("draft", b, k, ddt, hd)]
             for key in todo:
                 if key in self._prepared:
                     continue
-                kind, _, width, hdt = key
+                kind, _, width, hdt, hw = key
                 t0 = time.perf_counter()
                 before = self.stats.captures
-                self._dummy(kind, tcache if kind == "verify" else dcache, b, width, hdt)
+                self._dummy(kind, tcache if kind == "verify" else dcache, b, width, hdt, hw)
                 _sync(ti)
                 seconds = time.perf_counter() - t0
                 if self.mode == "compile":
@@ -276,11 +283,12 @@ class Steps:
         b: int,
         width: int,
         hdt: torch.dtype,
+        hw: int,
         *,
         eager: bool = False,
     ) -> None:
-        """One step of ``kind`` on b rows of ``width`` dummy tokens in ``cache``'s staged slots
-        (then discarded)."""
+        """One step of ``kind`` on b rows of ``width`` dummy tokens (a draft's: hidden inputs
+        ``hw`` wide) in ``cache``'s staged slots (then discarded)."""
         ti = input_device(self.target)
         cache.reset(b)
         cache.stage(width)
@@ -291,8 +299,7 @@ class Steps:
         if kind == "verify":
             (self._verify_eager if eager else self._verify)(ids, pos, mask, cache)
         else:
-            hd = int(self.target.config.hidden_size)
-            h = torch.zeros(b, width, hd, dtype=hdt, device=ti)
+            h = torch.zeros(b, width, hw, dtype=hdt, device=ti)
             (self.draft_eager if eager else self._draft)(h, ids, pos, mask, cache)
         cache.discard()
 
@@ -300,9 +307,9 @@ class Steps:
         self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: RaggedStaticCache
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Target forward of [B, n] tokens at positions [B, n] with mask [B, 1, n, W]:
-        hidden states [B, n, h] and logits [B, n, V] in the target's dtype, both on its output
-        device."""
-        self._late("verify", ids.shape[0], ids.shape[1], mask.dtype)
+        target features [B, n, F] (:attr:`fusion_layers`; F = h without fusion) and logits
+        [B, n, V] in the target's dtype, both on its output device."""
+        self._late("verify", ids.shape[0], ids.shape[1], mask.dtype, 0)
         if self.fixed:  # compiled steps guard on strides: the layout prepare made them for
             ids, pos, mask = _dense(ids), _dense(pos), _dense(mask)
         before = self.stats.compiles
@@ -318,10 +325,10 @@ class Steps:
         mask: torch.Tensor,
         cache: RaggedStaticCache,
     ) -> torch.Tensor:
-        """Draft forward of [B, T] pairs (hidden [B, T, h], tokens, positions, mask [B, 1, T, W])
-        -> [B, T, h] draft hidden states."""
+        """Draft forward of [B, T] pairs (hidden [B, T, F] target features or [B, T, h] draft
+        states, tokens, positions, mask [B, 1, T, W]) -> [B, T, h] draft hidden states."""
         if self._draft_capturable:
-            self._late("draft", hidden.shape[0], hidden.shape[1], mask.dtype)
+            self._late("draft", hidden.shape[0], hidden.shape[1], mask.dtype, hidden.shape[2])
         if self.fixed and self._draft_capturable:
             hidden, next_ids, pos, mask = (_dense(t) for t in (hidden, next_ids, pos, mask))
         before = self.stats.compiles
@@ -336,10 +343,10 @@ class Steps:
         lp, ix = self._top(hidden, k)
         return lp, ix
 
-    def _late(self, kind: str, b: int, width: int, dt: torch.dtype) -> None:
-        if self.fixed and (kind, b, width, dt) not in self._prepared:
+    def _late(self, kind: str, b: int, width: int, dt: torch.dtype, hw: int) -> None:
+        if self.fixed and (kind, b, width, dt, hw) not in self._prepared:
             self.stats.late += 1
-            self._prepared.add((kind, b, width, dt))
+            self._prepared.add((kind, b, width, dt, hw))
 
 
 _SERIAL = itertools.count()

@@ -317,7 +317,7 @@ def _prompt_phase(
         :func:`_draft_prefill` gives them.
     """
     tcache, dcache = caches
-    h_blh, logits, m = prefill(target, prompts, tcache)
+    h_blh, logits, m = prefill(target, prompts, tcache, layers=steps.fusion_layers)
     dev = m.device  # the input device
     root = pick(logits, temperature, generator).to(dev)
     ids, _ = right_pad(prompts, dev)

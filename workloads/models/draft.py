@@ -1,7 +1,9 @@
 """The draft model of the EAGLE / Scylla family.
 
 Input at position t: ``concat(embed(x_{t+1}), h_t)`` where ``h_t`` is the target's last-layer
-hidden state (after its final norm) and ``x_{t+1}`` the next token. Then an FC layer 2h -> h,
+hidden state (after its final norm) and ``x_{t+1}`` the next token; with EAGLE-3's hidden fusion
+(``fusion_layers``), ``h_t`` is instead a linear fusion (``fuse``, n*h -> h, no bias) of the
+target's hidden states at n layers (:mod:`workloads.models.fusion`). Then an FC layer 2h -> h,
 ``layers`` LLaMA decoder layers, an RMSNorm (Scylla, arXiv 2505.07858 Sec. 4; EAGLE-1 has none)
 and the target's frozen LM head, optionally truncated to the ``vocab_size`` most frequent target
 tokens (EAGLE-3 style; ``draft_to_target`` maps draft ids back to target ids).
@@ -24,8 +26,9 @@ Shape legend: B batch, T positions, S cached + new positions, h hidden size, N d
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -64,6 +67,23 @@ class DraftArch:
     """RMSNorm before the LM head (Scylla) or none (EAGLE-1)"""
     first_input_norm: bool = True
     """RMSNorm on the first decoder layer's input (HF LLaMA); EAGLE-1/2's code has none"""
+    fusion_layers: tuple[int, ...] = ()
+    """target layers fused into the draft's input (EAGLE-3); () = the last-layer state only"""
+
+    @property
+    def feature_width(self) -> int:
+        """F, width of the target features the draft reads: ``(len(fusion_layers) + 1) * h``
+        (:mod:`workloads.models.fusion`)."""
+        return (len(self.fusion_layers) + 1) * self.hidden_size
+
+    @classmethod
+    def from_fields(cls, data: dict[str, Any]) -> DraftArch:
+        """The architecture of a saved ``arch.json`` or an export's config (unknown keys
+        ignored; ``fusion_layers`` absent in drafts saved before fusion existed)."""
+        known = {f.name for f in fields(cls)}
+        args = {k: v for k, v in data.items() if k in known}
+        args["fusion_layers"] = tuple(args.get("fusion_layers", ()))
+        return cls(**args)
 
     @classmethod
     def from_target(
@@ -74,6 +94,7 @@ class DraftArch:
         output_norm: bool,
         first_input_norm: bool = True,
         rope_theta: float | None = None,
+        fusion_layers: tuple[int, ...] = (),
     ) -> DraftArch:
         """Copy the width, attention shape and RoPE of a target HF config.
 
@@ -98,6 +119,7 @@ class DraftArch:
             max_position_embeddings=int(get("max_position_embeddings")),
             output_norm=output_norm,
             first_input_norm=first_input_norm,
+            fusion_layers=tuple(fusion_layers),
         )
 
     def llama_config(self) -> LlamaConfig:
@@ -122,7 +144,8 @@ class DraftArch:
 
 
 class DraftModel(nn.Module):
-    """EAGLE/Scylla draft: FC(2h->h) -> D decoder layers -> RMSNorm -> frozen (truncated) LM head.
+    """EAGLE/Scylla draft: [fuse(n*h->h)] -> FC(2h->h) -> D decoder layers -> RMSNorm -> frozen
+    (truncated) LM head.
 
     With ``arch.first_input_norm`` False, layer 0 has no input RMSNorm (EAGLE-1/2's ``cnets``).
 
@@ -158,6 +181,8 @@ class DraftModel(nn.Module):
         self.config = config
         h = arch.hidden_size
         self.fc = nn.Linear(2 * h, h, bias=True)
+        n_fused = len(arch.fusion_layers)
+        self.fuse = nn.Linear(n_fused * h, h, bias=False) if n_fused else None
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i) for i in range(arch.layers))
         if not arch.first_input_norm:  # EAGLE-1/2: the FC output enters layer 0 unnormalised
             self.layers[0].input_layernorm = nn.Identity()
@@ -239,8 +264,10 @@ class DraftModel(nn.Module):
         """Predict the next target hidden states.
 
         Args:
-            hidden: [B, T, h] target (or, inside a tree, draft) hidden states h_t, any float
-                dtype and device (cast to the FC's; a spread target ends on another GPU).
+            hidden: [B, T, F] target features (:attr:`DraftArch.feature_width`; fused first
+                when the draft has fusion) or [B, T, h] the draft's own outputs (inside a tree,
+                in training-time test), any float dtype and device (cast to the FC's; a spread
+                target ends on another GPU).
             next_ids: [B, T] target token ids x_{t+1} (moved to the draft's device, as are the
                 positions and the mask).
             position_ids: [B, T] positions t.
@@ -254,7 +281,10 @@ class DraftModel(nn.Module):
         """
         dev, dt = self.fc.weight.device, self.fc.weight.dtype
         emb = nn.functional.embedding(next_ids.to(dev), self.embed_weight)
-        x = self.fc(torch.cat([emb.to(dt), hidden.to(dev, dt)], -1))
+        hidden = hidden.to(dev, dt)
+        if self.fuse is not None and hidden.shape[-1] == self.arch.feature_width:
+            hidden = self.fuse(hidden[..., : -self.arch.hidden_size])
+        x = self.fc(torch.cat([emb.to(dt), hidden], -1))
         position_ids = position_ids.to(dev)
         if attention_mask is not None:
             floor = torch.finfo(x.dtype).min  # float32's minimum would round to -inf in bf16
@@ -306,7 +336,7 @@ class DraftModel(nn.Module):
     ) -> DraftModel:
         """Inverse of :meth:`save`; the frozen embedding and LM head come from the target (kept
         in ``compute_dtype``, see :class:`DraftModel`)."""
-        arch = DraftArch(**json.loads((path / "arch.json").read_text()))
+        arch = DraftArch.from_fields(json.loads((path / "arch.json").read_text()))
         tensors = load_file(str(path / "draft.safetensors"))
         vocab = tensors.pop("draft_to_target")
         model = cls(

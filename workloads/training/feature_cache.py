@@ -101,6 +101,7 @@ def ensure_features(
     target_model: torch.nn.Module,
     manifest: dict[str, object],
     batch: int = 4,
+    layers: tuple[int, ...] = (),
 ) -> tuple[CachedFeatures, CacheStats]:
     """The first ``n_rows`` feature rows of a stage, building missing chunks on the way.
 
@@ -118,6 +119,8 @@ def ensure_features(
         target_model: the frozen target, used on a miss.
         manifest: what identifies the feature set (target, recipe, seq_len, ...), written once.
         batch: rows per target forward when building.
+        layers: the target layers fused into the features (:mod:`workloads.models.fusion`);
+            the manifest must say so (its ``hidden`` entry).
 
     Returns:
         The rows as a lazy :class:`CachedFeatures`, and what this call found and built.
@@ -137,7 +140,7 @@ def ensure_features(
     folder.mkdir(parents=True, exist_ok=True)
     _check_manifest(folder, {**manifest, "rows_per_chunk": rows_per_chunk})
     n_chunks = -(-n_rows // rows_per_chunk)
-    chunks = _ChunkBuilder(folder, rows, rows_per_chunk, target_model, batch)
+    chunks = _ChunkBuilder(folder, rows, rows_per_chunk, target_model, batch, layers)
     chunks.build_missing(n_chunks)
     chunks.check_the_rest(n_rows, n_chunks)
     stats = chunks.stats
@@ -153,8 +156,8 @@ class _ChunkBuilder:
     what was done counted in ``stats``.
 
     Chunk c is built from rows ``[c * rows_per_chunk, (c + 1) * rows_per_chunk)`` of ``rows``
-    (fewer when ``rows`` ends first), its hidden states [rows, L, h] computed by
-    ``target_model``, ``batch`` rows per forward.
+    (fewer when ``rows`` ends first), its target features [rows, L, F] computed by
+    ``target_model``, ``batch`` rows per forward (fused ``layers``, if any, before h_last).
     """
 
     def __init__(
@@ -164,9 +167,10 @@ class _ChunkBuilder:
         rows_per_chunk: int,
         target_model: torch.nn.Module,
         batch: int,
+        layers: tuple[int, ...] = (),
     ) -> None:
         self.folder, self.rows, self.rows_per_chunk = folder, rows, rows_per_chunk
-        self.target_model, self.batch = target_model, batch
+        self.target_model, self.batch, self.layers = target_model, batch, layers
         self.seq_len = int(rows.seq_len)
         self.stats = CacheStats()
         self.checked: dict[int, _FileId] = {}
@@ -222,7 +226,8 @@ class _ChunkBuilder:
         hi = min(lo + self.rows_per_chunk, self.rows.rows)
         part = self.rows.packed(torch.arange(lo, hi))
         stats.rows_packed += hi - lo
-        hidden = target_hidden(self.target_model, part.input_ids, part.position_ids, self.batch)
+        hidden = target_hidden(self.target_model, part.input_ids, part.position_ids, self.batch,
+                               layers=self.layers)  # fmt: skip
         stats.target_rows += hi - lo
         raw = save(
             {
@@ -615,6 +620,13 @@ def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
                     f"rows are packed 'joined' and are never mixed with '{want['packing']}' rows. "
                     "Fix: delete the folder to rebuild it, or set pretrain.packing: joined"
                 )
+        held, asked = found["identity"].get("hidden"), want.get("hidden")
+        if held != asked and found["identity"] | {"hidden": asked} == want:
+            raise ValueError(
+                f"{folder} holds other target features ({held}) than the trial reads ({asked}): "
+                "a cache is never reused for other fusion layers. Fix: delete the folder to "
+                "rebuild it, or features.mode: online (computed in each step, nothing cached)"
+            )
         if found["identity"] != want:
             raise ValueError(
                 f"{path} describes other features ({found['identity']}), not {want}; "

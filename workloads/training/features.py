@@ -38,6 +38,7 @@ from typing import Protocol, cast, runtime_checkable
 import torch
 
 from workloads.data.packing import InMemoryRows, PackedRows, attention_allowed
+from workloads.models.fusion import body_features
 
 
 @runtime_checkable
@@ -68,8 +69,9 @@ class FeatureSet(Protocol):
         ...
 
     def hidden(self, idx: torch.Tensor, packed: PackedRows | None = None) -> torch.Tensor:
-        """[b, L, h] float16: the target's last-layer hidden states (after the final norm) of
-        rows ``idx``, on the device they were computed on (the CPU for a cache). ``packed``:
+        """[b, L, F] float16: the target features of rows ``idx`` (F = h, the last-layer hidden
+        states after the final norm; wider with hidden fusion, :mod:`workloads.models.fusion`),
+        on the device they were computed on (the CPU for a cache). ``packed``:
         the rows' :meth:`packed`, when the caller has it (saves reading them again)."""
         ...
 
@@ -145,9 +147,12 @@ def target_hidden(
     batch: int = 4,
     *,
     to_cpu: bool = True,
+    layers: tuple[int, ...] = (),
 ) -> torch.Tensor:
-    """Last-layer hidden states [R, L, h] (float16) of the target for rows ``ids_rl`` with
-    positions ``pos_rl`` [R, L]: each segment (positions from 0) sees only its own tokens.
+    """Target features [R, L, F] (float16) of the target for rows ``ids_rl`` with positions
+    ``pos_rl`` [R, L]: each segment (positions from 0) sees only its own tokens. F = h, the
+    last-layer hidden states, or with fusion ``layers`` the states entering those layers
+    before them, F = (len(layers) + 1) * h (:mod:`workloads.models.fusion`).
 
     Rows go through the target ``batch`` at a time; the result is on the CPU, or with
     ``to_cpu=False`` on the target's (first) device.
@@ -165,12 +170,13 @@ def target_hidden(
         ids, pos = ids_rl[i : i + batch].to(dev), pos_rl[i : i + batch].to(dev)
         if flash:  # varlen: one packed sequence of all rows, boundaries where positions are 0
             b, length = ids.shape
-            out = body(input_ids=ids.reshape(1, -1), position_ids=pos.reshape(1, -1))
-            hidden = out.last_hidden_state.reshape(b, length, -1)
+            flat = body_features(body, layers, input_ids=ids.reshape(1, -1),
+                                 position_ids=pos.reshape(1, -1))  # fmt: skip
+            hidden = flat.reshape(b, length, -1)
         else:
             allowed = attention_allowed(pos)
-            out = body(input_ids=ids, position_ids=pos, attention_mask=allowed)
-            hidden = out.last_hidden_state
+            hidden = body_features(body, layers, input_ids=ids, position_ids=pos,
+                                   attention_mask=allowed)  # fmt: skip
         hidden = hidden.to(torch.float16)
         outs.append(hidden.cpu() if to_cpu else hidden)
     hidden = torch.cat(outs)

@@ -25,6 +25,7 @@ from torch.utils.checkpoint import checkpoint
 
 from workloads.data.packing import PackedRows, attention_allowed, same_segment
 from workloads.models.draft import DraftModel
+from workloads.models.fusion import last_layer
 from workloads.models.kv_cache import additive_mask
 from workloads.training.features import FeatureSet
 
@@ -197,7 +198,9 @@ def _prediction_losses(
     draft: DraftModel, f_bth: torch.Tensor, target_bth: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """SmoothL1 [B, T] of the predicted hidden states and :func:`vocab_cross_entropy`'s
-    ``cls`` and ``agree`` [B, T]."""
+    ``cls`` and ``agree`` [B, T]; ``target_bth`` [B, T, F] target features, of which the
+    last-layer states are the target (:func:`~workloads.models.fusion.last_layer`)."""
+    target_bth = last_layer(target_bth, len(draft.arch.fusion_layers))
     reg = nn.functional.smooth_l1_loss(f_bth, target_bth, reduction="none").mean(-1)
     return (reg, *vocab_cross_entropy(draft, f_bth, target_bth))
 

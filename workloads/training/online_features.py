@@ -83,6 +83,8 @@ class OnlineFeatures:
             target model itself (then the object cannot be pickled).
         model: the spec's target model when the caller has already loaded it (not pickled).
         batch: rows per target forward.
+        layers: the target layers fused into the features (:mod:`workloads.models.fusion`);
+            () = the last-layer hidden states only.
     """
 
     def __init__(
@@ -92,8 +94,10 @@ class OnlineFeatures:
         *,
         model: torch.nn.Module | None = None,
         batch: int = 4,
+        layers: tuple[int, ...] = (),
     ) -> None:
         self.source = rows
+        self.layers = tuple(layers)
         self.spec = target if isinstance(target, TargetSpec) else None
         self._model = model if isinstance(target, TargetSpec) else target
         self.batch = batch
@@ -106,7 +110,8 @@ class OnlineFeatures:
                 "OnlineFeatures over a target model object cannot be pickled (sent to a "
                 "worker); build it with a TargetSpec"
             )
-        return {"source": self.source, "spec": self.spec, "batch": self.batch}
+        return {"source": self.source, "spec": self.spec, "batch": self.batch,
+                "layers": self.layers}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -140,15 +145,20 @@ class OnlineFeatures:
         return self.source.packed(idx)
 
     def hidden(self, idx: torch.Tensor, packed: PackedRows | None = None) -> torch.Tensor:
-        """[b, L, h] float16 hidden states of rows ``idx``, computed now (inference mode) on the
-        target's device.
+        """[b, L, F] float16 target features of rows ``idx`` (:meth:`FeatureSet.hidden`),
+        computed now (inference mode) on the target's device.
 
         Raises:
             ValueError: a hidden state overflows float16.
         """
         part = packed if packed is not None else self.packed(idx)
         hidden = target_hidden(
-            self.model, part.input_ids, part.position_ids, self.batch, to_cpu=False
+            self.model,
+            part.input_ids,
+            part.position_ids,
+            self.batch,
+            to_cpu=False,
+            layers=self.layers,
         )
         self.target_rows += int(part.input_ids.shape[0])
         return hidden

@@ -29,6 +29,7 @@ from workloads.data import (
     read_sharegpt,
     split_conversations,
 )
+from workloads.models.fusion import resolve_layers
 from workloads.models.target import Target
 from workloads.result import Progress
 from workloads.training import rows as _rows
@@ -138,6 +139,13 @@ def regen_target_key(cfg: DraftTrainConfig) -> str:
     return _target_key(cfg) + ("" if t in ("float32", "auto") else f"-{t}")
 
 
+def fusion_layers(cfg: DraftTrainConfig, target: Target) -> tuple[int, ...]:
+    """The target layers the trial's draft fuses (``draft.fusion``; () = none), resolved
+    against the loaded target (:func:`workloads.models.fusion.resolve_layers`)."""
+    layers = int(target.model.config.num_hidden_layers)
+    return resolve_layers(cfg.draft.fusion, cfg.draft.fusion_layers, layers)
+
+
 def _target_key(cfg: DraftTrainConfig) -> str:
     """The target's name in cache keys: random weights are their own target, per seed."""
     t = cfg.target
@@ -209,9 +217,11 @@ def stage_data(
     packing = cfg.pretrain.packing
     n_rows = -(-tokens // seq_len)
     f = cfg.features
+    layers = fusion_layers(cfg, target)
     mode = resolve_feature_mode(
-        f.mode, tokens=n_rows * seq_len, hidden=target.hidden_size, max_cache_gb=f.max_cache_gb
-    )
+        f.mode, tokens=n_rows * seq_len, hidden=target.hidden_size * (len(layers) + 1),
+        max_cache_gb=f.max_cache_gb,
+    )  # fmt: skip
     per_chunk = max(1, CHUNK_TOKENS // seq_len)
     whole = -(-n_rows // per_chunk) * per_chunk if mode == "cached" else n_rows
     regen = None
@@ -235,14 +245,15 @@ def stage_data(
         if mode == "online":
             if regen is not None and regen.generator is not None:
                 rows.packed(torch.arange(1))  # the replies now, while the server is up
-            feats: FeatureSet = OnlineFeatures(rows, spec, model=target.model)
+            feats: FeatureSet = OnlineFeatures(rows, spec, model=target.model, layers=layers)
             return StageData(feats, rows, mode, metrics)
         dtype = _dtype_name(cfg, target)
         folder = feature_dir(
             cache_dir,
             target=_target_key(cfg) + ("" if dtype in ("float32", "auto") else f"-{dtype}"),
             stage=stage,
-            recipe=recipe if packing == "joined" else f"{recipe}-isolated",
+            recipe=(recipe if packing == "joined" else f"{recipe}-isolated")
+            + ("-F" + ".".join(map(str, layers)) if layers else ""),
             seq_len=seq_len,
         )
         manifest = {
@@ -252,12 +263,13 @@ def stage_data(
             "recipe": recipe,
             "seq_len": seq_len,
             "tokenizer": tokenizer_id(target),
-            "hidden": "last_hidden_state:float16",
+            "hidden": (f"hidden_states{list(layers)}+" if layers else "")
+            + "last_hidden_state:float16",
             "packing": packing,
         }
         feats, stats = ensure_features(
             folder, rows=rows, n_rows=n_rows, rows_per_chunk=per_chunk,
-            target_model=target.model, manifest=manifest,
+            target_model=target.model, manifest=manifest, layers=layers,
         )  # fmt: skip
         metrics |= {
             f"features/{stage}_hits": stats.hits,
