@@ -14,7 +14,9 @@ A draft folder is what ``draft_train`` saves (``draft.safetensors`` + ``arch.jso
   (the default Scylla draft: fc bias, both norms, a truncated vocabulary) is written for
   ``EagleScyllaLlamaForCausalLM``, registered by this project's vLLM plugin
   (``workloads/serving/vllm_plugin``, installed by ``make serve-env``), with the truncated LM
-  head and EAGLE-3's ``d2t`` map (docs/serving.md says why).
+  head and EAGLE-3's ``d2t`` map (docs/serving.md says why). A draft with EAGLE-3's hidden
+  fusion is written for the plugin's ``Eagle3ScyllaLlamaForCausalLM`` (``"method": "eagle3"``,
+  the fused layers in ``eagle_aux_hidden_state_layer_ids``, the fusion weight ``fuse.weight``).
 - ``hf``: a self-describing folder (config.json + model.safetensors, our key names, the final
   norm and the vocabulary map) that :func:`load_hf` turns back into a :class:`DraftModel`.
 
@@ -50,6 +52,9 @@ HF_ARCHITECTURE = "SpecscaleDraftModel"
 
 VLLM_PLUGIN_ARCHITECTURE = "EagleScyllaLlamaForCausalLM"
 """``architectures[0]`` of a ``vllm`` export that needs the plugin (``specscale_vllm``)"""
+
+VLLM_FUSED_ARCHITECTURE = "Eagle3ScyllaLlamaForCausalLM"
+"""``architectures[0]`` of a ``vllm`` export of a draft with hidden fusion (the plugin's)"""
 
 TOKEN_MAP_FILE = "speculative_token_map.pt"
 """SGLang's hot-token list for a truncated vocabulary (``--speculative-token-map``)."""
@@ -208,6 +213,14 @@ def stock_problems(draft: DraftWeights, fmt: str, *, target_vocab: int | None = 
         raise ValueError(f"--format {fmt!r} is not one of {list(FORMATS)}")
     rules, arch, out = ENGINES[fmt], draft.arch, []
     src = "the engine"  # check() names it once
+    if arch.fusion_layers:
+        out.append(
+            f"{src} reads the target's last layer only, but this draft fuses the states of "
+            f"target layers {list(arch.fusion_layers)} (draft.fusion: eagle3), and the "
+            "engine's EAGLE-3 class feeds [embedding; state] into layer 0's attention where this "
+            "draft has an fc, so neither holds it. Fix: use --format vllm (the plugin's eagle3 "
+            "drafter) or hf, or train with draft.fusion: none"
+        )
     if arch.output_norm and not rules.final_norm:
         out.append(
             f"{src} has no final norm before the LM head, but this draft has one "
@@ -390,15 +403,35 @@ def vllm_plugin_config(draft: DraftWeights, *, target_vocab: int, dtype: str) ->
     cfg["first_input_norm"] = draft.arch.first_input_norm
     cfg["output_norm"] = draft.arch.output_norm
     cfg["draft_vocab_size"] = int(draft.draft_to_target.shape[0])
+    layers = list(draft.arch.fusion_layers)
+    if layers:  # vLLM gathers the target's states entering these layers, in this order
+        cfg["architectures"] = [VLLM_FUSED_ARCHITECTURE]
+        cfg["num_aux_hidden_states"] = len(layers)
+        cfg["eagle_aux_hidden_state_layer_ids"] = layers
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": layers}
     return cfg
+
+
+def vllm_method(draft: DraftWeights) -> str:
+    """vLLM's ``speculative-config`` method of a ``vllm`` export: ``eagle3`` for a draft with
+    hidden fusion (vLLM then gathers the fused layers' states), else ``eagle``."""
+    return "eagle3" if draft.arch.fusion_layers else "eagle"
+
+
+def exported_vllm_method(folder: Path) -> str:
+    """:func:`vllm_method` of a ``vllm`` export already written to ``folder`` (from its
+    config.json's architecture; ``eagle`` when it has none)."""
+    path = folder / "config.json"
+    archs = json.loads(path.read_text()).get("architectures") if path.exists() else None
+    return "eagle3" if archs == [VLLM_FUSED_ARCHITECTURE] else "eagle"
 
 
 VLLM_PLUGIN_USAGE = (
     "pip install workloads/serving/vllm_plugin into the vLLM environment (make serve-env does), "
     "then vllm serve <target> --speculative-config "
-    '\'{{"method": "eagle", "model": "{out}", "num_speculative_tokens": 3}}\''
+    '\'{{"method": "{method}", "model": "{out}", "num_speculative_tokens": 3}}\''
 )
-"""how to load a plugin export; ``{out}`` is the folder"""
+"""how to load a plugin export; ``{out}`` is the folder, ``{method}`` :func:`vllm_method`"""
 
 
 @dataclass(frozen=True)
@@ -484,7 +517,7 @@ def export_draft(
             k: (t if k == "d2t" else t.to(cast)).contiguous() for k, t in state.items()
         }
         files["config.json"] = vllm_plugin_config(draft, target_vocab=v, dtype=dtype)
-        usage = VLLM_PLUGIN_USAGE.format(out=out)
+        usage = VLLM_PLUGIN_USAGE.format(out=out, method=vllm_method(draft))
     else:
         assert embed_weight is not None and target_vocab is not None
         rules = ENGINES[fmt]

@@ -28,8 +28,8 @@ def default_layers(num_layers: int) -> tuple[int, ...]:
 def resolve_layers(
     fusion: str, layers: Sequence[int] | None, num_layers: int | None
 ) -> tuple[int, ...]:
-    """The target layers a draft reads: () for ``fusion: none``; ``layers`` as given; or
-    :func:`default_layers` of the target.
+    """The target layers a draft reads, ascending (the order vLLM concatenates them in): () for
+    ``fusion: none``; ``layers`` sorted; or :func:`default_layers` of the target.
 
     Raises:
         ValueError: a layer is not below ``num_layers`` (the target's decoder layers), or the
@@ -47,7 +47,7 @@ def resolve_layers(
             f"an index is 0 (the embeddings) .. {num_layers - 1}. Fix: e.g. "
             f"{list(default_layers(num_layers))} (EAGLE-3's default, or remove the field)"
         )
-    return tuple(layers)
+    return tuple(sorted(layers))  # vLLM concatenates its aux states in layer order
 
 
 def body_features(body: Any, layers: Sequence[int], **kw: Any) -> Any:

@@ -34,6 +34,7 @@ from workloads.config import (
     TargetConfig,
 )
 from workloads.models.draft import TRAINED_WITH
+from workloads.models.export import exported_vllm_method
 from workloads.result import Progress, TrialResult
 from workloads.serving.config import ServeBenchConfig
 from workloads.serving.env import ServingEnv, find_env
@@ -146,7 +147,7 @@ def server_args(cfg: ServeBenchConfig, draft_dir: Path | None) -> list[str]:
         args.append("--enforce-eager")
     if draft_dir is not None:
         spec = {
-            "method": "eagle",
+            "method": exported_vllm_method(draft_dir),
             "model": str(draft_dir),
             "num_speculative_tokens": s.num_speculative_tokens,
         }

@@ -5,8 +5,11 @@ greedy outputs equal to a plain server's token for token, and vLLM's acceptance 
 this platform's engine's on the same prompts. Skips, with the reason, where the serving
 environment could not be made.
 
-The draft is a real trained draft, trained here in seconds: the test's two prompts and the
-target's greedy continuations of them, memorised (100 steps), so it is accepted often. Any
+Both draft families: today's (``method: eagle``) and one with EAGLE-3's hidden fusion of
+target layers (2, 15, 27) (``method: eagle3``: vLLM gathers those layers' states and the
+plugin's drafter fuses them). The draft is a real trained draft, trained here in seconds: the
+test's two prompts and the target's greedy continuations of them, memorised (100 steps), so it
+is accepted often. Any
 mapping error in the export or the plugin (the d2t offsets, a norm, the bias, which hidden state
 is fed back) changes what is accepted, and the two engines then disagree.
 """
@@ -21,6 +24,7 @@ import torch
 
 from workloads import decode_bench
 from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.fusion import body_features, default_layers
 from workloads.serving import bench
 from workloads.serving.config import ServeBenchConfig
 from workloads.serving.env import ServingEnvError, find_env
@@ -42,10 +46,12 @@ def serving_env():  # noqa: ANN201
         pytest.skip(f"no vLLM serving environment: {exc}")
 
 
-def _memorised_draft(target, prompts: list[list[int]], folder: Path) -> None:  # noqa: ANN001
+def _memorised_draft(target, prompts: list[list[int]], folder: Path, fused: bool) -> None:  # noqa: ANN001
     """A Scylla-shaped draft (output norm, layer-0 norm, fc bias, 1,024 of the target's tokens
-    in a non-prefix map) trained on the prompts and their greedy continuations."""
+    in a non-prefix map; ``fused``: EAGLE-3's default layers fused) trained on the prompts and
+    their greedy continuations."""
     model = target.model
+    layers = default_layers(model.config.num_hidden_layers) if fused else ()
     embed = model.get_input_embeddings().weight.detach()
     head = model.get_output_embeddings().weight.detach()
     seqs = []
@@ -53,14 +59,16 @@ def _memorised_draft(target, prompts: list[list[int]], folder: Path) -> None:  #
         for p in prompts:
             ids = torch.tensor([p])
             out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
-            seqs.append((out, model.model(input_ids=out).last_hidden_state.float()))
+            seqs.append((out, body_features(model.model, layers, input_ids=out).float()))
     used = sorted({int(t) for out, _ in seqs for t in out[0]})
     rest = [i for i in range(embed.shape[0]) if i not in set(used)][::37]
     keep = torch.tensor(sorted(used + rest[: 1024 - len(used)]))
     index = torch.full((embed.shape[0],), -100, dtype=torch.long)
     index[keep] = torch.arange(len(keep))
     torch.manual_seed(0)
-    arch = DraftArch.from_target(model.config, layers=1, output_norm=True, first_input_norm=True)
+    arch = DraftArch.from_target(model.config, layers=1, output_norm=True, first_input_norm=True,
+                                 fusion_layers=layers)  # fmt: skip
+    h_size = arch.hidden_size
     draft = DraftModel(arch, embed_weight=embed, lm_head_weight=head, draft_to_target=keep)
     opt = torch.optim.Adam([p for p in draft.parameters() if p.requires_grad], lr=2e-3)
     for _ in range(100):
@@ -68,18 +76,20 @@ def _memorised_draft(target, prompts: list[list[int]], folder: Path) -> None:  #
             n = out.shape[1]
             f = draft(h[:, : n - 2], out[:, 1 : n - 1], torch.arange(n - 2)[None])
             ce = torch.nn.functional.cross_entropy(draft.logits(f)[0], index[out[0, 2:]])
-            loss = ce + torch.nn.functional.smooth_l1_loss(f, h[:, 1 : n - 1])
+            loss = ce + torch.nn.functional.smooth_l1_loss(f, h[:, 1 : n - 1, -h_size:])
             opt.zero_grad()
             loss.backward()
             opt.step()
     draft.save(folder)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["eagle", "eagle3-fusion"])
 def test_vllm_loads_speculates_and_agrees_with_this_engine(
     serving_env,
     target,
     cache_dir: Path,
     tmp_path: Path,  # noqa: ANN001
+    fused: bool,
 ) -> None:
     sets = tmp_path / "prompts"
     sets.mkdir()
@@ -90,13 +100,18 @@ def test_vllm_loads_speculates_and_agrees_with_this_engine(
         prompts={"prompt_sets": sets, "num_prompts": 2},
     )
     prompts = decode_bench.bench_prompts(bench.engine_config(cfg, None), target)
-    _memorised_draft(target, prompts, tmp_path / "draft")
+    _memorised_draft(target, prompts, tmp_path / "draft", fused)
     out = tmp_path / "trial"
     m = bench.run(cfg, cache_dir=cache_dir, out_dir=out, progress=print).metrics
     # loaded through the plugin and speculating
     exported = json.loads((out / "draft-vllm" / "config.json").read_text())
-    assert exported["architectures"] == ["EagleScyllaLlamaForCausalLM"]
-    assert "EagleScyllaLlamaForCausalLM" in (out / "server-speculative.log").read_text()
+    arch = "Eagle3ScyllaLlamaForCausalLM" if fused else "EagleScyllaLlamaForCausalLM"
+    assert exported["architectures"] == [arch]
+    log = (out / "server-speculative.log").read_text()
+    assert arch in log
+    if fused:
+        assert exported["eagle_aux_hidden_state_layer_ids"] == [2, 15, 27]
+        assert "auxiliary layers from speculative config: (2, 15, 27)" in log
     assert m["verify_steps"] > 0 and m["acceptance_rate"] > 0.3
     assert m["acceptance_length_vllm"] == pytest.approx(m["acceptance_length_counters"])
     assert m["acceptance_length"] > 1.5  # the memorised draft is accepted

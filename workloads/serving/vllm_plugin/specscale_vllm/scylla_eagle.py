@@ -1,4 +1,5 @@
-"""This project's draft as a vLLM EAGLE drafter (vLLM 0.32, ``method: eagle``).
+"""This project's draft as a vLLM EAGLE drafter (vLLM 0.32, ``method: eagle``, and with hidden
+fusion ``method: eagle3``).
 
 The draft (``workloads/models/draft.py``): ``x = fc([embed(x_{t+1}); h_t]) (+ bias)``, D LLaMA
 decoder layers (layer 0's input RMSNorm optional), an optional final RMSNorm, then logits over
@@ -12,9 +13,17 @@ step is the one the logits come from (after the final norm), as in this project'
 config.json switches: ``fc_bias``, ``first_input_norm``, ``output_norm`` (bool) and
 ``draft_vocab_size`` (N; equal to ``vocab_size`` for the full vocabulary, when the target's LM
 head is shared and no ``lm_head``/``d2t`` is stored).
+
+A draft with EAGLE-3's hidden fusion is :class:`Eagle3ScyllaLlamaForCausalLM`, a subclass of
+vLLM's ``Eagle3LlamaForCausalLM`` (the eagle3 proposer accepts only its subclasses): vLLM
+gathers the target's hidden states entering the layers ``eagle_aux_hidden_state_layer_ids``
+(config.json), concatenated, and :meth:`~Eagle3ScyllaLlamaForCausalLM.combine_hidden_states`
+fuses them with the draft's ``fuse`` weight (n*h -> h, no bias) before the fc, as this
+project's draft does; deeper draft steps are fed the draft's own output, as with ``eagle``.
 """
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -28,6 +37,7 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
     VocabParallelEmbedding,
 )
 from vllm.model_executor.models.llama_eagle import EagleLlamaForCausalLM, LlamaDecoderLayer
+from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
 from vllm.model_executor.models.utils import (
     AutoWeightsLoader,
     WeightsMapper,
@@ -39,7 +49,9 @@ from vllm.model_executor.models.utils import (
 
 @support_torch_compile
 class ScyllaLlamaModel(nn.Module):
-    """fc (2h -> h, optional bias) -> D decoder layers -> optional RMSNorm."""
+    """[fuse (n*h -> h)] fc (2h -> h, optional bias) -> D decoder layers -> optional RMSNorm;
+    ``fuse`` only with ``num_aux_hidden_states`` n in the config (applied by the drafter's
+    ``combine_hidden_states``)."""
 
     hf_to_vllm_mapper = WeightsMapper(
         orig_to_new_stacked={
@@ -82,6 +94,20 @@ class ScyllaLlamaModel(nn.Module):
             prefix=maybe_prefix(prefix, "fc"),
             return_bias=False,
         )
+        n_aux = int(getattr(cfg, "num_aux_hidden_states", 0) or 0)
+        self.fuse = (
+            ReplicatedLinear(
+                input_size=n_aux * h,
+                output_size=h,
+                bias=False,
+                params_dtype=vllm_config.model_config.dtype,
+                quant_config=get_draft_quant_config(vllm_config),
+                prefix=maybe_prefix(prefix, "fuse"),
+                return_bias=False,
+            )
+            if n_aux
+            else None
+        )
         self.output_norm = bool(getattr(cfg, "output_norm", False))
         self.norm = RMSNorm(h, eps=cfg.rms_norm_eps) if self.output_norm else nn.Identity()
 
@@ -105,8 +131,10 @@ class ScyllaLlamaModel(nn.Module):
         return AutoWeightsLoader(self).load_weights(weights, mapper=self.hf_to_vllm_mapper)
 
 
-class EagleScyllaLlamaForCausalLM(EagleLlamaForCausalLM):
-    """The drafter vLLM builds for a ``--format vllm`` export of a Scylla draft."""
+class _ScyllaDrafter(nn.Module):
+    """What both drafters share: the model, the (truncated) LM head and the weight loading."""
+
+    config: Any
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         nn.Module.__init__(self)
@@ -155,3 +183,29 @@ class EagleScyllaLlamaForCausalLM(EagleLlamaForCausalLM):
             return name, tensor
 
         AutoWeightsLoader(self).load_weights(map(rename, weights))
+
+
+class EagleScyllaLlamaForCausalLM(_ScyllaDrafter, EagleLlamaForCausalLM):
+    """The drafter vLLM builds for a ``--format vllm`` export of a Scylla draft."""
+
+
+class Eagle3ScyllaLlamaForCausalLM(_ScyllaDrafter, Eagle3LlamaForCausalLM):
+    """The drafter of a draft with hidden fusion (``method: eagle3``)."""
+
+    use_parallel_drafting = False
+
+    def combine_hidden_states(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """[T, n*h] the target's states at the aux layers -> [T, h] the fused input."""
+        assert self.model.fuse is not None, "an eagle3 export has num_aux_hidden_states"
+        return self.model.fuse(hidden_states)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if inputs_embeds is not None:
+            raise NotImplementedError(f"{type(self).__name__} takes no multimodal inputs")
+        return self.model(input_ids, positions, hidden_states)
