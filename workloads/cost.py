@@ -85,27 +85,32 @@ def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
         f"draft training: {len(configs)} trials, {_si(pre)} pretraining tokens and "
         f"{_si(sft)} SFT tokens (epochs counted) in all"
     ]
-    stages: dict[tuple[str, str], dict[FeatureMode, list[int]]] = {}
+    stages: dict[tuple[str, str, int], dict[FeatureMode, list[int]]] = {}
     hidden_of: dict[str, int | None] = {}
     for c in configs:
         hidden = hidden_of.setdefault(c.target.model, target_hidden_size(c.target.model))
+        copies = c.draft.feature_copies  # hidden fusion: one vector per fused layer + the last
+        width = hidden * copies if hidden else None
         for stage, tokens in (("pretrain", c.pretrain.tokens), ("sft", c.sft.tokens)):
             if not tokens:
                 continue
             mode = resolve_feature_mode(
-                c.features.mode, tokens=tokens, hidden=hidden,
+                c.features.mode, tokens=tokens, hidden=width,
                 max_cache_gb=c.features.max_cache_gb,
             )  # fmt: skip
-            stages.setdefault((c.target.model, stage), {}).setdefault(mode, []).append(tokens)
-    for (target, stage), by_mode in sorted(stages.items()):
-        hidden = hidden_of[target]
+            key = (c.target.model, stage, copies)
+            stages.setdefault(key, {}).setdefault(mode, []).append(tokens)
+    for (target, stage, copies), by_mode in sorted(stages.items()):
+        base = hidden_of[target]
+        hidden = base * copies if base else None
         parts = []
         if "cached" in by_mode:
             top = max(by_mode["cached"])
             size = _gib(feature_gib(top, hidden)) if hidden else "size unknown"
+            layers = f", {copies} layers" if copies > 1 else ""
             parts.append(
-                f"cached on disk up to {_si(top)} tokens: {size} (hidden {hidden or '?'}, "
-                "float16, shared by nested budgets)"
+                f"cached on disk up to {_si(top)} tokens: {size} (hidden {hidden or '?'}"
+                f"{layers}, float16, shared by nested budgets)"
             )
         if "online" in by_mode:
             n, top = len(set(by_mode["online"])), max(by_mode["online"])
@@ -149,9 +154,10 @@ def check_feature_disk(configs: Sequence[DraftTrainConfig], cache_dir: Path) -> 
     need: dict[tuple[str, str, int], tuple[float, DraftTrainConfig]] = {}
     hidden_of: dict[str, int | None] = {}
     for c in configs:
-        hidden = hidden_of.setdefault(c.target.model, target_hidden_size(c.target.model))
-        if hidden is None:
+        base = hidden_of.setdefault(c.target.model, target_hidden_size(c.target.model))
+        if base is None:
             continue  # not known before the trial loads the target
+        hidden = base * c.draft.feature_copies  # hidden fusion: wider features
         for stage, tokens, seq_len in (
             ("pretrain", c.pretrain.tokens, c.pretrain.seq_len),
             ("sft", c.sft.tokens, c.sft.seq_len),
@@ -159,7 +165,8 @@ def check_feature_disk(configs: Sequence[DraftTrainConfig], cache_dir: Path) -> 
             mode = resolve_feature_mode(
                 c.features.mode, tokens=tokens, hidden=hidden, max_cache_gb=c.features.max_cache_gb
             )
-            key = (c.target.model + c.target.weights + c.target.dtype, stage, seq_len)
+            key = (c.target.model + c.target.weights + c.target.dtype + str(c.draft.fusion_layers)
+                   + c.draft.fusion, stage, seq_len)  # fmt: skip
             gib = feature_gib(tokens, hidden)
             if tokens and mode == "cached" and gib > need.get(key, (0.0, c))[0]:
                 need[key] = (gib, c)

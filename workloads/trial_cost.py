@@ -326,7 +326,7 @@ def _is_online(cfg: DraftTrainConfig, shape: ModelShape, stage: str) -> bool:
     mode = resolve_feature_mode(
         f.mode,
         tokens=-(-tokens // seq_len) * seq_len,
-        hidden=shape.hidden,
+        hidden=shape.hidden * cfg.draft.feature_copies,
         max_cache_gb=f.max_cache_gb,
     )
     return mode == "online"

@@ -31,11 +31,16 @@ def tiny_target(seed: int = 0, vocab: int = V) -> LlamaForCausalLM:
 
 
 def tiny_draft(
-    target: LlamaForCausalLM, seed: int = 1, draft_to_target: torch.Tensor | None = None
+    target: LlamaForCausalLM,
+    seed: int = 1,
+    draft_to_target: torch.Tensor | None = None,
+    fusion_layers: tuple[int, ...] = (),
 ) -> DraftModel:
-    """A 1-layer :class:`DraftModel` on ``target``'s embedding and head, never trained."""
+    """A 1-layer :class:`DraftModel` on ``target``'s embedding and head, never trained
+    (``fusion_layers``: EAGLE-3's hidden fusion of those target layers)."""
     torch.manual_seed(seed)
-    arch = DraftArch.from_target(target.config, layers=1, output_norm=True)
+    arch = DraftArch.from_target(target.config, layers=1, output_norm=True,
+                                 fusion_layers=fusion_layers)  # fmt: skip
     return (
         DraftModel(
             arch,

@@ -52,7 +52,8 @@ def resolve_layers(
 
 def body_features(body: Any, layers: Sequence[int], **kw: Any) -> Any:
     """Run a target's decoder stack (``model.model``) with ``kw`` and return its target
-    features [B, T, (len(layers) + 1) * h] (module docstring), in the stack's dtype.
+    features [B, T, (len(layers) + 1) * h] (module docstring), in the stack's dtype, on the
+    device of its last hidden state (a spread target's states of earlier layers are moved).
 
     The stack's own output object is not returned: only the features, so that a caller that
     also needs the KV cache passes it in ``kw`` (it is extended in place)."""
@@ -61,8 +62,8 @@ def body_features(body: Any, layers: Sequence[int], **kw: Any) -> Any:
     if not layers:
         return body(**kw).last_hidden_state
     out = body(output_hidden_states=True, **kw)
-    states = out.hidden_states
-    return torch.cat([*(states[i] for i in layers), out.last_hidden_state], -1)
+    last = out.last_hidden_state  # on the output device of a target spread over devices
+    return torch.cat([*(out.hidden_states[i].to(last.device) for i in layers), last], -1)
 
 
 def last_layer(features: Any, fused: int) -> Any:

@@ -116,6 +116,14 @@ CASES: dict[str, Case] = {
         "  train: {ttt_steps: 15}\n",
         "Fix: train.ttt_steps: 14",
     ),
+    "fusion-layer-outside-target": Case(
+        "name: t\nbase:\n  draft: {fusion: eagle3, fusion_layers: [2, 30]}\n",
+        "the target has 30 decoder layers",
+    ),
+    "fusion-layers-without-fusion": Case(
+        "name: t\nbase:\n  draft: {fusion_layers: [2, 15]}\n", "Fix: add draft.fusion: eagle3"
+    ),
+    "fusion-unknown": Case("name: t\nbase:\n  draft: {fusion: eagle4}\n", "draft.fusion"),
     "impossible-tree": Case(
         "name: t\nbase:\n  eval:\n    num_draft_tokens: 1\n", "greater than or equal to 2"
     ),

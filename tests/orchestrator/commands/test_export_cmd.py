@@ -29,11 +29,13 @@ def _save_trial(
     accepted: int,
     output_norm: bool = False,
     vocab: torch.Tensor | None = None,
+    fusion_layers: tuple[int, ...] = (),
 ) -> None:
     """A trial folder as draft_train leaves it: ``draft/`` and ``per_prompt.json``."""
     torch.manual_seed(0)
     arch = DraftArch.from_target(
-        config, layers=2, output_norm=output_norm, first_input_norm=False, rope_theta=10000.0
+        config, layers=2, output_norm=output_norm, first_input_norm=False, rope_theta=10000.0,
+        fusion_layers=fusion_layers,
     )
     v, h = int(config.vocab_size), int(config.hidden_size)  # type: ignore[attr-defined]
     draft = DraftModel(
@@ -117,6 +119,23 @@ def test_refusal_is_one_line_exit_2_and_writes_nothing(
     assert len(res.output.strip().splitlines()) == 1 and "Traceback" not in res.output
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["runs"]  # nothing else written
+
+
+@pytest.mark.parametrize("fmt", ["eagle", "sglang"])
+def test_a_fused_draft_is_refused_by_the_eagle_1_formats(
+    tiny_root: Path, tmp_path: Path, fmt: str
+) -> None:
+    """An export format that cannot hold the draft: EAGLE-3's hidden fusion in eagle/sglang."""
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=96)  # fmt: skip
+    key = "f0f0f0f0f0f0f0f0"
+    _save_trial(tiny_root, key, config, accepted=1, fusion_layers=(0, 1))
+    out = tmp_path / "refused"
+    res = _export(tiny_root, key, fmt, out, "--target", "/nonexistent/target")
+    assert res.exit_code == 2, res.output
+    assert "fuses the states of target layers [0, 1]" in res.output
+    assert "Fix: use --format vllm" in res.output and "draft.fusion: none" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and not out.exists()
 
 
 def test_truncated_vocabulary_is_refused_by_eagle_before_the_target_loads(

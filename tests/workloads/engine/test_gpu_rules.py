@@ -1,4 +1,5 @@
-"""The decoding engine under a GPU's rules, on the CPU (see :mod:`tests.workloads.gpu_rules`):
+"""The decoding engine under a GPU's rules, on the CPU (see :mod:`tests.workloads.gpu_rules`),
+for both draft families (last-layer features and EAGLE-3's hidden fusion):
 one device per op with a spread target, a budget of host syncs per cycle, graphs captured and
 steps compiled once per shape bucket and never again on a repeat call, and failures of a
 capture reported, not hidden."""
@@ -28,9 +29,12 @@ def target() -> torch.nn.Module:
     return tiny_target()
 
 
-@pytest.fixture(scope="module")
-def draft(target: torch.nn.Module) -> torch.nn.Module:
-    return tiny_draft(target)
+@pytest.fixture(scope="module", params=[(), (0, 1)], ids=["last-layer", "fused-0-1"])
+def draft(target: torch.nn.Module, request: pytest.FixtureRequest) -> torch.nn.Module:
+    """Today's draft, and one with EAGLE-3's hidden fusion of both target layers (the verify
+    step then returns the fused features, the pending pairs carry them): every rule below
+    holds for both."""
+    return tiny_draft(target, fusion_layers=request.param)
 
 
 def _eos(target: torch.nn.Module, prompts: list[list[int]], n: int) -> frozenset[int]:

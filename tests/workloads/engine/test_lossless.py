@@ -14,6 +14,7 @@ from workloads.engine.oracle_draft import OracleDraft
 from workloads.engine.tree import accept_sampling
 from workloads.engine.tree_decode import TreeShape, generate, speculative_generate
 from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.fusion import default_layers
 from workloads.training.evaluation import NEAR_TIE, greedy_reference
 
 N_NEW = 24
@@ -108,11 +109,13 @@ def test_oracle_with_wrong_proposals_is_partially_accepted_and_lossless(
         assert 1 < out.acceptance_length < 4
 
 
-def _untrained_draft(target, seed: int) -> DraftModel:  # noqa: ANN001
-    """A seeded 1-layer draft that was never trained (proposals mostly rejected)."""
+def _untrained_draft(target, seed: int, fusion_layers: tuple[int, ...] = ()) -> DraftModel:  # noqa: ANN001
+    """A seeded 1-layer draft that was never trained (proposals mostly rejected);
+    ``fusion_layers``: with EAGLE-3's hidden fusion of those target layers."""
     torch.manual_seed(seed)
     model = target.model
-    arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
+    arch = DraftArch.from_target(model.config, layers=1, output_norm=True,
+                                 fusion_layers=fusion_layers)  # fmt: skip
     return DraftModel(
         arch,
         embed_weight=model.get_input_embeddings().weight,
@@ -167,6 +170,23 @@ def test_batched_untrained_draft_is_lossless(target, prompts, cache_dir) -> None
     out = generate(
         model, draft, batch, max_new_tokens=N_NEW, shape=shape, eos_ids=target.eos_token_ids
     )
+    for prompt, toks in zip(batch, out.tokens, strict=True):
+        _assert_lossless(target, prompt, _reference(target, prompt, cache_dir), toks)
+
+
+def test_batched_fused_draft_is_lossless(target, prompts, cache_dir) -> None:  # noqa: ANN001
+    """A draft with EAGLE-3's hidden fusion (target layers 2, 15, 27): the verify step returns
+    the fused features and the logits of their last-layer part, token for token the greedy
+    output."""
+    layers = default_layers(target.model.config.num_hidden_layers)
+    assert layers == (2, 15, 27)
+    model, draft = target.model, _untrained_draft(target, seed=2, fusion_layers=layers)
+    batch = prompts[-3:]
+    shape = TreeShape(depth=3, topk=4, num_draft_tokens=8)
+    out = generate(
+        model, draft, batch, max_new_tokens=N_NEW, shape=shape, eos_ids=target.eos_token_ids
+    )
+    assert out.cycles > 0
     for prompt, toks in zip(batch, out.tokens, strict=True):
         _assert_lossless(target, prompt, _reference(target, prompt, cache_dir), toks)
 
