@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 
 from analysis.factorial import SET_MEAN, FactorAcrossSets, FactorEffect
+from analysis.laws import LogLinearFit
 from analysis.numbers import fmt
 from analysis.paper import table4_ratios
 from analysis.variants import variant_summary
@@ -26,6 +29,9 @@ def write_variant_dashboard(
     across_sets: list[FactorAcrossSets] | None = None,
     description: str = "",
     sections: Sequence[Section] = (),
+    laws: Mapping[str, LogLinearFit] | None = None,
+    terms: Sequence[FactorEffect] = (),
+    extra: Sequence[tuple[str, go.Figure]] = (),
 ) -> Path:
     """Write one self-contained HTML page: acceptance length per variant and prompt set (bars:
     mean over completed trials, error bars: sample sd, points: each trial), the main effects of
@@ -34,7 +40,11 @@ def write_variant_dashboard(
     trial. With ``across_sets`` (:func:`analysis.factorial.effects_across_sets`) a section
     gives each factor's effect on the mean over the prompt sets (the column
     :data:`~analysis.factorial.SET_MEAN` of ``trials``, also in the bars), the level it
-    prefers and the effect per set. ``description`` is the sweep's spec ``description``
+    prefers and the effect per set. With ``laws`` (variant -> its law,
+    :func:`analysis.variant_laws.variant_laws`) the trials against the law axis with each
+    variant's fitted line and a table of the laws; ``terms``
+    (:func:`analysis.variant_laws.factorial_with_axis`) the factorial over the axis; ``extra``
+    (heading, figure) pairs after them. ``description`` is the sweep's spec ``description``
     (shown, escaped); ``sections`` (the cost, the design) close the page."""
     per_set = sorted(c for c in trials.columns if str(c).startswith("acceptance_length/"))
     per_set += [SET_MEAN] if SET_MEAN in trials.columns else []
@@ -75,7 +85,59 @@ def write_variant_dashboard(
         table4=_table4(summary),
         trials=trial_table(trials, "variant", "acceptance_length"),
         sections=sections,
+        law_figure=_law_figure(trials, laws) if laws else None,
+        laws=_laws(laws) if laws else None,
+        terms=_terms(terms),
+        extra=list(extra),
     )
+
+
+def _law_figure(trials: pd.DataFrame, laws: Mapping[str, LogLinearFit]) -> go.Figure:
+    """Each variant's trials against the law axis (log scale) with its fitted line."""
+    fig = go.Figure()
+    palette = qualitative.Plotly
+    x_name = next(iter(laws.values())).x_name
+    for i, (variant, f) in enumerate(laws.items()):
+        colour = palette[i % len(palette)]
+        fig.add_trace(
+            go.Scatter(
+                x=list(f.x), y=list(f.y), mode="markers", name=plot_text(variant),
+                marker={"color": colour}, legendgroup=variant,
+            )
+        )  # fmt: skip
+        if f.ok:
+            xs = np.geomspace(min(f.x), max(f.x), 40)
+            fig.add_trace(
+                go.Scatter(
+                    x=xs.tolist(), y=f.predict(xs)["mean"].tolist(), mode="lines",
+                    line={"color": colour}, legendgroup=variant, showlegend=False,
+                    name=plot_text(f"{variant}: a = {fmt(f.a, '.3f')}"),
+                )
+            )  # fmt: skip
+    fig.update_layout(
+        xaxis={"type": "log", "title": {"text": plot_text(f"{x_name} (log scale)")}},
+        yaxis={"title": {"text": "acceptance length"}},
+        template="plotly_white",
+        height=420,
+    )
+    return fig
+
+
+def _laws(laws: Mapping[str, LogLinearFit]) -> Table:
+    rows = [
+        [v, f.form, f.a, f.a_ci[0], f.a_ci[1], f.b, f.r2, f.n, "" if f.ok else f.status]
+        for v, f in laws.items()
+    ]
+    head = ["variant", "law", "a", "a CI low", "a CI high", "b", "R²", "n", "status"]
+    return Table(head, rows, table_id="variant-laws")
+
+
+def _terms(terms: Sequence[FactorEffect]) -> Table | None:
+    if not terms:
+        return None
+    rows = [[e.factor, f"{e.low} → {e.high}", e.effect, e.ci[0], e.ci[1], e.p, e.n] for e in terms]
+    head = ["term", "levels", "effect", "CI low", "CI high", "p", "n"]
+    return Table(head, rows, table_id="factorial-terms")
 
 
 def _table4(summary: pd.DataFrame) -> Table | None:

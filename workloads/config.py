@@ -463,6 +463,23 @@ class EvalConfig(_Frozen):
     """children per expanded node"""
     num_draft_tokens: int = Field(default=8, ge=2, le=1024)
     """tokens verified per cycle, the tree root included (SGLang speculative_num_draft_tokens)"""
+    during_training_every: int = Field(default=0, ge=0, json_schema_extra=NEW)
+    """acceptance during training: training tokens between acceptance checks in each stage (a
+    check whenever a stage's tokens seen pass a multiple of it, and at each stage's end), on the
+    first ``during_training_prompts`` prompts of each set with this tree; 0 = only the final
+    evaluation"""
+    during_training_prompts: int = Field(default=2, ge=1, json_schema_extra=NEW)
+    """prompts per set at each check during training (at most ``num_prompts``)"""
+
+    @model_validator(mode="after")
+    def _check_during_training(self) -> EvalConfig:
+        if self.during_training_prompts > self.num_prompts:
+            raise ValueError(
+                f"eval.during_training_prompts {self.during_training_prompts} is more than the "
+                f"{self.num_prompts} prompts per set evaluated (eval.num_prompts). Fix: "
+                f"eval.during_training_prompts: {self.num_prompts} or fewer"
+            )
+        return self
 
     @field_validator("prompt_sets", mode="after")
     @classmethod
@@ -547,6 +564,18 @@ class DraftTrainConfig(_Frozen):
                 f"train.ttt_steps {k} needs training rows of at least {k + 2} tokens (the "
                 f"unrolled chain and its target), but a row has {shortest}. Fix: "
                 f"train.ttt_steps: {max(1, shortest - 2)} or longer pretrain.seq_len/sft.seq_len"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_during_training(self) -> DraftTrainConfig:
+        every = self.eval.during_training_every
+        if every and (self.train.on_workers or self.pretrain.schedule == "wsd-fork"):
+            raise ValueError(
+                f"eval.during_training_every {every} checks the draft between steps in the "
+                "trial's own process; training workers and a shared wsd-fork trunk train "
+                "elsewhere. Fix: eval.during_training_every: 0, or train.workers: 1 without "
+                "train.deepspeed and pretrain.schedule: cosine"
             )
         return self
 

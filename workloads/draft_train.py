@@ -24,8 +24,16 @@ from workloads.engine.acceptance import acceptance_metrics
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import TRAINED_WITH, DraftArch, DraftModel
 from workloads.models.target import Target, resolve_device
-from workloads.result import MAX_SERIES_POINTS, Progress, TrialResult, downsample
+from workloads.result import (
+    CHECK_TOKENS,
+    CHECK_Y,
+    MAX_SERIES_POINTS,
+    Progress,
+    TrialResult,
+    downsample,
+)
 from workloads.training import distributed
+from workloads.training.checks import AcceptanceChecks, Measure
 from workloads.training.evaluation import EvalResult, TreeShape, evaluate, prompt_ids
 from workloads.training.features import FeatureSet
 from workloads.training.loop import StageLog, StageSettings
@@ -47,7 +55,9 @@ log = logging.getLogger(__name__)
 def _record_series(logs: dict[str, StageLog], result: TrialResult, out_dir: Path) -> None:
     """Per-step series of both stages: the full ones to ``series.json.gz`` (an artifact), at most
     :data:`MAX_SERIES_POINTS` averaged points each to the result (SQL and MLflow; step stride in
-    ``<stage>/series_stride``), and each one's mean over its last tenth as ``<key>_final``."""
+    ``<stage>/series_stride``), and each one's mean over its last tenth as ``<key>_final``; the
+    acceptance checks as the series :data:`CHECK_TOKENS` and :data:`CHECK_Y` (check i at step
+    i) and their count ``<stage>.acceptance_checks``."""
     full: dict[str, list[float]] = {}
     m = result.metrics
     for stage, lg in logs.items():
@@ -59,6 +69,10 @@ def _record_series(logs: dict[str, StageLog], result: TrialResult, out_dir: Path
             if series:
                 tail = series[-max(1, len(series) // 10) :]
                 m[f"{stage}/{k}_final"] = sum(tail) / len(tail)
+        if lg.check_tokens:  # acceptance during training: one point per check, never averaged
+            m[f"{stage}.acceptance_checks"] = len(lg.check_tokens)
+            for name, values in ((CHECK_TOKENS, lg.check_tokens), (CHECK_Y, lg.check_acceptance)):
+                full[f"{stage}/{name}"] = result.series[f"{stage}/{name}"] = list(values)
     out_dir.mkdir(parents=True, exist_ok=True)
     with gzip.open(out_dir / "series.json.gz", "wt") as f:
         json.dump(full, f)
@@ -101,14 +115,19 @@ def _train(
     out_dir: Path,
     say: Progress,
     m: dict[str, float],
+    measure: Measure | None = None,
 ) -> dict[str, StageLog]:
-    """Both stages with checkpoints (resume on retry); pretraining by cosine or wsd-fork."""
+    """Both stages with checkpoints (resume on retry); pretraining by cosine or wsd-fork;
+    ``measure``: acceptance during training (``eval.during_training_every``)."""
     ckpt_dir = out_dir / "checkpoints"
     every = cfg.train.checkpoint_every
     logs: dict[str, StageLog] = {}
     for stage in ("pretrain", "sft"):
         t0 = time.perf_counter()
         s = _stage(cfg, stage, draft.embed_weight.device)
+        checks = None
+        if measure is not None:
+            checks = AcceptanceChecks(cfg.eval.during_training_every, measure, say, stage)
         if stage == "pretrain" and cfg.pretrain.schedule == "wsd-fork" and feats[stage].tokens:
             out = run_wsd_fork_pretrain(
                 draft,
@@ -125,10 +144,13 @@ def _train(
         else:
             out = run_stage(
                 stage, draft, feats[stage], s, ckpt_dir=ckpt_dir, checkpoint_every=every, say=say,
-                keep=cfg.train.keep_checkpoints,
+                keep=cfg.train.keep_checkpoints, checks=checks,
             )  # fmt: skip
         logs[stage] = out.log
-        m[f"wall_s/{stage}"] = time.perf_counter() - t0
+        checked = checks.wall_s if checks is not None else 0.0
+        if checks is not None:
+            m[f"wall_s/{stage}_checks"] = checked
+        m[f"wall_s/{stage}"] = time.perf_counter() - t0 - checked
         m[f"{stage}.tokens_seen"] = out.log.tokens_seen
         m[f"{stage}.tokens_trained"] = out.tokens_trained
         m[f"{stage}.steps"] = len(out.log.loss)
@@ -220,7 +242,11 @@ def run(
         ``target.random_weights`` (1: acceptance is meaningless), ``memory.peak_rss_gb`` and,
         on CUDA, ``memory.peak_gpu_gb``; series: per-step losses, averaged down to at most
         :data:`~workloads.result.MAX_SERIES_POINTS` points (``<stage>/series_stride`` steps
-        each), the full ones in the artifact ``series.json.gz``.
+        each), the full ones in the artifact ``series.json.gz``. With
+        ``eval.during_training_every``: per stage the series ``<stage>/`` +
+        :data:`~workloads.result.CHECK_TOKENS` and :data:`~workloads.result.CHECK_Y`,
+        ``<stage>.acceptance_checks`` and the seconds they took, ``wall_s/<stage>_checks``
+        (left out of ``wall_s/<stage>`` and of ``<stage>.tokens_per_s``).
 
     Raises:
         ValueError: a budget larger than the data (the corpus, with both sizes), a bad
@@ -263,7 +289,8 @@ def run(
     if cfg.train.on_workers:
         logs = _train_on_workers(cfg, draft, stages, resources or Resources(), out_dir, say, m)
     else:
-        logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m)
+        measure = _measure_during_training(cfg, target, draft, eval_sets, cache_dir)
+        logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m, measure)
     _record_series(logs, result, out_dir)
     draft.set_compute_dtype(target.model.dtype)  # evaluated beside the target, in its dtype
 
@@ -416,6 +443,47 @@ def _evaluate(
         }
     )
     return ev
+
+
+def _measure_during_training(
+    cfg: DraftTrainConfig,
+    target: Target,
+    draft: DraftModel,
+    sets: list[PromptSet],
+    cache_dir: Path,
+) -> Measure | None:
+    """The acceptance check of ``eval.during_training_every`` (None when 0): the pooled
+    acceptance length of the draft as it stands on the first ``eval.during_training_prompts``
+    prompts of each set, decoded beside the target in its dtype with ``cfg.eval``'s tree; the
+    draft goes back to its training dtype and mode. A check that is not lossless raises."""
+    e = cfg.eval
+    if not e.during_training_every:
+        return None
+    subset = [PromptSet(ps.name, ps.prompts[: e.during_training_prompts]) for ps in sets]
+
+    def measure() -> float:
+        dtype = draft.embed_weight.dtype
+        draft.set_compute_dtype(target.model.dtype)
+        try:
+            ev = evaluate(
+                target.model, target.tokenizer, draft, subset,
+                shape=TreeShape(depth=e.depth, topk=e.topk, num_draft_tokens=e.num_draft_tokens),
+                max_new_tokens=e.max_new_tokens, eos_ids=target.eos_token_ids,
+                cache_dir=cache_dir, target_name=cfg.target.model,
+            )  # fmt: skip
+        finally:
+            draft.set_compute_dtype(dtype)
+            draft.train()
+        if ev.mismatches:
+            raise RuntimeError(
+                f"speculative output differs from the target's greedy output on "
+                f"{ev.mismatches} prompt(s) during training: the decoder is not lossless"
+            )
+        rows = ev.per_prompt
+        cycles = sum(int(r["cycles"]) for r in rows)  # type: ignore[call-overload]
+        return sum(int(r["accepted"]) for r in rows) / cycles  # type: ignore[call-overload]
+
+    return measure
 
 
 def _acceptance(rows: list[dict[str, object]], suffix: str = "") -> dict[str, float]:

@@ -21,6 +21,13 @@ class TrialResult:
     """files or folders to upload to the trial's tracking run"""
 
 
+CHECK_Y = "acceptance_length_during_training"
+"""draft_train series ``<stage>/<this>``: the acceptance length at each check during the stage
+(``eval.during_training_every``), tokens per cycle; check i at step i"""
+CHECK_TOKENS = "acceptance_check_tokens"
+"""draft_train series ``<stage>/<this>``: the stage's tokens seen at each check (the x of
+:data:`CHECK_Y`)"""
+
 MAX_SERIES_POINTS = 2000
 """points per series sent to SQL and MLflow; longer series are averaged down (the full series
 goes to the trial's artifacts)"""

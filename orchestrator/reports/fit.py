@@ -13,9 +13,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from analysis.factorial import (
     SET_MEAN,
+    FactorEffect,
     effects_across_sets,
     factor_effects,
     per_set_columns,
@@ -24,23 +26,26 @@ from analysis.factorial import (
 from analysis.laws import LogLinearFit, baseline_summary
 from analysis.numbers import fmt
 from analysis.review import LawReview, review_law
+from analysis.variant_laws import factorial_with_axis, variant_laws
 from analysis.variants import variant_summary
 from dashboards._html import Section
 from dashboards.serving import serving_figures
 from dashboards.sweep_page import LOSS_SERIES, write_sweep_dashboard
 from dashboards.table_page import write_table_dashboard
 from dashboards.tradeoff import depth_tradeoff_figure
+from dashboards.training_checks import STAGES, Checks, checks_figure
 from dashboards.variant_page import write_variant_dashboard
 from orchestrator.cost.report import cost_section
 from orchestrator.design.report import design_data
 from orchestrator.reports._spec import spec_data, spec_description, varied_fields
-from orchestrator.reports.ablation import across_sets_lines
+from orchestrator.reports.ablation import across_sets_lines, variant_law_lines
 from orchestrator.reports.decode import fit_decode_sweep, fit_record
 from orchestrator.reports.index import write_run_index
 from orchestrator.store.results import ResultsStore, SweepInfo
 from orchestrator.tracking.tracker import Tracker
 from workloads.registry import WORKLOADS
 from workloads.registry import Report as ReportKind
+from workloads.result import CHECK_TOKENS, CHECK_Y
 
 X, Y = "pretrain.tokens", "acceptance_length"
 """the law of the token sweep: acceptance_length = a*log10(pretrain.tokens) + b (Thm 1.1)"""
@@ -55,6 +60,8 @@ VARIANT_METRICS = [
     "pretrain.tokens_seen",
     "sft.tokens_seen",
     "tokens_per_s/speculative",
+    "pretrain.tokens_per_s",
+    "sft.tokens_per_s",
     "mismatches",
 ]
 """metrics summarised per variant besides the acceptance lengths"""
@@ -201,8 +208,10 @@ def _fit_sweep(
         return _report_table(
             df, sweep_name, spec_yaml, page, sink, _table_metric(info), line, on_page=False
         )
+    during = checks_figure(check_curves(store, sweep_id), df)
+    extra = [("Acceptance during training", during)] if during is not None else []
     if "variant" in df.columns:
-        return _report_variants(df, sweep_name, spec_yaml, page, sink)
+        return _report_variants(df, sweep_name, spec_yaml, page, sink, extra)
     axis = find_law_axis(spec_yaml)
     if axis is None:
         line = no_law_axis_text(spec_yaml)
@@ -226,7 +235,7 @@ def _fit_sweep(
         tracker.update_metrics(parent_run, review_metrics(review, base))
     dashboard.parent.mkdir(parents=True, exist_ok=True)
     tradeoff = depth_tradeoff_figure(done) if law == "layers" else None
-    extra = [("Gain and cost of depth", tradeoff)] if tradeoff is not None else []
+    extra += [("Gain and cost of depth", tradeoff)] if tradeoff is not None else []
     extra += serving_figures(done, x)  # a serving sweep's agreement and throughput
     write_sweep_dashboard(
         dashboard,
@@ -311,11 +320,13 @@ def _report_variants(
     spec_yaml: str,
     page: tuple[Path, list[Section]],
     sink: tuple[Tracker | None, str | None],
+    extra: list[tuple[str, go.Figure]],
 ) -> Report:
     """Variants side by side: summary lines, the main effect of each two-level factor
     (:mod:`analysis.factorial`) overall, per prompt set and on the mean over the sets (with
-    the level that mean prefers), parent-run metrics and the variant dashboard (``page``: its
-    path and closing sections)."""
+    the level that mean prefers), with a law axis in the grid each variant's law and the
+    factorial over the axis (:mod:`analysis.variant_laws`), parent-run metrics and the variant
+    dashboard (``page``: its path and closing sections; ``extra`` figures on it)."""
     dashboard, sections = page
     tracker, parent_run = sink
     per_set = per_set_columns(df)
@@ -348,8 +359,17 @@ def _report_variants(
                 f"{fmt(e.effect, '+.4f')} ({ci}, n = {e.n})"
             )
     lines += across_sets_lines(across)
+    axis = find_law_axis(spec_yaml)
+    law_values: dict[str, float] = {}
+    laws: dict[str, LogLinearFit] = {}
+    terms: list[FactorEffect] = []
+    if axis is not None:  # variants crossed with a law axis: a law per variant, the factorial
+        laws = variant_laws(df, axis[0], "acceptance_length", law=axis[1])
+        terms = factorial_with_axis(df, variants, axis[0], "acceptance_length")
+        law_lines, law_values = variant_law_lines(df, laws, terms, axis[0])
+        lines += law_lines
     if tracker is not None and parent_run is not None:
-        values = {
+        values = law_values | {
             f"variant.{r.variant}.{r.metric}.mean": float(r.mean)
             for r in summary.itertuples()
             if not math.isnan(r.mean)
@@ -367,7 +387,24 @@ def _report_variants(
         across_sets=across,
         description=spec_description(spec_yaml),
         sections=sections,
+        laws=laws,
+        terms=terms,
+        extra=extra,
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
     return Report(fit=None, review=None, baseline={}, dashboard=dashboard, lines=lines)
+
+
+def check_curves(store: ResultsStore, sweep_id: int) -> Checks:
+    """Acceptance during training of a sweep's trials (draft_train ``eval.during_training_every``):
+    trial key -> stage -> (tokens seen at each check, acceptance length there); trials and
+    stages without checks are left out."""
+    names = [f"{st}/{n}" for st in STAGES for n in (CHECK_TOKENS, CHECK_Y)]
+    out: dict[str, dict[str, tuple[list[float], list[float]]]] = {}
+    for key, series in store.sweep_series(sweep_id, names).items():
+        for st in STAGES:
+            xs, ys = series.get(f"{st}/{CHECK_TOKENS}", []), series.get(f"{st}/{CHECK_Y}", [])
+            if xs and len(xs) == len(ys):
+                out.setdefault(key, {})[st] = (xs, ys)
+    return out

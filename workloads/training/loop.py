@@ -97,6 +97,11 @@ class StageLog:
     loss_cls: list[float] = field(default_factory=list)
     top1: list[float] = field(default_factory=list)
     tokens_seen: int = 0
+    check_tokens: list[int] = field(default_factory=list)
+    """acceptance during training: the stage's tokens seen at each check
+    (:mod:`workloads.training.checks`)"""
+    check_acceptance: list[float] = field(default_factory=list)
+    """the acceptance length measured at each check, tokens per cycle"""
 
     def to_json(self) -> dict[str, Any]:
         """The log as a JSON-serialisable dict (kept in checkpoints)."""

@@ -35,6 +35,7 @@ from workloads.training.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
+from workloads.training.checks import AcceptanceChecks
 from workloads.training.features import FeatureSet
 from workloads.training.loop import (
     StageLog,
@@ -90,11 +91,13 @@ def run_stage(
     checkpoint_every: int,
     say: Say,
     keep: int = 2,
+    checks: AcceptanceChecks | None = None,
 ) -> StageOutcome:
     """Train one stage, resuming from the trial's newest ``stage`` checkpoint in ``ckpt_dir``.
 
     The stage's final state is saved as a checkpoint too, so a retry after the stage skips it;
-    only the ``keep`` newest checkpoints of the stage stay on disk.
+    only the ``keep`` newest checkpoints of the stage stay on disk. ``checks``: acceptance
+    measured during the stage (its points land in the log, hence in the checkpoints).
     """
     total = total_steps(feats.rows, s)
     opt = make_optimizer(draft, s)
@@ -118,7 +121,10 @@ def run_stage(
     train_stage(
         draft, feats, s, opt=opt, log=log, start=start, on_checkpoint=save,
         checkpoint_every=checkpoint_every,
+        on_step=None if checks is None else lambda *_: checks.after_step(log),
     )  # fmt: skip
+    if checks is not None:
+        checks.at_end(log)
     save(total, log)
     out.steps_trained, out.tokens_trained = total - start, log.tokens_seen - seen
     return out

@@ -124,6 +124,14 @@ CASES: dict[str, Case] = {
         "name: t\nbase:\n  draft: {fusion_layers: [2, 15]}\n", "Fix: add draft.fusion: eagle3"
     ),
     "fusion-unknown": Case("name: t\nbase:\n  draft: {fusion: eagle4}\n", "draft.fusion"),
+    "checks-with-more-prompts-than-evaluated": Case(
+        "name: t\nbase:\n  eval: {num_prompts: 4, during_training_prompts: 6}\n",
+        "Fix: eval.during_training_prompts: 4 or fewer",
+    ),
+    "checks-on-training-workers": Case(
+        "name: t\nbase:\n  eval: {during_training_every: 8192}\n  train: {workers: 2}\n",
+        "eval.during_training_every: 0, or train.workers: 1",
+    ),
     "impossible-tree": Case(
         "name: t\nbase:\n  eval:\n    num_draft_tokens: 1\n", "greater than or equal to 2"
     ),
@@ -219,6 +227,7 @@ CASES: dict[str, Case] = {
         "sweep.yaml:6: decode.hardware 'h900' is not a hardware profile",
     ),
 }
+
 
 def _files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}

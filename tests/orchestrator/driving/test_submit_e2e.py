@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker, default_tracking_uri
@@ -61,6 +62,15 @@ def check_store(store: ResultsStore) -> int:
     assert df["acceptance_length/humaneval"].notna().all()
     assert df["acceptance_length/sharegpt"].notna().all()
     assert len(store.metric_series(trials[1].id, "pretrain/loss")) >= 1
+    # acceptance during training at the asked tokens (every 1,024 of a stage, and its end)
+    by_tokens = {int(tr.overrides["pretrain.tokens"]): tr for tr in trials}
+    checks = {t: store.metric_series(tr.id, "pretrain/acceptance_check_tokens")
+              for t, tr in by_tokens.items()}  # fmt: skip
+    assert checks == {0: [], 512: [512], 1024: [1024], 2048: [1024, 2048]}
+    for tr in trials:
+        assert store.metric_series(tr.id, "sft/acceptance_check_tokens") == [512]
+        y = store.metric_series(tr.id, "sft/acceptance_length_during_training")
+        assert len(y) == 1 and 1.0 <= y[0] <= 3.0
     fits = store.fits(sweep.id)
     assert len(fits) == 1 and fits[0]["law"] == "tokens" and fits[0]["n"] == 3
     return sweep.id
@@ -123,6 +133,11 @@ def test_smoke_sweep_on_sqlite(smoke: Smoke) -> None:
         # both definitions with their CIs, overall and per set (issue 24)
         both = {"acceptance_length_prompt_mean", "acceptance_length_ci_low/humaneval"}
         assert both <= set(child["metrics"])
+        assert "sft/acceptance_length_during_training" in child["metrics"]
+    big = next(t for t in store.trials(sweep_id) if t.overrides.get("pretrain.tokens") == 2048)
+    client = MlflowClient(smoke.server or default_tracking_uri(smoke.run_root))
+    history = client.get_metric_history(big.mlflow_run_id, "pretrain/acceptance_check_tokens")
+    assert [(m.step, m.value) for m in history] == [(0, 1024.0), (1, 2048.0)]
     keys = {c["tags"]["specscale.trial_key"] for c in children}
     assert keys == {t.key for t in store.trials(sweep_id)}
     # dashboard with the fitted line, or "no variation" when the tiny drafts all accept the
@@ -135,6 +150,7 @@ def test_smoke_sweep_on_sqlite(smoke: Smoke) -> None:
         assert "ours / paper" not in output and "AIC log-linear" not in output
     else:
         assert "fit: a*log10(x) + b" in html
+    assert "Acceptance during training" in html
     assert str(run_root / "smoke-tokens" / "dashboard.html") in output.replace("\n", "")
 
 
