@@ -473,7 +473,7 @@ class EvalConfig(_Frozen):
 
     @model_validator(mode="after")
     def _check_during_training(self) -> EvalConfig:
-        if self.during_training_prompts > self.num_prompts:
+        if self.during_training_every and self.during_training_prompts > self.num_prompts:
             raise ValueError(
                 f"eval.during_training_prompts {self.during_training_prompts} is more than the "
                 f"{self.num_prompts} prompts per set evaluated (eval.num_prompts). Fix: "

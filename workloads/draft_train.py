@@ -150,6 +150,7 @@ def _train(
         checked = checks.wall_s if checks is not None else 0.0
         if checks is not None:
             m[f"wall_s/{stage}_checks"] = checked
+            m["wall_s/checks"] = m.get("wall_s/checks", 0.0) + checked
         m[f"wall_s/{stage}"] = time.perf_counter() - t0 - checked
         m[f"{stage}.tokens_seen"] = out.log.tokens_seen
         m[f"{stage}.tokens_trained"] = out.tokens_trained
@@ -246,7 +247,8 @@ def run(
         ``eval.during_training_every``: per stage the series ``<stage>/`` +
         :data:`~workloads.result.CHECK_TOKENS` and :data:`~workloads.result.CHECK_Y`,
         ``<stage>.acceptance_checks`` and the seconds they took, ``wall_s/<stage>_checks``
-        (left out of ``wall_s/<stage>`` and of ``<stage>.tokens_per_s``).
+        (left out of ``wall_s/<stage>`` and of ``<stage>.tokens_per_s``) and both stages'
+        ``wall_s/checks``.
 
     Raises:
         ValueError: a budget larger than the data (the corpus, with both sizes), a bad

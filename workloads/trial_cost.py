@@ -56,8 +56,11 @@ __all__ = [
     "StageWork",
 ]
 
-DRAFT_TRAIN_STAGES = ("features_pretrain", "features_sft", "regenerate", "pretrain", "sft", "eval")
-"""the stages of a ``draft_train`` trial, in the order they run; each records ``wall_s/<stage>``"""
+DRAFT_TRAIN_STAGES = (
+    "features_pretrain", "features_sft", "regenerate", "pretrain", "sft", "checks", "eval",
+)  # fmt: skip
+"""the stages of a ``draft_train`` trial, in the order they run; each records ``wall_s/<stage>``
+(``checks``: the acceptance checks during training, ``eval.during_training_every``)"""
 
 CHUNK_TOKENS = 4096
 """tokens per feature-cache chunk (``workloads.training.stage_data.CHUNK_TOKENS``)"""
@@ -307,6 +310,13 @@ def _eval_prompts(cfg: DraftTrainConfig) -> int:
     return n_sets * cfg.eval.num_prompts
 
 
+def _checks(cfg: DraftTrainConfig, trained: int) -> int:
+    """Acceptance checks of a stage that sees ``trained`` tokens: one per multiple of
+    ``eval.during_training_every`` passed and one at the end (about ceil(trained / every))."""
+    every = cfg.eval.during_training_every
+    return -(-trained // every) if every and trained else 0
+
+
 def _train_flops(cfg: DraftTrainConfig, shape: ModelShape, stage: str, tokens: float) -> float:
     seq_len = cfg.pretrain.seq_len if stage == "pretrain" else cfg.sft.seq_len
     return draft_train_flops(
@@ -371,6 +381,7 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
     works: list[StageWork] = []
     tkey = f"{_target_key(cfg)}:{cfg.target.dtype}"
     spread = min(float(cfg.train.workers), max(1.0, ctx.devices)) if cfg.train.on_workers else 1.0
+    checks = 0
     for stage, tokens, seq_len, epochs in (
         ("pretrain", cfg.pretrain.tokens, cfg.pretrain.seq_len, 1),
         ("sft", cfg.sft.tokens, cfg.sft.seq_len, cfg.sft.epochs),
@@ -395,6 +406,7 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
             )
         trained = -(-tokens // seq_len) * seq_len * epochs
         works += _training_works(cfg, ctx, shape, stage, trained, online, spread)
+        checks += _checks(cfg, trained)
     if cfg.sft.responses == "target" and cfg.sft.tokens:
         cap = cfg.sft.regen_reply_tokens
         chats = math.ceil(regen_chats(cfg.sft.tokens, cap) / REGEN_BATCH) * REGEN_BATCH
@@ -420,6 +432,15 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
             )  # fmt: skip
         )
     prompts = _eval_prompts(cfg)
+    if checks:
+        per = prompts // cfg.eval.num_prompts * cfg.eval.during_training_prompts
+        works.append(
+            StageWork(
+                stage="checks", units=checks * per, unit="prompts",
+                ideal_s=checks * per * _eval_ideal(cfg, shape, hw, ctx.tau), kind="decode",
+                note=f"{checks} acceptance checks during training, {per} prompts each",
+            )  # fmt: skip
+        )
     works.append(
         StageWork(
             stage="eval",
@@ -540,6 +561,11 @@ def done_draft_train(
     ev = _eval_done(cfg, shape, hw, m)
     if ev is not None:
         out["eval"] = ev
+    n = sum(m.get(f"{stage}.acceptance_checks", 0.0) for stage in ("pretrain", "sft"))
+    tau = m.get("acceptance_length")
+    if n and tau is not None and math.isfinite(tau):  # checks: like the evaluation, fewer prompts
+        per = _eval_prompts(cfg) // cfg.eval.num_prompts * cfg.eval.during_training_prompts
+        out["checks"] = n * per * _eval_ideal(cfg, shape, hw, max(1.0, tau))
     return out
 
 

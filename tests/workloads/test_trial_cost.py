@@ -48,7 +48,7 @@ def _by_stage(works: tuple) -> dict[str, list]:  # type: ignore[type-arg]
 
 def test_the_stages_of_a_trial_and_their_work() -> None:
     works = _by_stage(plan_draft_train(_cfg(), CostContext(hw=HW)))
-    assert set(works) == set(DRAFT_TRAIN_STAGES)
+    assert set(works) == set(DRAFT_TRAIN_STAGES) - {"checks"}  # no checks during training asked
     (fp,) = works["features_pretrain"]
     assert fp.units == 8192 and fp.shared and fp.cached == 0
     assert fp.ideal_s == pytest.approx(target_forward_flops_smol(8192, 256) / HW.peak_flops)
@@ -212,3 +212,17 @@ def test_only_the_trials_own_reply_recipe_counts_as_cached(tmp_path: Path) -> No
     assert "vLLM server" in vllm.note
     greedy = _by_stage(plan_draft_train(_cfg(), CostContext(hw=HW, cache_dir=tmp_path)))
     assert greedy["regenerate"][0].cached == 0  # neither file is its recipe
+
+
+def test_checks_during_training_are_counted_per_stage_and_from_the_metrics() -> None:
+    cfg = _cfg(eval__during_training_every=3000, eval__during_training_prompts=2)
+    (checks,) = _by_stage(plan_draft_train(cfg, CostContext(hw=HW)))["checks"]
+    # pretrain 8,192 tokens: 2 multiples of 3,000 and the end; sft 8,192 trained alike: 6 checks
+    # of 2 prompts in each of the 2 default sets
+    assert checks.units == 6 * 2 * 2 and checks.unit == "prompts" and checks.ideal_s > 0
+    (ev, _) = _by_stage(plan_draft_train(cfg, CostContext(hw=HW)))["eval"]
+    assert checks.ideal_s == pytest.approx(ev.ideal_s * 24 / ev.units)
+    m = {"pretrain.acceptance_checks": 3.0, "sft.acceptance_checks": 3.0,
+         "acceptance_length": 1.0}  # fmt: skip
+    assert done_draft_train(cfg, m, HW)["checks"] == pytest.approx(checks.ideal_s)
+    assert "checks" not in done_draft_train(_cfg(), {"acceptance_length": 1.0}, HW)

@@ -125,7 +125,8 @@ CASES: dict[str, Case] = {
     ),
     "fusion-unknown": Case("name: t\nbase:\n  draft: {fusion: eagle4}\n", "draft.fusion"),
     "checks-with-more-prompts-than-evaluated": Case(
-        "name: t\nbase:\n  eval: {num_prompts: 4, during_training_prompts: 6}\n",
+        "name: t\nbase:\n  eval: {num_prompts: 4, during_training_every: 512, "
+        "during_training_prompts: 6}\n",
         "Fix: eval.during_training_prompts: 4 or fewer",
     ),
     "checks-on-training-workers": Case(
