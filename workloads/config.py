@@ -353,6 +353,8 @@ class DraftConfig(_Frozen):
                 f"draft.fusion_layers {list(layers)} must be distinct target layer indices >= 0. "
                 "Fix: e.g. [2, 15, 27] for a 30-layer target, or remove it for EAGLE-3's default"
             )
+        if list(layers) != sorted(layers):  # the layers are read in order: one spelling, one key
+            return self.model_copy(update={"fusion_layers": tuple(sorted(layers))})
         return self
 
     @property
@@ -558,7 +560,8 @@ class DraftTrainConfig(_Frozen):
                 "workers do not take (one forward per backward). Fix: train.workers: 1 without "
                 "train.deepspeed, or train.ttt_steps: 1"
             )
-        shortest = min(self.pretrain.seq_len, self.sft.seq_len)
+        used = [c.seq_len for c in (self.pretrain, self.sft) if c.tokens]  # stages with rows
+        shortest = min(used or [self.pretrain.seq_len, self.sft.seq_len])
         if k + 2 > shortest:
             raise ValueError(
                 f"train.ttt_steps {k} needs training rows of at least {k + 2} tokens (the "

@@ -107,7 +107,7 @@ def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
         if "cached" in by_mode:
             top = max(by_mode["cached"])
             size = _gib(feature_gib(top, hidden)) if hidden else "size unknown"
-            layers = f", {copies} layers" if copies > 1 else ""
+            layers = f", {copies - 1} fused layers + the last" if copies > 1 else ""
             parts.append(
                 f"cached on disk up to {_si(top)} tokens: {size} (hidden {hidden or '?'}"
                 f"{layers}, float16, shared by nested budgets)"

@@ -186,6 +186,23 @@ def _target_key(cfg: DraftTrainConfig) -> str:
     return key + ("" if t.dtype in ("float32", "auto") else f"-{t.dtype}")
 
 
+def _fusion_mark(cfg: DraftTrainConfig) -> str:
+    """The feature folders' mark of the fused layers (``-F2.15.27``; stage_data's), "" without
+    fusion; the default layers of a target whose shape is unknown here give ``-F?``."""
+    from workloads.models.fusion import resolve_layers
+
+    if cfg.draft.fusion == "none":
+        return ""
+    try:
+        n = _shape(cfg).layers
+    except CostUnknown:
+        n = None
+    try:
+        return "-F" + ".".join(map(str, resolve_layers("eagle3", cfg.draft.fusion_layers, n)))
+    except ValueError:
+        return "-F?"
+
+
 def _feature_rows(tokens: int, seq_len: int, cached: bool) -> int:
     """Rows a stage's features cover: whole rows, and whole chunks when cached (stage_data)."""
     rows = -(-tokens // seq_len)
@@ -213,9 +230,13 @@ def cached_feature_tokens(cache_dir: Path | None, cfg: DraftTrainConfig, stage: 
         and list((cache_dir / "regenerated").glob("*.recipe.json"))
     ):
         regen = {"-regen" + f.stem[:8] for f in _regen_files(cache_dir, cfg)}
+    mark = _fusion_mark(cfg)
     best = 0
     for folder in parent.glob(f"{stage}-*-L{seq_len}"):
-        isolated = folder.name.endswith(f"-isolated-L{seq_len}")
+        head = folder.name.removesuffix(f"-L{seq_len}")
+        if ("-F" in head) != bool(mark) or (mark and not head.endswith(mark)):
+            continue  # features of other fused layers (or of none)
+        isolated = head.removesuffix(mark).endswith("-isolated")
         if isolated != (cfg.pretrain.packing == "isolated"):
             continue
         if stage == "sft" and ("-regen" in folder.name) != (cfg.sft.responses == "target"):
@@ -398,6 +419,7 @@ def plan_draft_train(cfg: DraftTrainConfig, ctx: CostContext) -> tuple[StageWork
                     ideal_s=target_forward_flops(shape, ftok, seq_len) / peak,
                     kind="train",
                     shared=f"features:{tkey}:{stage}:L{seq_len}:{cfg.pretrain.packing}"
+                    + _fusion_mark(cfg)
                     + (f":regen-{cfg.sft.responses}" if stage == "sft" else ""),
                     cached=cached_feature_tokens(ctx.cache_dir, cfg, stage),
                     split=True,

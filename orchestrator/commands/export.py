@@ -21,7 +21,9 @@ out_console = Console()
 
 _FORMATS_HELP = (
     "eagle (eagle-llm 1.2.1 cnets.Model), sglang (LlamaForCausalLMEagle), vllm "
-    "(EagleLlamaForCausalLM), or hf (this project's own layout: every variant, loads back)"
+    "(EagleLlamaForCausalLM, or this project's vLLM plugin: EagleScyllaLlamaForCausalLM, and "
+    "Eagle3ScyllaLlamaForCausalLM for a draft with hidden fusion), or hf (this project's own "
+    "layout: every variant, loads back); eagle and sglang refuse a draft with hidden fusion"
 )
 
 

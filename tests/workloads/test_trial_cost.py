@@ -226,3 +226,25 @@ def test_checks_during_training_are_counted_per_stage_and_from_the_metrics() -> 
          "acceptance_length": 1.0}  # fmt: skip
     assert done_draft_train(cfg, m, HW)["checks"] == pytest.approx(checks.ideal_s)
     assert "checks" not in done_draft_train(_cfg(), {"acceptance_length": 1.0}, HW)
+
+
+def test_a_fused_draft_counts_only_the_features_of_its_own_layers(tmp_path: Path) -> None:
+    from workloads.training.feature_cache import feature_dir
+
+    def folder(recipe: str, tokens: int) -> None:
+        f = feature_dir(tmp_path, target="smollm2-135m-instruct", stage="pretrain",
+                        recipe=recipe, seq_len=256)  # fmt: skip
+        f.mkdir(parents=True)
+        (f / "manifest.json").write_text(json.dumps({"token_range": [0, tokens]}))
+
+    folder("mix-abc-isolated", 4096)  # the last layer only
+    folder("mix-abc-isolated-F2.15.27", 8192)  # EAGLE-3's default layers of SmolLM2
+    folder("mix-abc-isolated-F1.2", 12288)  # other layers
+    plain, fused = _cfg(), _cfg(draft__fusion="eagle3")
+    assert cached_feature_tokens(tmp_path, plain, "pretrain") == 4096
+    assert cached_feature_tokens(tmp_path, fused, "pretrain") == 8192
+    other = _cfg(draft__fusion="eagle3", draft__fusion_layers=[2, 1])  # sorted: F1.2
+    assert cached_feature_tokens(tmp_path, other, "pretrain") == 12288
+    (pf,) = _by_stage(plan_draft_train(plain, CostContext(hw=HW)))["features_pretrain"]
+    (ff,) = _by_stage(plan_draft_train(fused, CostContext(hw=HW)))["features_pretrain"]
+    assert pf.shared != ff.shared  # a fused draft never waits on the plain features
