@@ -243,12 +243,9 @@ def run(
         ``target.random_weights`` (1: acceptance is meaningless), ``memory.peak_rss_gb`` and,
         on CUDA, ``memory.peak_gpu_gb``; series: per-step losses, averaged down to at most
         :data:`~workloads.result.MAX_SERIES_POINTS` points (``<stage>/series_stride`` steps
-        each), the full ones in the artifact ``series.json.gz``. With
-        ``eval.during_training_every``: per stage the series ``<stage>/`` +
-        :data:`~workloads.result.CHECK_TOKENS` and :data:`~workloads.result.CHECK_Y`,
-        ``<stage>.acceptance_checks`` and the seconds they took, ``wall_s/<stage>_checks``
-        (left out of ``wall_s/<stage>`` and of ``<stage>.tokens_per_s``) and both stages'
-        ``wall_s/checks``.
+        each), the full ones in the artifact ``series.json.gz``; acceptance during training
+        as in :func:`_record_series`, its seconds ``wall_s/<stage>_checks`` (not in
+        ``wall_s/<stage>`` or the tokens/s) and ``wall_s/checks``.
 
     Raises:
         ValueError: a budget larger than the data (the corpus, with both sizes), a bad
@@ -260,8 +257,7 @@ def run(
     result = TrialResult(artifact_paths=[out_dir / "per_prompt.json", out_dir / "draft"])
     m = result.metrics
     device = resolve_device(cfg.device)
-    # TF32 matmuls for what autocast leaves in float32; a float32 target then rounds as TF32,
-    # which the lossless check's near-tie rule follows (workloads.training.evaluation.uses_tf32)
+    # TF32 for what autocast leaves in float32; the near-tie rule follows it (uses_tf32)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -290,9 +286,9 @@ def run(
     stages: dict[str, FeatureSet] = {"pretrain": pre.feats, "sft": sft.feats}
     if cfg.train.on_workers:
         logs = _train_on_workers(cfg, draft, stages, resources or Resources(), out_dir, say, m)
-    else:
-        measure = _measure_during_training(cfg, target, draft, eval_sets, cache_dir)
-        logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m, measure)
+    else:  # with acceptance checks during training when asked
+        logs = _train(cfg, draft, stages, cache_dir, out_dir, say, m,
+                      _measure_during_training(cfg, target, draft, eval_sets, cache_dir))
     _record_series(logs, result, out_dir)
     draft.set_compute_dtype(target.model.dtype)  # evaluated beside the target, in its dtype
 
