@@ -20,7 +20,7 @@ import torch
 
 from workloads.config import DraftTrainConfig, Resources
 from workloads.data import PromptSet, load_prompt_sets
-from workloads.engine.acceptance import acceptance_metrics
+from workloads.engine.acceptance import acceptance_metrics, pooled
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import TRAINED_WITH, DraftArch, DraftModel
 from workloads.models.target import Target, resolve_device
@@ -477,9 +477,9 @@ def _measure_during_training(
                 f"speculative output differs from the target's greedy output on "
                 f"{ev.mismatches} prompt(s) during training: the decoder is not lossless"
             )
-        rows = ev.per_prompt
-        cycles = sum(int(r["cycles"]) for r in rows)  # type: ignore[call-overload]
-        return sum(int(r["accepted"]) for r in rows) / cycles  # type: ignore[call-overload]
+        rows = [r for r in ev.per_prompt if int(r["cycles"]) > 0]  # type: ignore[call-overload]
+        accepted = [int(r["accepted"]) for r in rows]  # type: ignore[call-overload]
+        return pooled(accepted, [int(r["cycles"]) for r in rows])  # type: ignore[call-overload]
 
     return measure
 
