@@ -189,7 +189,7 @@ def _target_key(cfg: DraftTrainConfig) -> str:
 def _fusion_mark(cfg: DraftTrainConfig) -> str:
     """The feature folders' mark of the fused layers (``-F2.15.27``; stage_data's), "" without
     fusion; the default layers of a target whose shape is unknown here give ``-F?``."""
-    from workloads.models.fusion import resolve_layers
+    from workloads.models.fusion import folder_mark, resolve_layers
 
     if cfg.draft.fusion == "none":
         return ""
@@ -198,7 +198,7 @@ def _fusion_mark(cfg: DraftTrainConfig) -> str:
     except CostUnknown:
         n = None
     try:
-        return "-F" + ".".join(map(str, resolve_layers("eagle3", cfg.draft.fusion_layers, n)))
+        return folder_mark(resolve_layers("eagle3", cfg.draft.fusion_layers, n))
     except ValueError:
         return "-F?"
 

@@ -66,6 +66,11 @@ def body_features(body: Any, layers: Sequence[int], **kw: Any) -> Any:
     return torch.cat([*(out.hidden_states[i].to(last.device) for i in layers), last], -1)
 
 
+def folder_mark(layers: Sequence[int]) -> str:
+    """The feature-cache folder's mark of the fused ``layers`` (``-F2.15.27``); "" for none."""
+    return "-F" + ".".join(map(str, layers)) if layers else ""
+
+
 def last_layer(features: Any, fused: int) -> Any:
     """[..., F] target features of ``fused`` fused layers -> [..., h] the last-layer hidden
     states, their last h = F / (fused + 1) (the features themselves when ``fused`` is 0)."""

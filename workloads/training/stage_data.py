@@ -29,7 +29,7 @@ from workloads.data import (
     read_sharegpt,
     split_conversations,
 )
-from workloads.models.fusion import resolve_layers
+from workloads.models.fusion import folder_mark, resolve_layers
 from workloads.models.target import Target
 from workloads.result import Progress
 from workloads.training import rows as _rows
@@ -253,7 +253,7 @@ def stage_data(
             target=_target_key(cfg) + ("" if dtype in ("float32", "auto") else f"-{dtype}"),
             stage=stage,
             recipe=(recipe if packing == "joined" else f"{recipe}-isolated")
-            + ("-F" + ".".join(map(str, layers)) if layers else ""),
+            + folder_mark(layers),
             seq_len=seq_len,
         )
         manifest = {
