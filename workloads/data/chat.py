@@ -1,4 +1,10 @@
-"""Chat rendering with the tokenizer's chat template, and the assistant-token mask for SFT."""
+"""Chat rendering with the tokenizer's chat template, and the assistant-token mask for SFT.
+
+A base model's tokenizer has no chat template (Gemma-3-270M's GGUF carries none): its chats are
+rendered with :data:`PLAIN_TEMPLATE`, plain ``Role:`` headers with each reply ended by the EOS
+token, so SFT, the target's regenerated replies and evaluation prompts all read one format
+(docs/workloads.md#base-targets).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,14 @@ from typing import Any
 
 from workloads.data.sharegpt import Conversation
 
-__all__ = ["TEMPLATE_BYTES", "TURN_BYTES", "chat_prompt_ids", "render_chat"]
+__all__ = [
+    "PLAIN_TEMPLATE",
+    "TEMPLATE_BYTES",
+    "TURN_BYTES",
+    "chat_prompt_ids",
+    "chat_template_of",
+    "render_chat",
+]
 
 TEMPLATE_BYTES = 512
 """bytes a chat template adds to a chat besides its turns, at most (a default system prompt and
@@ -18,14 +31,42 @@ TURN_BYTES = 64
 and ``<|im_end|>\\n``, 33)"""
 
 
+PLAIN_TEMPLATE = (  # newlines only inside {{ }}: transformers' Jinja trims those after a tag
+    "{{ bos_token or '' }}{% for m in messages %}"
+    "{{ (m['role'] | capitalize) + ':\n' + m['content'] }}"
+    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{{ '\n\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:\n' }}{% endif %}"
+)
+"""the chat template of a tokenizer without one (a base model): ``User:\n<text>\n\n`` per
+turn, ``Assistant:\n<reply><eos>\n\n`` per reply, the generation prompt ``Assistant:\n``"""
+
+
+def chat_template_of(tokenizer: Any) -> str:
+    """The tokenizer's own chat template, or :data:`PLAIN_TEMPLATE` when it has none.
+
+    Raises:
+        ValueError: it has none and no EOS token either, so a reply could not end.
+    """
+    own = getattr(tokenizer, "chat_template", None)
+    if own:
+        return str(own)
+    if getattr(tokenizer, "eos_token", None) is None:
+        raise ValueError(
+            "the target's tokenizer has neither a chat template nor an EOS token, so a chat "
+            "cannot be rendered. Fix: a target whose tokenizer has one of them"
+        )
+    return PLAIN_TEMPLATE
+
+
 def _messages(turns: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
     return [{"role": role, "content": text} for role, text in turns]
 
 
 def _render(tokenizer: Any, turns: tuple[tuple[str, str], ...], *, gen: bool = False) -> str:
     text = tokenizer.apply_chat_template(
-        _messages(turns), tokenize=False, add_generation_prompt=gen
-    )
+        _messages(turns), tokenize=False, add_generation_prompt=gen,
+        chat_template=chat_template_of(tokenizer),
+    )  # fmt: skip
     assert isinstance(text, str), "apply_chat_template(tokenize=False) must return a str"
     return text
 

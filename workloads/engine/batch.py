@@ -21,7 +21,7 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.models.fusion import body_features, last_layer
-from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask
+from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask, layer_masks
 from workloads.models.target import input_device, output_device
 
 
@@ -143,12 +143,13 @@ def prefill(
     causal = torch.ones(length, length, dtype=torch.bool, device=dev).tril()
     cache.stage(length)
     allowed = cache.allowed(causal[None] & key_ok[:, None, :])
+    pos = torch.arange(length, device=dev).expand(b, -1)
     h = body_features(
         target.model,
         layers,
         input_ids=ids,
-        position_ids=torch.arange(length, device=dev).expand(b, -1),
-        attention_mask=additive_mask(allowed, target.dtype),
+        position_ids=pos,
+        attention_mask=layer_masks(target.config, additive_mask(allowed, target.dtype), pos),
         **{CACHE_KW: cache},
         use_cache=True,
     )

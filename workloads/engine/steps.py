@@ -38,7 +38,7 @@ import torch
 from transformers import PreTrainedModel
 
 from workloads.models.fusion import body_features, last_layer
-from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask
+from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask, layer_masks
 from workloads.models.target import input_device
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,8 @@ class Steps:
 
         def verify(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any) -> Any:
             h = body_features(target.model, self.fusion_layers, input_ids=ids, position_ids=pos,
-                              attention_mask=mask, use_cache=True, **{CACHE_KW: cache})  # fmt: skip
+                              attention_mask=layer_masks(target.config, mask, pos),
+                              use_cache=True, **{CACHE_KW: cache})  # fmt: skip
             return h, target.lm_head(last_layer(h, len(self.fusion_layers)))
 
         self._verify_eager: Step = verify

@@ -69,6 +69,9 @@ class DraftArch:
     """RMSNorm on the first decoder layer's input (HF LLaMA); EAGLE-1/2's code has none"""
     fusion_layers: tuple[int, ...] = ()
     """target layers fused into the draft's input (EAGLE-3); () = the last-layer state only"""
+    embed_scale: float = 1.0
+    """factor on the frozen embedding's rows, the target's own convention (sqrt(h) for Gemma:
+    :func:`workloads.models.target.embedding_scale`); 1.0 for LLaMA-style targets"""
 
     @property
     def feature_width(self) -> int:
@@ -95,13 +98,18 @@ class DraftArch:
         first_input_norm: bool = True,
         rope_theta: float | None = None,
         fusion_layers: tuple[int, ...] = (),
+        embed_scale: float = 1.0,
     ) -> DraftArch:
         """Copy the width, attention shape and RoPE of a target HF config.
 
-        ``rope_theta`` overrides the target's RoPE base (EAGLE-1's code hard-codes 10000).
+        ``rope_theta`` overrides the target's RoPE base (EAGLE-1's code hard-codes 10000); a
+        target with a RoPE per layer type (Gemma-3: local and global) gives its global one.
+        ``embed_scale``: the target's embedding scale (:func:`~workloads.models.target.
+        embedding_scale`), which the draft applies to its embedding input as the target does.
         """
         get = config.__getattribute__
         rope = getattr(config, "rope_parameters", None) or {}
+        rope = rope.get("full_attention", rope)  # per layer type: the global layers' RoPE
         heads = int(get("num_attention_heads"))
         return cls(
             hidden_size=int(get("hidden_size")),
@@ -120,6 +128,7 @@ class DraftArch:
             output_norm=output_norm,
             first_input_norm=first_input_norm,
             fusion_layers=tuple(fusion_layers),
+            embed_scale=float(embed_scale),
         )
 
     def llama_config(self) -> LlamaConfig:
@@ -281,6 +290,8 @@ class DraftModel(nn.Module):
         """
         dev, dt = self.fc.weight.device, self.fc.weight.dtype
         emb = nn.functional.embedding(next_ids.to(dev), self.embed_weight)
+        if self.arch.embed_scale != 1.0:  # rounded to the weight's dtype, as the target's is
+            emb = emb * float(torch.tensor(self.arch.embed_scale, dtype=emb.dtype))
         hidden = hidden.to(dev, dt)
         if self.fuse is not None and hidden.shape[-1] == self.arch.feature_width:
             hidden = self.fuse(hidden[..., : -self.arch.hidden_size])

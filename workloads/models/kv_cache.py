@@ -55,6 +55,28 @@ def additive_mask(allowed_bnq: torch.Tensor, dtype: torch.dtype) -> torch.Tensor
     return mask[:, None]
 
 
+def layer_masks(config: Any, mask: torch.Tensor, query_bn: torch.Tensor) -> Any:
+    """The target's attention mask per layer type: ``mask`` [B, 1, n, W] (additive float or
+    bool, over W key slots) as is for a model without sliding-window layers, else
+    ``{"full_attention": mask, "sliding_attention": mask within the window}`` (the mapping
+    transformers' Gemma-3/Qwen2-style decoders take). ``query_bn`` [B, n] places each query on
+    the key axis: a query at q sees key j in a sliding layer iff ``q - j < sliding_window``
+    (transformers' ``sliding_window_overlay``). Over a :class:`RaggedStaticCache` pass the
+    positions: a committed slot's index is its position, and a staged slot's is at least its
+    position, so the window is exact for every key a tree shorter than the window allows."""
+    types = tuple(getattr(config, "layer_types", None) or ())
+    window = getattr(config, "sliding_window", None)
+    if "sliding_attention" not in types or not window:
+        return mask
+    slots = torch.arange(mask.shape[-1], device=mask.device)
+    far = query_bn.to(mask.device)[:, None, :, None] - slots >= window  # [B, 1, n, W]
+    if mask.dtype == torch.bool:
+        sliding = mask & ~far
+    else:
+        sliding = mask.masked_fill(far, torch.finfo(mask.dtype).min)
+    return {kind: sliding if kind == "sliding_attention" else mask for kind in set(types)}
+
+
 _SERIAL = itertools.count()
 
 

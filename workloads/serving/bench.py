@@ -333,13 +333,13 @@ def served_target_path(target: TargetConfig, cache_dir: Path) -> str:
     Raises:
         ValueError: a random-weight target (vLLM loads weights from a folder or the hub).
     """
-    from workloads.models.target import DEFAULT_TARGET, _materialize_default
+    from workloads.models.target import builtin_target, materialize_builtin
 
     if target.weights == "random":
         raise ValueError(
             "target.weights 'random': vLLM loads a target's weights from a folder or the hub. "
             "Fix: target.weights: pretrained"
         )
-    if target.model == DEFAULT_TARGET:
-        return str(_materialize_default(cache_dir))
+    if builtin_target(target.model) is not None:
+        return str(materialize_builtin(cache_dir, target.model))
     return target.model

@@ -199,16 +199,9 @@ def _budget(cfg: DraftTrainConfig) -> int:
 def _tokenizer(cfg: DraftTrainConfig, cache_dir: Path) -> Any | None:
     """The target's tokenizer without its weights, nothing written; None when it is not on
     this machine."""
-    from workloads.models.target import DEFAULT_TARGET, _builtin_tokenizer
+    from workloads.models.target import target_tokenizer
 
-    if cfg.target.weights == "random" or cfg.target.model == DEFAULT_TARGET:
-        return _builtin_tokenizer(cache_dir, save=False)
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(cfg.target.model, local_files_only=True)
-    except (OSError, ValueError):
-        return None
+    return target_tokenizer(cfg.target.model, cfg.target.weights, cache_dir)
 
 
 def _too_big(cfg: DraftTrainConfig, have: int, how: str) -> BudgetTooLarge:

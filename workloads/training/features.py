@@ -39,6 +39,7 @@ import torch
 
 from workloads.data.packing import InMemoryRows, PackedRows, attention_allowed
 from workloads.models.fusion import body_features
+from workloads.models.kv_cache import layer_masks
 
 
 @runtime_checkable
@@ -175,6 +176,9 @@ def target_hidden(
             hidden = flat.reshape(b, length, -1)
         else:
             allowed = attention_allowed(pos)
+            if allowed is not None:  # packed segments: each sees only its own tokens
+                index = torch.arange(pos.shape[1], device=dev).expand_as(pos)
+                allowed = layer_masks(config, allowed, index)
             hidden = body_features(body, layers, input_ids=ids, position_ids=pos,
                                    attention_mask=allowed)  # fmt: skip
         hidden = hidden.to(torch.float16)

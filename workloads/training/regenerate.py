@@ -50,6 +50,7 @@ from filelock import FileLock, Timeout
 from transformers import PreTrainedModel
 
 from workloads.data import Conversation, chat_prompt_ids
+from workloads.data.chat import chat_template_of
 from workloads.engine.ar_decode import ar_generate
 from workloads.files import atomic_json
 from workloads.models.target import output_device
@@ -171,11 +172,7 @@ class ResponseRegenerator:
         generator: ReplyGenerator | None = None,
         recipe: dict[str, Any] | None = None,
     ) -> None:
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                "sft.responses 'target' needs a target whose tokenizer has a chat template. "
-                "Fix: use a chat (instruct) target, or sft.responses: dataset"
-            )
+        chat_template_of(tokenizer)  # a base model's replies follow the plain template
         self.target, self.tokenizer, self.eos_ids = target, tokenizer, eos_ids
         self.cache_file, self.s = cache_file, settings
         self.say = progress or (lambda msg: log.info("%s", msg))

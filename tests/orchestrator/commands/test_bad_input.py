@@ -195,7 +195,7 @@ CASES: dict[str, Case] = {
     # -- the draft recipe (issue 13) ----------------------------------------------------------
     "target-without-chat-template": Case(
         "name: t\nbase:\n  target: {model: plain-lm}\n  sft: {responses: target}\n",
-        "sweep.yaml:3: target.model 'plain-lm' has no chat template",
+        "sweep.yaml:3: target.model 'plain-lm' has no chat template and no EOS token",
     ),
     "negative-regen-temperature": Case(
         "name: t\nbase:\n  sft:\n    responses: target\n    regen_temperature: -0.5\n",

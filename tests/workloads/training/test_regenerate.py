@@ -119,13 +119,14 @@ def test_an_interrupted_cache_resumes_at_the_torn_batch(
     assert [r["id"] for r in rows][-2:] == ["c4", "c5"]
 
 
-def test_a_tokenizer_without_a_chat_template_is_refused(
+def test_a_tokenizer_without_a_chat_template_or_eos_is_refused(
     tiny_target, tokenizer, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001, E501
     class NoTemplate:
         chat_template = None
+        eos_token = None
 
-    with pytest.raises(ValueError, match="needs a target whose tokenizer has a chat template"):
+    with pytest.raises(ValueError, match="neither a chat template nor an EOS token"):
         _regen(tiny_target, NoTemplate(), tmp_path / "r.jsonl")
 
 
