@@ -104,6 +104,23 @@ def random_weight_trials(trials: Any) -> int:
     return 0 if col is None else int((col.fillna(0) == 1).sum())
 
 
+def greedy_check(trials: Any) -> dict[str, int] | None:
+    """The losslessness headline of a trial table: ``mismatches`` (greedy divergences that are
+    bugs) and ``near_ties`` (divergences excused by the dtype's near-tie rule) summed over its
+    trials; None when no trial reports them (sampling, a diagnostic workload)."""
+    if not hasattr(trials, "get") or trials.get("mismatches") is None:
+        return None
+    mism = trials["mismatches"].dropna()
+    if mism.empty:
+        return None
+    ties = trials.get("near_ties")
+    return {
+        "mismatches": int(mism.sum()),
+        "near_ties": 0 if ties is None else int(ties.fillna(0).sum()),
+        "trials": len(mism),
+    }
+
+
 def plot_text(value: Any) -> str:
     """``value`` as text for a plotly title, legend name, tick label or hover label: ``&``, ``<``
     and ``>`` escaped (quotes are not), so plotly.js shows a user string as typed."""

@@ -43,6 +43,7 @@ from analysis.throughput import (
 from dashboards._html import (
     Section,
     Table,
+    greedy_check,
     plot_text,
     random_weight_trials,
     shown,
@@ -112,6 +113,7 @@ def write_decode_dashboard(
         title=f"Decode sweep {sweep_name}",
         description=description.strip(),
         random_weights=random_weight_trials(trials),
+        greedy=greedy_check(trials),
         trial_count=len(trials),
         completed=int((states == "completed").sum()),
         failed=int((states == "failed").sum()),

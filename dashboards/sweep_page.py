@@ -24,6 +24,7 @@ from analysis.review import LawReview
 from dashboards._html import (
     Section,
     Table,
+    greedy_check,
     plot_text,
     random_weight_trials,
     shown,
@@ -104,6 +105,7 @@ def write_sweep_dashboard(
         title=f"Sweep {sweep_name}",
         description=description.strip(),
         random_weights=random_weight_trials(trials),
+        greedy=greedy_check(trials),
         note=note,
         figures=figures,
         review=review_table(review) if review is not None else None,

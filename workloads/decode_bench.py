@@ -67,8 +67,9 @@ def find_trial_draft(
     found = sorted(p.parent for p in trials.glob("*/draft/arch.json"))
     if not found:
         raise ValueError(
-            f"no finished draft_train trial under {trials}. Fix: run `orchestrator submit "
-            f"sweeps/tokens.yaml` (with the same --run-root) first, or use draft.source: path"
+            f"no finished draft_train trial under {trials}. Fix: run the draft_train sweep "
+            f"{sweep!r} (e.g. `orchestrator submit sweeps/{sweep}.yaml`, with the same "
+            "--run-root) first, or use draft.source: path"
         )
     if trial_key == "best":
         return max(found, key=_acceptance_of)

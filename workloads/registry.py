@@ -681,7 +681,8 @@ def _run_sleep(cfg: SleepConfig, ctx: TrialContext) -> TrialResult:
     return run_sleep(cfg, out_dir=ctx.out_dir, progress=ctx.progress)
 
 
-_ACCEPTANCE = (("acceptance_length", ".3f"), ("mismatches", "d"))
+_ACCEPTANCE = (("acceptance_length", ".3f"), ("mismatches", "d"), ("near_ties", "d"))
+"""a trial's console line: acceptance, and the greedy divergences beside those excused"""
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -705,7 +706,9 @@ WORKLOADS: dict[str, Workload] = {
                 check_feature_disks,
             ),
             progress=_ACCEPTANCE,
-            status_columns=("acceptance_length", "acceptance_length_prompt_mean"),
+            status_columns=(
+                "acceptance_length", "acceptance_length_prompt_mean", "mismatches", "near_ties",
+            ),  # fmt: skip
             report="law",
             describe=_describe_draft_train,
             law_axes=("pretrain.tokens", "draft.layers"),  # Scylla Thm 1.1 and Thm 1.2
@@ -726,7 +729,10 @@ WORKLOADS: dict[str, Workload] = {
                 check_bench_prompts,
             ),
             progress=(("tokens_per_s", ".2f"), ("speedup", ".2f"), *_ACCEPTANCE),
-            status_columns=("tokens_per_s", "ar_tokens_per_s", "speedup", "acceptance_length"),
+            status_columns=(
+                "tokens_per_s", "ar_tokens_per_s", "speedup", "acceptance_length", "mismatches",
+                "near_ties",
+            ),  # fmt: skip
             report="throughput",
             example="sweeps/batch.yaml",
         ),
@@ -741,6 +747,7 @@ WORKLOADS: dict[str, Workload] = {
                 ("engine.acceptance_length", ".3f"),
                 ("speedup", ".2f"),
                 ("mismatches", "d"),
+                ("near_ties", "d"),
             ),
             status_columns=(
                 "acceptance_length",
@@ -748,6 +755,7 @@ WORKLOADS: dict[str, Workload] = {
                 "tokens_per_s",
                 "speedup",
                 "mismatches",
+                "near_ties",
             ),  # fmt: skip
             report="law",
             example="sweeps/serve-tokens.yaml",

@@ -52,7 +52,11 @@ def batch_ranges(batch_sizes: Sequence[int]) -> list[tuple[int, int]]:
 def vllm_config(rows: Sequence[Mapping[str, Any]], draft: str) -> dict[str, Any] | None:
     """vLLM's ``speculative_config`` for the plan's rows (batch_size, k), as the module says
     (validated by vLLM 0.32 ``vllm/v1/spec_decode/dynamic/utils.py``); None when every
-    planned k is 1."""
+    planned k is 1. The method is the draft's: ``eagle3`` for an export of a draft with hidden
+    fusion (a plain ``eagle`` would serve it silently at acceptance 1), read from the export's
+    config.json when ``draft`` is a folder; ``eagle`` for a hub id."""
+    from workloads.models.export import exported_vllm_method
+
     ranges = batch_ranges([int(r["batch_size"]) for r in rows])
     by_b = {int(r["batch_size"]): int(r["k"]) for r in rows}
     per = [
@@ -63,7 +67,7 @@ def vllm_config(rows: Sequence[Mapping[str, Any]], draft: str) -> dict[str, Any]
     if top == 0:
         return None
     return {
-        "method": "eagle",
+        "method": exported_vllm_method(Path(draft)) if Path(draft).is_dir() else "eagle",
         "model": draft,
         "num_speculative_tokens": top,
         "num_speculative_tokens_per_batch_size": per,

@@ -63,6 +63,7 @@ VARIANT_METRICS = [
     "pretrain.tokens_per_s",
     "sft.tokens_per_s",
     "mismatches",
+    "near_ties",
 ]
 """metrics summarised per variant besides the acceptance lengths"""
 

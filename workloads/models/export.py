@@ -221,6 +221,12 @@ def stock_problems(draft: DraftWeights, fmt: str, *, target_vocab: int | None = 
             "draft has an fc, so neither holds it. Fix: use --format vllm (the plugin's eagle3 "
             "drafter) or hf, or train with draft.fusion: none"
         )
+    if arch.embed_scale != 1.0:
+        out.append(
+            f"{src} feeds the draft the target's embedding rows as stored, but this draft scales "
+            f"them by {arch.embed_scale:.4g} as its target does (Gemma's sqrt(h)). Fix: use "
+            "--format vllm (the plugin's drafter reads embed_scale) or hf"
+        )
     if arch.output_norm and not rules.final_norm:
         out.append(
             f"{src} has no final norm before the LM head, but this draft has one "
@@ -395,7 +401,7 @@ def vllm_plugin_state_dict(
 
 def vllm_plugin_config(draft: DraftWeights, *, target_vocab: int, dtype: str) -> dict:
     """config.json of a plugin export: the stock vLLM fields plus the plugin's switches
-    (``fc_bias``, ``first_input_norm``, ``output_norm``, ``draft_vocab_size``)."""
+    (``fc_bias``, ``first_input_norm``, ``output_norm``, ``draft_vocab_size``, ``embed_scale``)."""
     cfg = engine_config(draft, "vllm", target_vocab=target_vocab, dtype=dtype)
     cfg["architectures"] = [VLLM_PLUGIN_ARCHITECTURE]
     bias = draft.tensors.get("fc.bias")
@@ -403,6 +409,7 @@ def vllm_plugin_config(draft: DraftWeights, *, target_vocab: int, dtype: str) ->
     cfg["first_input_norm"] = draft.arch.first_input_norm
     cfg["output_norm"] = draft.arch.output_norm
     cfg["draft_vocab_size"] = int(draft.draft_to_target.shape[0])
+    cfg["embed_scale"] = draft.arch.embed_scale  # the plugin scales the (shared) embedding rows
     layers = list(draft.arch.fusion_layers)
     if layers:  # vLLM gathers the target's states entering these layers, in this order
         cfg["architectures"] = [VLLM_FUSED_ARCHITECTURE]

@@ -43,6 +43,37 @@ from workloads.serving.server import ServerError, VllmServer, tail
 
 log = logging.getLogger(__name__)
 
+
+class ServedBelowEngine(RuntimeError):
+    """vLLM served the draft at an acceptance length whose 95% CI lies wholly below this
+    engine's on the same prompts: the server ran another draft than the one trained (a fused
+    draft under ``eagle``, an embedding convention lost), so its figures are no measurement."""
+
+
+def check_agreement(m: dict[str, Any]) -> None:
+    """Raise :class:`ServedBelowEngine` when ``m`` (a trial's metrics) has vLLM's acceptance
+    CI disjoint from and below this engine's (``agreement.disjoint``, ``.difference``)."""
+    if m.get("agreement.disjoint") == 1.0 and float(m["agreement.difference"]) < 0:
+        raise ServedBelowEngine(
+            f"vLLM served the draft at acceptance length {m['acceptance_length']:.3f} "
+            f"[{m['acceptance_length_ci_low']:.3f}, {m['acceptance_length_ci_high']:.3f}], this "
+            f"engine decoded it at {m['engine.acceptance_length']:.3f} "
+            f"[{m['engine.acceptance_length_ci_low']:.3f}, "
+            f"{m['engine.acceptance_length_ci_high']:.3f}] on the same prompts: the server did "
+            "not run the trained draft. Fix: serve the export with the method it names "
+            "(orchestrator export prints it) and the plugin installed (make serve-env)"
+        )
+
+
+def served_text(tokenizer: Any, ids: list[int]) -> str:
+    """The text of prompt ``ids`` as a server re-tokenizes it: without a leading BOS where the
+    tokenizer adds one itself (Gemma's), so the server sees ``ids``, not two BOS tokens."""
+    text = str(tokenizer.decode(ids, skip_special_tokens=False))
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if ids and ids[0] == bos and tokenizer(text)["input_ids"][:2] == [bos, bos]:
+        text = str(tokenizer.decode(ids[1:], skip_special_tokens=False))
+    return text
+
 SERVED_NAME = "target"
 """``--served-model-name`` of both servers"""
 
@@ -278,6 +309,7 @@ def run(
         ValueError: a draft that cannot be found or exported, a target vLLM cannot load.
         ServerError: a server that died, never became ready or answered an error (its log's
             last lines in the message); both servers are stopped by then.
+        ServedBelowEngine: vLLM's acceptance CI wholly below this engine's (served.json kept).
     """
     from workloads import decode_bench
     from workloads.models import export as ex
@@ -305,7 +337,7 @@ def run(
     dataset = out_dir / "prompts.jsonl"
     with dataset.open("w") as f:
         for ids in prompts:
-            text = target.tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
+            text = served_text(target.tokenizer, ids)
             f.write(json.dumps({"prompt": text}) + "\n")
     say(f"vLLM {env.vllm_version} serving {folder} (K={cfg.serve.num_speculative_tokens})")
     measure = partial(
@@ -323,6 +355,7 @@ def run(
     result.metrics.update(trial_metrics(cfg, spec, base, ours, greedy))
     (out_dir / "served.json").write_text(json.dumps(result.metrics, indent=1, default=str))
     result.artifact_paths += [out_dir / "served.json", dataset]
+    check_agreement(result.metrics)
     return result
 
 

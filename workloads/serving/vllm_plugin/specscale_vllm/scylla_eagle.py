@@ -10,9 +10,11 @@ LM head and the ``d2t`` map (target id - draft id, EAGLE-3's convention) as
 ``Eagle3LlamaForCausalLM`` does (``llama_eagle3.py``). The hidden state fed to the next draft
 step is the one the logits come from (after the final norm), as in this project's decoder.
 
-config.json switches: ``fc_bias``, ``first_input_norm``, ``output_norm`` (bool) and
+config.json switches: ``fc_bias``, ``first_input_norm``, ``output_norm`` (bool),
 ``draft_vocab_size`` (N; equal to ``vocab_size`` for the full vocabulary, when the target's LM
-head is shared and no ``lm_head``/``d2t`` is stored).
+head is shared and no ``lm_head``/``d2t`` is stored) and ``embed_scale`` (the factor on the
+embedding rows, the target's convention: sqrt(h) for Gemma, whose vLLM class scales in its
+model's forward, not in the embedding module vLLM may share with the draft; default 1).
 
 A draft with EAGLE-3's hidden fusion is :class:`Eagle3ScyllaLlamaForCausalLM`, a subclass of
 vLLM's ``Eagle3LlamaForCausalLM`` (the eagle3 proposer accepts only its subclasses): vLLM
@@ -108,16 +110,21 @@ class ScyllaLlamaModel(nn.Module):
             if n_aux
             else None
         )
+        scale = float(getattr(cfg, "embed_scale", 1.0) or 1.0)  # rounded to the rows' dtype
+        self.embed_scale = float(torch.tensor(scale, dtype=vllm_config.model_config.dtype))
         self.output_norm = bool(getattr(cfg, "output_norm", False))
         self.norm = RMSNorm(h, eps=cfg.rms_norm_eps) if self.output_norm else nn.Identity()
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens(input_ids)
+        emb = self.embed_tokens(input_ids)
+        if self.embed_scale != 1.0:
+            emb = emb * self.embed_scale
+        return emb
 
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.fc(torch.cat((self.embed_tokens(input_ids), hidden_states), dim=-1))
+        x = self.fc(torch.cat((self.embed_input_ids(input_ids), hidden_states), dim=-1))
         residual = None
         for layer in self.layers:
             x, residual = layer(positions, x, residual)
