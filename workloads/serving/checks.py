@@ -2,7 +2,8 @@
 
 Each refusal is a :class:`~workloads.config.ConfigError` naming the field at fault and a fix:
 no serving environment (say ``make serve-env``), a draft that cannot be found, a fixed port in
-use, a target vLLM cannot load (random weights; a local folder without ``config.json``).
+use, a target vLLM cannot load (random weights; a local folder without ``config.json``), a fused
+draft on a target class vLLM cannot serve with ``eagle3`` (Gemma-3's).
 The prompts are checked as ``decode_bench``'s (``registry.check_serve_prompts``). A
 ``draft_train`` sweep that regenerates its SFT replies in vLLM (``sft.regen_engine: vllm``) gets
 the environment and target checks too (:func:`check_regen_configs`).
@@ -12,9 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from workloads.config import ConfigError, DraftTrainConfig, TargetConfig
 from workloads.serving.config import ServeBenchConfig
+
+if TYPE_CHECKING:
+    from workloads.serving.env import ServingEnv
 
 
 def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
@@ -27,9 +32,10 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
     from workloads.serving.env import ServingEnvError, find_env
     from workloads.serving.server import port_in_use
 
+    envs: dict[str, ServingEnv] = {}
     for python in sorted({c.serve.python for c in configs}):
         try:
-            find_env(python)
+            envs[python] = find_env(python)
         except ServingEnvError as exc:
             raise ConfigError(str(exc), ("serve", "python")) from exc
     for c in configs:
@@ -41,10 +47,34 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
             )
         _check_target(c.target)
         try:
-            find_served_draft(c, run_root)
+            folder = find_served_draft(c, run_root)
         except ValueError as exc:
             field = {"sweep": ("pretrain", "tokens"), "trial": ("draft", "trial_key")}
             raise ConfigError(str(exc), field.get(c.draft.source, ("draft", "path"))) from exc
+        _check_eagle3(c, folder, envs[c.serve.python])
+
+
+def _check_eagle3(c: ServeBenchConfig, folder: Path, env: ServingEnv) -> None:
+    """A draft with hidden fusion is served with ``method: eagle3``, which needs a target
+    class that hands vLLM the fused layers' states (:func:`~workloads.serving.env.
+    supports_eagle3`); vLLM 0.32's Gemma-3 class does not."""
+    import json
+
+    from workloads.models.target_source import target_architecture
+    from workloads.serving.env import supports_eagle3
+
+    arch = folder / "arch.json"
+    fused = json.loads(arch.read_text()).get("fusion_layers") if arch.is_file() else None
+    name = target_architecture(c.target.model)
+    if not fused or name is None or supports_eagle3(env, name):
+        return
+    raise ConfigError(
+        f"the draft {folder} fuses target layers {fused} (draft.fusion: eagle3) and is served "
+        f"with method eagle3, but vLLM {env.vllm_version}'s {name} does not implement "
+        "SupportsEagle3 (it cannot hand the drafter those layers' states). Fix: serve a draft "
+        "trained with draft.fusion: none on this target, or a target class that supports it",
+        ("draft", "source"),
+    )
 
 
 def check_regen_configs(configs: Sequence[DraftTrainConfig]) -> None:
@@ -83,6 +113,7 @@ def _check_target(target: TargetConfig) -> None:
     if local.is_dir() and not (local / "config.json").exists():
         raise ConfigError(
             f"target.model {local} has no config.json: vLLM cannot load it. Fix: a Hugging Face "
-            "model folder (config.json + safetensors) or the builtin smollm2-135m-instruct",
+            "model folder (config.json + safetensors) or a builtin target "
+            "(smollm2-135m-instruct, gemma-3-270m)",
             ("target", "model"),
         )

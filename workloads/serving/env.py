@@ -49,6 +49,27 @@ def resolve_python(python: str) -> Path:
     return Path(python).expanduser()
 
 
+def supports_eagle3(env: ServingEnv, architecture: str, *, timeout_s: float = 120.0) -> bool:
+    """Whether vLLM in ``env`` serves target class ``architecture`` with ``method: eagle3``
+    (the class implements vLLM's ``SupportsEagle3``: it hands the proposer the hidden states
+    entering the fused layers). An unknown class counts as supporting it (vLLM refuses it
+    itself). ~15 s: vLLM's model registry is imported in ``env``."""
+    code = (
+        "import sys\n"
+        "from vllm.model_executor.models import ModelRegistry\n"
+        "from vllm.model_executor.models.interfaces import supports_eagle3\n"
+        "cls = ModelRegistry._try_load_model_cls(sys.argv[1])\n"
+        "print('unknown' if cls is None else supports_eagle3(cls))"
+    )
+    try:
+        proc = subprocess.run([str(env.python), "-c", code, architecture], capture_output=True,
+                              text=True, timeout=timeout_s)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return True
+    last = (proc.stdout.strip().splitlines() or ["unknown"])[-1]
+    return last != "False"
+
+
 def find_env(python: str = "auto", *, timeout_s: float = 120.0) -> ServingEnv:
     """Check that ``python`` imports vLLM and the plugin; return what it has.
 

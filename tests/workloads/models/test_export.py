@@ -346,3 +346,32 @@ def test_eagle_export_loads_strictly_into_cnets_and_gives_our_logits(
     assert logits_ours.shape == (1, ids.shape[1] - 1, model.config.vocab_size)
     torch.testing.assert_close(logits_eagle, logits_ours, rtol=1e-4, atol=1e-4)
     assert torch.equal(logits_eagle.argmax(-1), logits_ours.argmax(-1))
+
+
+def test_a_scaled_embedding_goes_to_the_plugin_and_stock_loaders_refuse_it(
+    tiny, tmp_path: Path  # noqa: ANN001
+) -> None:
+    """A Gemma-style draft scales its embedding rows (sqrt(h)); stock EAGLE loaders feed them as
+    stored, so only the plugin (which reads embed_scale) and hf hold it."""
+    config, embed, head = tiny
+    torch.manual_seed(0)
+    arch = DraftArch.from_target(config, layers=1, output_norm=True, embed_scale=H**0.5)
+    draft = DraftModel(arch, embed_weight=embed, lm_head_weight=head).eval()
+    weights = _saved(draft, tmp_path)
+    assert weights.arch.embed_scale == pytest.approx(8.0)
+    for fmt in ("eagle", "sglang"):
+        with pytest.raises(ex.ExportError, match="scales them by 8"):
+            ex.export_draft(weights, fmt, tmp_path / fmt, embed_weight=embed, lm_head_weight=head)
+    res = ex.export_draft(weights, "vllm", tmp_path / "v", embed_weight=embed, lm_head_weight=head)
+    cfg = json.loads((res.out / "config.json").read_text())
+    assert cfg["architectures"] == [ex.VLLM_PLUGIN_ARCHITECTURE] and cfg["embed_scale"] == 8.0
+    hf = ex.export_draft(weights, "hf", tmp_path / "hf")
+    back = ex.load_hf(hf.out, embed_weight=embed, lm_head_weight=head)
+    assert back.arch.embed_scale == 8.0
+    ids = torch.randint(0, V, (1, 5), generator=torch.Generator().manual_seed(1))
+    hidden, pos = torch.randn(1, 5, H), torch.arange(5)[None]
+    with torch.no_grad():  # the scale is applied: a draft on pre-scaled rows with scale 1 agrees
+        plain = DraftModel(DraftArch.from_target(config, layers=1, output_norm=True),
+                           embed_weight=embed * 8.0, lm_head_weight=head).eval()  # fmt: skip
+        plain.load_state_dict(draft.state_dict(), strict=False)
+        assert torch.allclose(draft(hidden, ids, pos), plain(hidden, ids, pos), atol=1e-5)

@@ -101,3 +101,17 @@ def test_this_engine_compares_with_the_servers_k_at_batch_size_one() -> None:
     assert (d.depth, d.topk, d.num_draft_tokens) == (2, 1, 3)
     d = engine_config(ServeBenchConfig(), None).decode
     assert (d.depth, d.num_draft_tokens) == (3, 4)  # no schedule: num_speculative_tokens
+
+
+def test_the_plans_method_is_the_exports(tmp_path: Path) -> None:
+    """A fused draft's export is served with eagle3; eagle would run it at acceptance 1."""
+    from workloads.models.export import VLLM_FUSED_ARCHITECTURE, VLLM_PLUGIN_ARCHITECTURE
+
+    for arch, method in ((VLLM_FUSED_ARCHITECTURE, "eagle3"), (VLLM_PLUGIN_ARCHITECTURE, "eagle")):
+        folder = tmp_path / method
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"architectures": [arch]}))
+        cfg = vllm_config(PLAN_ROWS, str(folder))
+        assert cfg is not None and cfg["method"] == method
+    cfg = vllm_config(PLAN_ROWS, "org/hub-draft")  # a hub id: not read
+    assert cfg is not None and cfg["method"] == "eagle"

@@ -51,3 +51,40 @@ def test_disjoint_cis_are_flagged_and_missing_figures_are_nan() -> None:
     assert agreement(vllm, far)["agreement.disjoint"] == 1.0
     assert agreement(vllm, near)["agreement.disjoint"] == 0.0
     assert math.isnan(agreement(vllm, None)["agreement.difference"])
+
+
+def test_a_served_acceptance_wholly_below_this_engines_fails_the_trial() -> None:
+    from workloads.serving.bench import ServedBelowEngine, check_agreement
+
+    vllm = {"acceptance_length": 1.0, "acceptance_length_ci_low": 1.0,
+            "acceptance_length_ci_high": 1.0}  # fmt: skip
+    ours = {"acceptance_length": 1.4, "acceptance_length_ci_low": 1.3,
+            "acceptance_length_ci_high": 1.5}  # fmt: skip
+    below = vllm | agreement(vllm, ours)
+    with pytest.raises(ServedBelowEngine, match=r"1\.000 \[1\.000, 1\.000\].*1\.400"):
+        check_agreement(below)
+    check_agreement(ours | agreement(ours, vllm))  # vLLM above this engine: a figure, no error
+    overlap = {"acceptance_length": 1.35, "acceptance_length_ci_low": 1.28,
+               "acceptance_length_ci_high": 1.42}  # fmt: skip
+    check_agreement(overlap | agreement(overlap, ours))
+    check_agreement(vllm | agreement(vllm, None))  # nothing to compare with
+
+
+def test_a_served_prompt_keeps_one_bos() -> None:
+    """A tokenizer that adds BOS itself (Gemma's) would see two in the decoded text."""
+    from workloads.serving.bench import served_text
+
+    class Tok:
+        bos_token_id = 2
+
+        def decode(self, ids: list[int], **_: object) -> str:
+            return "".join("<bos>" if i == 2 else chr(96 + i) for i in ids)
+
+        def __call__(self, text: str) -> dict[str, list[int]]:
+            body = text.removeprefix("<bos>")
+            lead = [2, 2] if text.startswith("<bos>") else [2]
+            return {"input_ids": lead + [ord(c) - 96 for c in body]}
+
+    assert served_text(Tok(), [2, 3, 4]) == "cd"  # the server adds the BOS back
+    Tok.__call__ = lambda self, text: {"input_ids": [ord(c) - 96 for c in text]}  # type: ignore[method-assign]
+    assert served_text(Tok(), [3, 4]) == "cd"  # no BOS: unchanged
