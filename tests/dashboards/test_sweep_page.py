@@ -235,15 +235,19 @@ def test_fit_tables_show_undefined_numbers_as_n_a() -> None:
     assert ok["a"] == format(_review(_trials()).fit.a, ".6g")
 
 
+def _page(path: Path, trials: pd.DataFrame) -> str:
+    return write_sweep_dashboard(path, sweep_name=SWEEP, trials=trials, review=None).read_text()
+
+
 def test_the_headline_shows_near_ties_beside_mismatches(tmp_path: Path) -> None:
     trials = _trials()
     trials["mismatches"] = [0.0] * 8 + [float("nan")]  # the failed trial reports none
     trials["near_ties"] = [0.0, 2.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, float("nan")]
-    text = write_sweep_dashboard(tmp_path / "ok.html", sweep_name=SWEEP, trials=trials, review=None).read_text()
+    text = _page(tmp_path / "ok.html", trials)
     assert "<strong>0 mismatches</strong> and 3 near-ties" in text and "over 8 trials" in text
     assert "class='note'>Lossless" in text
     trials.loc[3, "mismatches"] = 1.0
-    text = write_sweep_dashboard(tmp_path / "bad.html", sweep_name=SWEEP, trials=trials, review=None).read_text()
+    text = _page(tmp_path / "bad.html", trials)
     assert "class='mismatch'>Lossless" in text and "<strong>1 mismatch</strong>" in text
-    text = write_sweep_dashboard(tmp_path / "none.html", sweep_name=SWEEP, trials=_trials(), review=None).read_text()
+    text = _page(tmp_path / "none.html", _trials())
     assert "Lossless at temperature 0" not in text  # no trial reports the check
