@@ -1,4 +1,5 @@
-"""``orchestrator compare``: two sweeps' laws on one page (points, fits, bands, tables)."""
+"""``orchestrator compare``: two sweeps' laws on one page (points, fits, bands, tables), and
+the rows of its "does the law transfer" tables, which the console prints too."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.compare import SlopeDifference
-from analysis.numbers import fmt
+from analysis.numbers import fmt, fmt_interval
 from analysis.review import LawReview
+from analysis.transfer import FactorSlopeDifference, PooledSlope
 from dashboards._html import Table, plot_text, write_page
 from dashboards.review_tables import paper_rows, review_rows
 from dashboards.sweep_page import add_fit_line
@@ -42,6 +43,65 @@ def mean_rows(means: pd.DataFrame) -> list[list[object]]:
     ]
 
 
+TRANSFER_HEADERS = ("figure", "estimate", "95% CI", "detail", "reading")
+STUDY_HEADERS = ("sweep", "prompt set", "slope a", "SE (HC3)", "n", "pooled")
+
+
+def transfer_rows(
+    names: tuple[str, str], diff: FactorSlopeDifference, pooled: PooledSlope
+) -> list[list[str]]:
+    """The rows (:data:`TRANSFER_HEADERS`) of the two transfer figures: the one-fit slope
+    difference a(B) - a(A) and the random-effects pooled slope; a figure that could not be had
+    shows its status as the reading."""
+    label = f"slope difference a({names[1]}) - a({names[0]}), one fit with the sweep as a factor"
+    if diff.ok:
+        reading = "the slopes differ" if diff.excludes_zero else "no detectable difference"
+        first = [
+            label,
+            fmt(diff.diff, "+.4g"),
+            fmt_interval(diff.ci, "+.4g"),
+            f"HC3, t with {fmt(diff.df, '.0f')} df, p {_p(diff.p)}; n = {diff.n[0]} + {diff.n[1]}",
+            reading,
+        ]
+    else:
+        first = [label, fmt(diff.diff, "+.4g"), "n/a", "", diff.status]
+    label = "pooled slope, random effects (DerSimonian-Laird)"
+    if pooled.ok:
+        one = pooled.q_p >= 0.05
+        second = [
+            label,
+            fmt(pooled.estimate, ".4g"),
+            fmt_interval(pooled.ci, ".4g"),
+            f"tau² = {fmt(pooled.tau2, '.2g')}, I² = {fmt(100 * pooled.i2, '.0f')}%, "
+            f"Q = {fmt(pooled.q, '.3g')} (p {_p(pooled.q_p)}), {pooled.k} slopes",
+            "no detectable spread between the slopes" if one else "the slopes spread beyond noise",
+        ]
+    else:
+        second = [label, "n/a", "n/a", "", pooled.status]
+    return [first, second]
+
+
+def _p(p: float) -> str:
+    """``= 0.031`` or ``< 1e-15`` (where a double's tail probability is no longer exact)."""
+    return "< 1e-15" if 0 <= p < 1e-15 else f"= {fmt(p, '.2g')}"
+
+
+def study_rows(pooled: PooledSlope, y: str) -> list[list[object]]:
+    """The rows (:data:`STUDY_HEADERS`) of the slopes :func:`transfer_rows` pools: the prompt
+    set is the column after ``<y>/`` ("all" for ``y`` itself)."""
+    return [
+        [
+            s.group,
+            s.y.removeprefix(f"{y}/") if s.y != y else "all",
+            fmt(s.slope, ".4g"),
+            fmt(s.se, ".3g"),
+            s.n,
+            "yes" if s.status == "ok" else s.status,
+        ]
+        for s in pooled.studies
+    ]
+
+
 def write_compare_page(
     path: Path,
     *,
@@ -50,14 +110,16 @@ def write_compare_page(
     x: str,
     y: str,
     means: pd.DataFrame,
-    slope_diff: SlopeDifference,
+    slope_diff: FactorSlopeDifference,
+    pooled: PooledSlope,
     warning: str = "",
 ) -> Path:
     """Write one self-contained page (plotly.js inlined): figure ``compare`` with both sweeps'
     fitted trials (``reviews[i].fit.x``/``y``), fitted lines and bands on a log x axis; the
-    side-by-side table of fits and checks (id "side-by-side"); the slope difference; mean ``y``
-    per ``x`` (id "means"). ``warning`` (e.g. the sweeps were measured on other prompt sets),
-    when given, is shown escaped above the figure (id "warning")."""
+    side-by-side table of fits and checks (id "side-by-side"); the transfer figures (id
+    "transfer", :func:`transfer_rows`) and the slopes pooled (id "slopes"); mean ``y`` per
+    ``x`` (id "means"). ``warning`` (e.g. the sweeps were measured on other prompt sets), when
+    given, is shown escaped above the figure (id "warning")."""
     fig = go.Figure()
     for name, rev, rgb in zip(names, reviews, COLOURS, strict=True):
         fit = rev.fit
@@ -79,15 +141,6 @@ def write_compare_page(
         template="plotly_white",
         height=520,
     )
-    sd = slope_diff
-    diff_text = (
-        f"a({names[1]}) - a({names[0]}) = {fmt(sd.diff, '+.4g')}, 95% CI "
-        f"[{fmt(sd.lo, '+.4g')}, {fmt(sd.hi, '+.4g')}] "
-        f"(HC3 errors, t with {fmt(sd.df, '.0f')} df): "
-        + ("the slopes differ." if sd.excludes_zero else "no detectable difference in slope.")
-        if sd.status == "ok"
-        else sd.status
-    )
     return write_page(
         path,
         "compare.html.j2",
@@ -98,7 +151,10 @@ def write_compare_page(
         side_by_side=Table(
             ["check", names[0], names[1]], side_by_side_rows(*reviews), table_id="side-by-side"
         ),
-        slope_difference=diff_text,
+        transfer=Table(
+            TRANSFER_HEADERS, transfer_rows(names, slope_diff, pooled), table_id="transfer"
+        ),
+        slopes=Table(STUDY_HEADERS, study_rows(pooled, y), table_id="slopes"),
         x=x,
         y=y,
         means=Table(

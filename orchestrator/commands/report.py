@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from rich.table import Table
 from analysis.numbers import NA, defined, fmt
 from orchestrator.commands.options import DbUrl, RunRoot
 from orchestrator.store.access import find_sweep, open_store
+
+if TYPE_CHECKING:  # statsmodels loads when `compare` runs, not with every command
+    from analysis.transfer import FactorSlopeDifference, PooledSlope
 
 console = Console(soft_wrap=True)  # paths and commands stay on one line when piped
 
@@ -134,9 +137,13 @@ def compare(
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
 ) -> None:
-    """Compare two sweeps' laws: fits, checks and slope difference side by side, mean per x;
-    a warning (console and page) when the sweeps' trials differ in prompt sets or temperature."""
-    from analysis.compare import per_x_means, slope_difference
+    """Compare two sweeps' laws: fits and checks side by side; does the law transfer (the slope
+    difference from one fit with the sweep as a factor, the random-effects pooled slope over
+    each sweep's prompt sets); mean per x; a warning (console and page) when the sweeps' trials
+    differ in prompt sets or temperature."""
+    from analysis.compare import per_x_means
+    from analysis.factorial import per_set_columns
+    from analysis.transfer import factor_slope_difference, pooled_slope
     from dashboards.compare_page import side_by_side_rows, write_compare_page
     from orchestrator.errors import OrchestratorError
     from orchestrator.reports.conditions import compared_line
@@ -161,7 +168,11 @@ def compare(
     warning = compared_line(store, ((info_a, a.trial_keys), (info_b, b.trial_keys)))
     if warning:
         console.print(warning, markup=False)
-    diff = slope_difference(a.review.fit, b.review.fit)
+    names = (sweep_a, sweep_b)
+    diff = factor_slope_difference(a.table, b.table, a.x, a.y, names, log_base=a.log_base)
+    sets = sorted({*per_set_columns(a.table, f"{a.y}/"), *per_set_columns(b.table, f"{a.y}/")})
+    tables = {sweep_a: a.table, sweep_b: b.table}
+    pooled = pooled_slope(tables, a.x, sets or [a.y], log_base=a.log_base)
     means = per_x_means(a.table, b.table, a.x, a.y)
     grid = Table(title=f"{a.y} = a*log{a.log_base}({a.x}) + b")
     for col in ("check", sweep_a, sweep_b):
@@ -169,15 +180,7 @@ def compare(
     for row in side_by_side_rows(a.review, b.review):
         grid.add_row(*(escape(str(v)) for v in row))  # "[n/a, n/a]" is text, not markup
     console.print(grid)
-    if diff.status == "ok":
-        verdict = "the slopes differ" if diff.excludes_zero else "no detectable difference"
-        console.print(
-            f"slope difference a(B) - a(A) = {fmt(diff.diff, '+.4g')} "
-            f"[{fmt(diff.lo, '+.4g')}, {fmt(diff.hi, '+.4g')}] (95% CI, HC3): {verdict}",
-            markup=False,
-        )
-    else:
-        console.print(f"slope difference: {diff.status}")
+    _print_transfer(names, diff, pooled, a.y)
     mt = Table(title=f"mean {a.y} per {a.x}")
     for col in (a.x, f"{sweep_a} (n)", f"{sweep_b} (n)", "delta B - A"):
         mt.add_column(col, justify="right")
@@ -192,12 +195,13 @@ def compare(
     try:
         write_compare_page(
             page,
-            names=(sweep_a, sweep_b),
+            names=names,
             reviews=(a.review, b.review),
             x=a.x,
             y=a.y,
             means=means,
             slope_diff=diff,
+            pooled=pooled,
             warning=warning,
         )
     except OSError as exc:
@@ -207,6 +211,39 @@ def compare(
         from orchestrator.reports.index import write_run_index
 
         console.print(f"index: {write_run_index(store, run_root)} (lists the comparison)")
+
+
+def _print_transfer(
+    names: tuple[str, str], diff: FactorSlopeDifference, pooled: PooledSlope, y: str
+) -> None:
+    """The compare page's transfer figures as two console lines (the one-fit slope difference,
+    the random-effects pooled slope; :func:`dashboards.compare_page.transfer_rows`), then the
+    table of the slopes pooled."""
+    from dashboards.compare_page import STUDY_HEADERS, study_rows, transfer_rows
+
+    first, second = transfer_rows(names, diff, pooled)
+    if diff.ok:
+        console.print(
+            f"slope difference a(B) - a(A) = {first[1]} {first[2]} (95% CI, {first[3]}; one "
+            f"fit with the sweep as a factor): {first[4]}",
+            markup=False,
+        )
+    else:
+        console.print(f"slope difference: {diff.status}", markup=False)
+    if pooled.ok:
+        console.print(
+            f"pooled slope = {second[1]} {second[2]} (95% CI, random effects, "
+            f"DerSimonian-Laird; {second[3]}): {second[4]}",
+            markup=False,
+        )
+    else:
+        console.print(f"pooled slope: {pooled.status}", markup=False)
+    st = Table(title=f"slopes pooled (per sweep and prompt set, {y})")
+    for col in STUDY_HEADERS:
+        st.add_column(col, overflow="fold")
+    for row in study_rows(pooled, y):
+        st.add_row(*(escape(str(v)) for v in row))
+    console.print(st)
 
 
 def _mean(mean: float, sd: float, n: int) -> str:

@@ -314,23 +314,31 @@ def test_a_script_in_the_sweep_name_and_description_renders_as_text_in_every_sec
 
 
 def test_the_compare_page_escapes_both_names_and_the_warning(tmp_path: Path) -> None:
-    from analysis.compare import per_x_means, slope_difference
+    from markupsafe import escape
+
+    from analysis.compare import per_x_means
+    from analysis.transfer import factor_slope_difference, pooled_slope
     from dashboards.compare_page import write_compare_page
 
     trials = _sweep_trials()
-    rev = review_law(trials, "pretrain.tokens", "acceptance_length", law="tokens")
+    x, y = "pretrain.tokens", "acceptance_length"
+    rev = review_law(trials, x, y, law="tokens")
     out = write_compare_page(
         tmp_path / "c.html",
         names=(SCRIPT, IMG),
         reviews=(rev, rev),
-        x="pretrain.tokens",
-        y="acceptance_length",
-        means=per_x_means(trials, trials, "pretrain.tokens", "acceptance_length"),
-        slope_diff=slope_difference(rev.fit, rev.fit),
+        x=x,
+        y=y,
+        means=per_x_means(trials, trials, x, y),
+        slope_diff=factor_slope_difference(trials, trials, x, y, (SCRIPT, IMG)),
+        pooled=pooled_slope({SCRIPT: trials, IMG: trials}, x, [f"{y}/{SCRIPT}"]),
         warning=f"other prompt sets: {SCRIPT}",
     )
     text = out.read_text(encoding="utf-8")
     assert f"<strong>other prompt sets: {ESCAPED_SCRIPT}</strong>" in text
+    assert f"a({escape(IMG)}) - a({ESCAPED_SCRIPT})" in text  # the transfer table's names
+    slopes = text.split("id='slopes'", 1)[1].split("</table>", 1)[0]
+    assert slopes.count(f"<td>{ESCAPED_SCRIPT}</td>") == 3  # sweep A; the set in both rows
     names = [f"{SCRIPT}: trials", f"{IMG}: trials"]
     _assert_renders_as_text(text, in_figures=names, own_tags=frozenset({"strong"}))
 

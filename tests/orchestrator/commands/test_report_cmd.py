@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +19,16 @@ SPEC = "name: {name}\ngrid:\n  pretrain.tokens: [0, 8192, 32768, 131072, 524288]
 
 
 def _token_sweep(
-    store: ResultsStore, name: str, slope: float, seed: int, prompt_sets: str = "sharegpt"
+    store: ResultsStore,
+    name: str,
+    slope: float,
+    seed: int,
+    prompt_sets: str = "sharegpt",
+    set_slopes: dict[str, float] | None = None,
 ) -> int:
     """A stored token sweep: 5 budgets x 2 seeds (x = 0 is the baseline), one failed trial,
     loss series per trial; acceptance_length = slope*log10(tokens) + 0.7 + noise; evaluated on
-    ``prompt_sets``."""
+    ``prompt_sets``; with ``set_slopes`` also ``acceptance_length/<set>`` at each set's slope."""
     rng = np.random.default_rng(seed)
     sweep_id = store.upsert_sweep(name, "draft_train", SPEC.format(name=name), f"{name}.yaml")
     raw = {"eval": {"prompt_sets": prompt_sets.split("+")}}
@@ -39,7 +45,12 @@ def _token_sweep(
             store.mark_failed(trial.id, "RuntimeError: out of memory", 1.0)
             continue
         tau = 1.2 if tokens == 0 else slope * math.log10(tokens) + 0.7 + rng.normal(0, 0.005)
-        store.log_metrics(trial.id, {"acceptance_length": tau})
+        per_set = {
+            f"acceptance_length/{k}": (1.2 if tokens == 0 else a * math.log10(tokens) + 0.7)
+            + rng.normal(0, 0.005)
+            for k, a in (set_slopes or {}).items()
+        }
+        store.log_metrics(trial.id, {"acceptance_length": tau, **per_set})
         store.log_metric_series(trial.id, "pretrain/loss", [5.0, 4.0, 3.5][: 1 + (tokens > 0) * 2])
         store.log_metric_series(trial.id, "sft/loss", [3.0, 2.5])
         store.mark_completed(trial.id, 1.0)
@@ -104,14 +115,46 @@ def test_compare_two_token_sweeps(run_root: Path, tmp_path: Path) -> None:
     code, text = _cli("compare", "tok-a", "tok-b", "--run-root", str(run_root), "--out", str(page))
     assert code == 0, text
     assert "slope difference a(B) - a(A) = +0.09" in text and "the slopes differ" in text
+    assert "one fit with the sweep as a factor" in text and "t with 12 df" in text
+    # no per-set columns: each sweep's acceptance_length is its one slope
+    assert "pooled slope = 0.1" in text and "2 slopes): the slopes spread beyond noise" in text
     assert "mean acceptance_length per pretrain.tokens" in text
     html = page.read_text()
     assert "side-by-side" in html and "tok-a: a = 0.1" in html and "tok-b: a = 0.19" in html
+    assert "id='transfer'" in html and "id='slopes'" in html
+    assert "<td>pooled slope, random effects (DerSimonian-Laird)</td>" in html
     assert "measured differently" not in text and "id='warning'" not in html
     code, text = _cli("compare", "tok-a", "diag", "--run-root", str(run_root))
     assert code == 2 and "fits no law" in text
     code, text = _cli("compare", "tok-a", "tok-a", "--run-root", str(run_root))
     assert code == 2 and "both sweeps are 'tok-a'" in text
+
+
+def test_compare_pools_each_sweeps_per_set_slopes(tmp_path: Path) -> None:
+    """Two targets, two prompt sets each, four slopes that differ: the pooled slope spreads
+    (I² high) and the table lists every (sweep, set)."""
+    store = ResultsStore.sqlite_under(tmp_path / "runs")
+    sets = "humaneval+sharegpt"
+    _token_sweep(store, "smol", 0.10, 0, sets, {"humaneval": 0.05, "sharegpt": 0.15})
+    _token_sweep(store, "gemma", 0.30, 1, sets, {"humaneval": 0.25, "sharegpt": 0.35})
+    store.close()
+    page = tmp_path / "cmp.html"
+    root = str(tmp_path / "runs")
+    code, text = _cli("compare", "smol", "gemma", "--run-root", root, "--out", str(page))
+    assert code == 0, text
+    diff = re.search(r"slope difference a\(B\) - a\(A\) = (\S+) \[(\S+), (\S+)\]", text)
+    assert diff is not None and "the slopes differ" in text, text
+    assert float(diff[1]) == pytest.approx(0.20, abs=0.01) and float(diff[2]) > 0.15
+    pooled = re.search(
+        r"pooled slope = (\S+) .* I² = (\d+)%, Q = \S+ \(p < 1e-15\), 4 slopes", text
+    )
+    assert pooled is not None and "the slopes spread beyond noise" in text, text
+    assert float(pooled[1]) == pytest.approx(0.20, abs=0.02) and int(pooled[2]) >= 95
+    slopes = page.read_text().split("id='slopes'", 1)[1].split("</table>", 1)[0]
+    for sweep in ("smol", "gemma"):
+        for name in ("humaneval", "sharegpt"):
+            assert f"<td>{sweep}</td><td>{name}</td>" in slopes
+    assert slopes.count("<td>yes</td>") == 4
 
 
 def _decode_sweep(store: ResultsStore, name: str, temperature: float) -> None:
