@@ -188,16 +188,29 @@ def bench_prompts(cfg: DecodeBenchConfig, target: Target) -> list[list[int]]:
     return [ids[i % len(ids)] for i in range(n)]
 
 
-def mismatch_kind(target: Target, prompt: list[int], ref: list[int], out: list[int]) -> str:
-    """'' if ``out`` equals the greedy ``ref``, else 'near_tie' or 'mismatch' (DESIGN.md)."""
+def divergence(
+    target: Target, prompt: list[int], ref: list[int], out: list[int]
+) -> dict[str, object] | None:
+    """Where and by how much ``out`` left the greedy ``ref``: None when equal, else
+    ``{"kind": "near_tie" | "mismatch", "at": first differing token (0 = the first generated),
+    "gap": the target's top-2 logit gap there (nats), "threshold": the dtype's near-tie
+    threshold there}`` (DESIGN.md); a length difference (one a prefix of the other) is a
+    mismatch with gap and threshold None."""
     if out == ref:
-        return ""
+        return None
     i = next((j for j, (a, b) in enumerate(zip(out, ref, strict=False)) if a != b), None)
-    if i is None:  # one is a prefix of the other: a length difference is a real mismatch
-        return "mismatch"
+    if i is None:
+        return {"kind": "mismatch", "at": min(len(out), len(ref)), "gap": None, "threshold": None}
     with torch.inference_mode():
         tie = near_tie(target.model, prompt + ref[:i])  # threshold set by the target's dtype
-    return "near_tie" if tie.is_tie else "mismatch"
+    kind = "near_tie" if tie.is_tie else "mismatch"
+    return {"kind": kind, "at": i, "gap": tie.gap, "threshold": tie.threshold}
+
+
+def mismatch_kind(target: Target, prompt: list[int], ref: list[int], out: list[int]) -> str:
+    """'' if ``out`` equals the greedy ``ref``, else 'near_tie' or 'mismatch' (DESIGN.md)."""
+    found = divergence(target, prompt, ref, out)
+    return "" if found is None else str(found["kind"])
 
 
 def run(
@@ -474,10 +487,13 @@ def _timed_batches(
             )  # fmt: skip
             out.hf_s += seconds
             out.hf_tokens += len(hf_out)
+        diverged = []
         if d.temperature == 0:
             for row, j in enumerate(idx):
-                verdict = mismatch_kind(target, prompts[j], refs[j], sp.tokens[row])
+                found = divergence(target, prompts[j], refs[j], sp.tokens[row])
+                verdict = "" if found is None else str(found["kind"])
                 out.counts[verdict] = out.counts.get(verdict, 0) + 1
+                diverged += [] if found is None else [{"prompt": j, **found}]
                 if ar and mismatch_kind(target, prompts[j], refs[j], ar.tokens[row]) == "mismatch":
                     out.counts["ar_mismatch"] += 1
         out.spec_runs.append(sp)
@@ -491,6 +507,7 @@ def _timed_batches(
                 "acceptance_length": sp.acceptance_length,
                 "accept_lengths": sp.accept_lengths,
                 "cycles": sp.cycles,
+                "divergences": diverged,
             }
         )
         vs_ar = f" vs AR {ar.generated / ar.total_s:.1f}" if ar else ""

@@ -32,13 +32,16 @@ and ``<|im_end|>\\n``, 33)"""
 
 
 PLAIN_TEMPLATE = (  # newlines only inside {{ }}: transformers' Jinja trims those after a tag
-    "{{ bos_token or '' }}{% for m in messages %}"
+    "{{ bos_token or '' }}{% for m in messages %}{% if not loop.first %}{{ '\n\n' }}{% endif %}"
     "{{ (m['role'] | capitalize) + ':\n' + m['content'] }}"
-    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{{ '\n\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ 'Assistant:\n' }}{% endif %}"
+    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '\n\nAssistant:\n' }}{% endif %}"
 )
-"""the chat template of a tokenizer without one (a base model): ``User:\n<text>\n\n`` per
-turn, ``Assistant:\n<reply><eos>\n\n`` per reply, the generation prompt ``Assistant:\n``"""
+"""the chat template of a tokenizer without one (a base model): ``User:\n<text>`` per turn,
+``Assistant:\n<reply><eos>`` per reply, turns joined by a blank line, the generation prompt
+``\n\nAssistant:\n``. The blank line opens a turn rather than ending one, so every piece
+``render_chat`` tokenizes alone ends in text or EOS: a byte-level BPE splits a trailing
+``\n\n`` otherwise than ``\n\nAssistant`` (SmolLM2's, Llama-3's), SentencePiece (Gemma's) alike"""
 
 
 def chat_template_of(tokenizer: Any) -> str:

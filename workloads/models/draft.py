@@ -290,8 +290,9 @@ class DraftModel(nn.Module):
         """
         dev, dt = self.fc.weight.device, self.fc.weight.dtype
         emb = nn.functional.embedding(next_ids.to(dev), self.embed_weight)
-        if self.arch.embed_scale != 1.0:  # rounded to the weight's dtype, as the target's is
-            emb = emb * float(torch.tensor(self.arch.embed_scale, dtype=emb.dtype))
+        if self.arch.embed_scale != 1.0:  # rounded to the weight's dtype, as the target's is;
+            # a 0-dim tensor, not float(tensor): no host read, no graph break in a compiled step
+            emb = emb * torch.tensor(self.arch.embed_scale, dtype=emb.dtype)
         hidden = hidden.to(dev, dt)
         if self.fuse is not None and hidden.shape[-1] == self.arch.feature_width:
             hidden = self.fuse(hidden[..., : -self.arch.hidden_size])

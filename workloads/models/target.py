@@ -293,7 +293,7 @@ def random_config(name: str) -> PretrainedConfig:
         assert isinstance(config, PretrainedConfig)
         return config
     shape, official = BUILTIN_SHAPES[found], _OFFICIAL[found]
-    if official.family == "gemma3_text":  # its local/global RoPE and window are the defaults
+    if official.family == "gemma3_text":  # its local/global RoPE are the defaults, not its window
         from transformers import Gemma3TextConfig
 
         return Gemma3TextConfig(
@@ -302,6 +302,7 @@ def random_config(name: str) -> PretrainedConfig:
             head_dim=shape.head_dim, intermediate_size=shape.mlp_inner, vocab_size=shape.vocab,
             rms_norm_eps=official.rms_norm_eps,
             max_position_embeddings=official.max_position_embeddings,
+            sliding_window=512,  # google/gemma-3-270m's config.json; the class default is 4096
         )  # fmt: skip
     kind = LlamaConfig if official.family == "llama" else Qwen2Config
     # head_dim = hidden / heads for the other builtin shapes: both configs derive it so

@@ -145,7 +145,10 @@ def gemma_gguf_path(folder: Path | None) -> Path | None:
     if folder is None:
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    return Path(pkg.assemble(folder / pkg.MODEL_NAME))
+    # overwrite: a copy left there is a killed run's, maybe partial (a converted one is
+    # deleted); kept, a partial one fails every later load ("already exists with an unexpected
+    # sha256")
+    return Path(pkg.assemble(folder / pkg.MODEL_NAME, overwrite=True))
 
 
 @dataclass(frozen=True)

@@ -350,11 +350,12 @@ def run(
     if cfg.serve.compare_engine and cfg.serve.k_at(1) > 0:  # K = 0: no speculation to compare
         say("this platform's engine: the same prompts, a chain of K")
         ours = decode_bench.run(dcfg, cache_dir=cache_dir, out_dir=out_dir / "engine").metrics
-    greedy = greedy_comparison(target, prompts, base, spec) if base is not None else None
+    greedy, diverged = greedy_comparison(target, prompts, base, spec) if base else (None, [])
     result = TrialResult(artifact_paths=sorted(out_dir.glob("server-*.log")))
     result.metrics.update(trial_metrics(cfg, spec, base, ours, greedy))
     (out_dir / "served.json").write_text(json.dumps(result.metrics, indent=1, default=str))
-    result.artifact_paths += [out_dir / "served.json", dataset]
+    (out_dir / "divergences.json").write_text(json.dumps(diverged, indent=1))
+    result.artifact_paths += [out_dir / "served.json", out_dir / "divergences.json", dataset]
     check_agreement(result.metrics)
     return result
 

@@ -44,22 +44,27 @@ NAN = float("nan")
 
 def greedy_comparison(
     target: Target, prompts: list[list[int]], base: ServerRun, spec: ServerRun
-) -> dict[str, float]:
+) -> tuple[dict[str, float], list[dict[str, object]]]:
     """``mismatches`` and ``near_ties`` of the speculating server's greedy outputs against the
     baseline server's (a near-tie: the target's top-2 logits at the first difference within the
-    dtype's threshold, DESIGN.md), and ``greedy.compared`` (prompts)."""
-    from workloads.decode_bench import mismatch_kind
+    dtype's threshold, DESIGN.md), and ``greedy.compared`` (prompts); beside them, per prompt
+    that diverged, where and by how much (:func:`workloads.decode_bench.divergence`, with the
+    prompt's index)."""
+    from workloads.decode_bench import divergence
 
     counts = {"mismatch": 0, "near_tie": 0}
-    for prompt, ref, out in zip(prompts, base.outputs, spec.outputs, strict=True):
-        kind = mismatch_kind(target, prompt, ref, out)
-        if kind:
-            counts[kind] += 1
-    return {
+    diverged: list[dict[str, object]] = []
+    for i, (prompt, ref, out) in enumerate(zip(prompts, base.outputs, spec.outputs, strict=True)):
+        found = divergence(target, prompt, ref, out)
+        if found is not None:
+            counts[str(found["kind"])] += 1
+            diverged.append({"prompt": i, **found})
+    metrics = {
         "mismatches": float(counts["mismatch"]),
         "near_ties": float(counts["near_tie"]),
         "greedy.compared": float(len(prompts)),
     }
+    return metrics, diverged
 
 
 def _bench(run: ServerRun | None, b: int, key: str) -> float:

@@ -26,6 +26,7 @@ from workloads.data import (
     render_chat,
     split_conversations,
 )
+from workloads.data.chat import PLAIN_TEMPLATE, chat_template_of
 
 SPECBENCH = Path(__file__).resolve().parents[4] / "shared" / "data" / "specbench"
 
@@ -194,6 +195,128 @@ def test_chat_prompt_ids(tokenizer) -> None:  # type: ignore[no-untyped-def]
     ids = chat_prompt_ids(tokenizer, "What is 2+2?")
     text = tokenizer.decode(ids)
     assert "What is 2+2?" in text and text.endswith("<|im_start|>assistant\n")
+
+
+# --- a base model's chats: the plain template --------------------------------------------------
+
+PLAIN_CONV = Conversation(
+    id="plain",
+    turns=(
+        ("user", "Write a loop in Python."),
+        ("assistant", "Sure:\n\nfor i in range(3):\n    print(i)"),
+        ("user", "Thanks! And in C?\n\nKeep it short."),
+        ("assistant", '  for (int i = 0; i < 3; i++) printf("%d", i);'),
+        ("user", "And Rust?"),
+        ("assistant", 'for i in 0..3 {\n    println!("{i}");\n}'),
+    ),
+)
+"""three exchanges, code, blank lines and a reply with leading spaces"""
+
+
+@pytest.fixture(scope="session")
+def gemma_tokenizer(cache_dir: Path):  # type: ignore[no-untyped-def]
+    """Gemma-3-270M's tokenizer (no chat template): a converted target's copy under the session
+    cache, else read once from the assembled GGUF (~10-20 s: 262,144 tokens) and saved there."""
+    from filelock import FileLock
+    from transformers import AutoTokenizer
+
+    from workloads.models.target_source import gemma_gguf_path
+
+    converted = cache_dir / "targets" / "gemma-3-270m"
+    if (converted / "tokenizer_config.json").exists():
+        return AutoTokenizer.from_pretrained(converted)
+    saved = cache_dir / "tokenizers" / "gemma-3-270m"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(saved) + ".lock"):
+        if not (saved / "tokenizer_config.json").exists():
+            gguf = gemma_gguf_path(saved.parent / "gguf")
+            assert gguf is not None
+            AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(saved)
+            gguf.unlink()
+    return AutoTokenizer.from_pretrained(saved)
+
+
+@pytest.fixture
+def no_template(tokenizer, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """SmolLM2's tokenizer with its chat template taken away (a byte-level BPE base model)."""
+    monkeypatch.setattr(tokenizer, "chat_template", None)
+    return tokenizer
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("gemma", marks=pytest.mark.slow),  # its GGUF read takes 10-20 s
+        # a byte-level BPE: a trailing '\n\n' alone is one token, '\n\nAssistant' is '\n',
+        # '\n', 'Ass...' (the plain template's blank line opens a turn for that reason)
+        "smollm2-without-template",
+    ]
+)  # fmt: skip
+def base_tokenizer(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """A real tokenizer without a chat template."""
+    name = "gemma_tokenizer" if request.param == "gemma" else "no_template"
+    tok = request.getfixturevalue(name)
+    assert tok.chat_template is None and tok.eos_token is not None
+    return tok
+
+
+def test_a_tokenizer_without_a_template_gets_the_plain_one(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    assert chat_template_of(tokenizer) == tokenizer.chat_template != PLAIN_TEMPLATE
+    assert chat_template_of(SimpleNamespace(chat_template=None, eos_token="</s>")) == PLAIN_TEMPLATE
+    assert chat_template_of(SimpleNamespace(chat_template="", eos_token="</s>")) == PLAIN_TEMPLATE
+    with pytest.raises(ValueError, match="neither a chat template nor an EOS token.*Fix:"):
+        chat_template_of(SimpleNamespace(chat_template=None, eos_token=None))
+
+
+def test_plain_prompt_ids_start_with_bos_and_end_with_the_assistant_header(no_template) -> None:  # type: ignore[no-untyped-def]
+    tok = no_template
+    ids = chat_prompt_ids(tok, "What is 2+2?")
+    assert ids[0] == tok.bos_token_id
+    header = tok("Assistant:\n", add_special_tokens=False)["input_ids"]
+    assert ids[-len(header) :] == header
+    assert tok.decode(ids) == f"{tok.bos_token}User:\nWhat is 2+2?\n\nAssistant:\n"
+
+
+def _masked_runs(ids: list[int], mask: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    prev = 0
+    for tok, m in zip(ids, mask, strict=True):
+        if m and not prev:
+            runs.append([])
+        if m:
+            runs[-1].append(tok)
+        prev = m
+    return runs
+
+
+def test_plain_chats_mask_each_reply_and_its_eos(base_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The plain template on a real base-model tokenizer: prefix-stable and tokenized turn by
+    turn as a whole (render_chat asserts both), the mask 1 on exactly each reply's tokens and
+    the EOS after it, and the generation prompt its assistant header after a BOS."""
+    tok = base_tokenizer
+    ids, mask = render_chat(tok, PLAIN_CONV, max_tokens=4096)
+    assert ids[0] == tok.bos_token_id and mask[0] == 0
+    replies = [text for role, text in PLAIN_CONV.turns if role == "assistant"]
+    runs = _masked_runs(ids, mask)
+    for run, reply in zip(runs, replies, strict=True):  # a token that straddles the header's
+        text = tok.decode(run)  # newline and a reply's leading spaces ("\n  ") is the reply's
+        tail = reply + tok.eos_token
+        assert text.endswith(tail) and not text[: len(text) - len(tail)].strip()
+    assert [r[-1] for r in runs] == [tok.eos_token_id] * 3  # each run ends at its EOS ...
+    for i in (j for j, t in enumerate(ids) if t == tok.eos_token_id):
+        assert mask[i] == 1 and (i + 1 == len(ids) or mask[i + 1] == 0)  # ... and stops there
+    plain = "\n\n".join(
+        f"{role.capitalize()}:\n{text}" + (tok.eos_token if role == "assistant" else "")
+        for role, text in PLAIN_CONV.turns
+    )
+    assert tok.decode(ids) == tok.bos_token + plain
+    short_ids, short_mask = render_chat(tok, PLAIN_CONV, max_tokens=20)
+    assert (short_ids, short_mask) == (ids[:20], mask[:20])
+    prompt = chat_prompt_ids(tok, PLAIN_CONV.turns[0][1])
+    header = tok("Assistant:\n", add_special_tokens=False)["input_ids"]
+    assert prompt[0] == tok.bos_token_id and prompt[-len(header) :] == header
+    assert ids[: len(prompt)] == prompt  # the first reply continues the generation prompt
 
 
 # --- pretraining corpus ----------------------------------------------------------------------

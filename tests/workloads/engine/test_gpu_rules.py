@@ -6,19 +6,29 @@ capture reported, not hidden."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tests.workloads.gpu_rules import DEVICE_1, DeviceMix, DeviceTags, HostSyncs, spread_target
-from tests.workloads.tiny import tiny_draft, tiny_target
+from tests.workloads.tiny import (
+    WINDOW,
+    greedy_reference,
+    tiny_draft,
+    tiny_gemma_target,
+    tiny_target,
+)
 from workloads.engine import batch as _batch
+from workloads.engine import steps as _steps
 from workloads.engine.ar_decode import ar_generate
 from workloads.engine.batch import Timer
 from workloads.engine.steps import Graphed, Steps, StepStats
 from workloads.engine.tree import accept_greedy
 from workloads.engine.tree_decode import TreeShape, generate
+from workloads.models.kv_cache import layer_masks
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8], [9] * 11, [3, 1], [2] * 6, [7, 8], [5], [6, 6, 6]]
 SHAPE = TreeShape(depth=3, topk=2, num_draft_tokens=6)
@@ -297,3 +307,77 @@ def test_graphs_of_a_replaced_cache_are_dropped(
 def test_a_tree_that_cannot_decode_is_refused(depth: int, topk: int, k: int) -> None:
     with pytest.raises(ValueError, match="num_draft_tokens >= 2"):
         TreeShape(depth=depth, topk=topk, num_draft_tokens=k)
+
+
+# --- a sliding-window target: the rules hold with a mask per layer type ------------------------
+
+BF16 = torch.bfloat16
+GEMMA_PROMPTS = [[1, 2, 3], [(7 * i) % 64 for i in range(2 * WINDOW + 3)], [5] * WINDOW]
+"""rows shorter than the tiny Gemma's window, twice as long, and as long"""
+
+
+@pytest.fixture(scope="module")
+def gemma() -> Any:
+    return tiny_gemma_target()
+
+
+def test_a_spread_sliding_window_target_keeps_one_device_per_op_and_the_sync_budget(
+    gemma: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-layer-type masks are made where the mask lives: no op mixes devices with the
+    final norm and LM head on device 1, the host reads once per cycle, and the output is the
+    unspread one."""
+    draft, n = tiny_draft(gemma), 10
+    kw = {"max_new_tokens": n, "shape": SHAPE, "eos_ids": frozenset()}
+    plain = generate(gemma, draft, GEMMA_PROMPTS, **kw)  # type: ignore[arg-type]
+    with spread_target(gemma, monkeypatch) as mode, HostSyncs() as rec:
+        spread = generate(gemma, draft, GEMMA_PROMPTS, **kw)  # type: ignore[arg-type]
+    assert spread.tokens == plain.tokens and spread.cycles >= 3
+    assert mode.ops > 1000 and not mode.mixes_seen
+    assert len(rec.seen) <= 1 + SYNC_BUDGET * spread.cycles, rec.seen
+
+
+def test_compiled_steps_of_a_sliding_window_target_compile_once_and_stay_lossless(
+    gemma: Any,
+) -> None:
+    """``compile`` (dynamo's eager backend) traces the verify step with its mask mapping and
+    the draft's scaled embedding: 3 steps compiled once, without a graph break (a host read
+    in a step splits it: more graphs), none again on a repeat call, and the greedy output of a
+    row longer than the window."""
+    prompts, n = GEMMA_PROMPTS[1:2], 8
+    draft = tiny_draft(gemma)
+    torch._dynamo.reset()
+    steps = Steps(gemma, draft, "compile", backend="eager")
+    kw = {"max_new_tokens": n, "shape": SHAPE, "eos_ids": frozenset(), "steps": steps}
+    first = generate(gemma, draft, prompts, **kw)  # type: ignore[arg-type]
+    assert steps.stats.compiles == 3 and steps.stats.late == 0  # verify, pending pairs, level
+    again = generate(gemma, draft, prompts, **kw)  # type: ignore[arg-type]
+    assert steps.stats.compiles == 3
+    assert first.tokens == again.tokens == [greedy_reference(gemma, p, n) for p in prompts]
+
+
+def test_greedy_verification_of_a_bf16_sliding_window_target_keeps_its_dtype(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bfloat16 target's masks per layer type are bfloat16, the window's hidden keys at
+    bfloat16's minimum (not float32's, which rounds to -inf), and no float32 [B, n, V] logits
+    are made at T = 0."""
+    target: Any = tiny_gemma_target(vocab=512)
+    target = target.to(BF16)
+    draft = tiny_draft(target).cast_to(BF16)
+    masks: list[dict[str, torch.Tensor]] = []
+
+    def spy(config: Any, mask: torch.Tensor, query_bn: torch.Tensor) -> Any:
+        masks.append(layer_masks(config, mask, query_bn))
+        return masks[-1]
+
+    monkeypatch.setattr(_steps, "layer_masks", spy)  # the verify step's
+    steps = Steps(target, draft)
+    kw = {"max_new_tokens": 6, "shape": SHAPE, "eos_ids": frozenset(), "steps": steps}
+    with _BigFloats(len(GEMMA_PROMPTS) * SHAPE.num_draft_tokens * 512) as rec:
+        res = generate(target, draft, GEMMA_PROMPTS, **kw)  # type: ignore[arg-type]
+    assert res.cycles >= 2 and rec.seen == []
+    assert len(masks) == res.cycles
+    assert {m.dtype for d in masks for m in d.values()} == {BF16}
+    sliding = torch.cat([d["sliding_attention"].flatten() for d in masks])
+    assert torch.isfinite(sliding).all() and float(sliding.min()) == torch.finfo(BF16).min

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+)
 
+from tests.workloads.tiny import tiny_gemma_target, tiny_target
 from workloads.models.target import (
     _OFFICIAL,
     _builtin_tokenizer,
     _materialise,
+    embedding_scale,
     load_target,
     random_config,
 )
@@ -154,30 +163,51 @@ def test_a_random_target_reads_nothing_but_config_json(
     assert in_folder == {"config.json"}  # read, and nothing else there
 
 
+CONFIG_CLASS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "gemma3_text": Gemma3TextConfig}
+
+
 @pytest.mark.parametrize("name", builtin_names())
 def test_builtin_shapes_build_their_official_config_on_meta(name: str) -> None:
     shape, official = BUILTIN_SHAPES[name], _OFFICIAL[name]
     config = random_config(name)
-    assert isinstance(config, LlamaConfig if official.family == "llama" else Qwen2Config)
-    assert config.rope_parameters["rope_theta"] == official.rope_theta
+    assert isinstance(config, CONFIG_CLASS[official.family])
+    rope = config.rope_parameters
+    assert rope.get("full_attention", rope)["rope_theta"] == official.rope_theta  # Gemma: global
     assert (config.rms_norm_eps, config.tie_word_embeddings) == (
         official.rms_norm_eps, official.tie_word_embeddings,
     )  # fmt: skip
+    assert config.max_position_embeddings == official.max_position_embeddings
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     h, kv, m, v = shape.hidden, shape.h_kv, shape.mlp_inner, shape.vocab
-    per_layer = 2 * h * h + 2 * h * kv + 3 * h * m + 2 * h
+    q = shape.heads * shape.head_dim  # h but for Gemma-3 (4 heads of 256 over hidden 640)
+    per_layer = 2 * h * q + 2 * h * kv + 3 * h * m + 2 * h
     if official.family == "qwen2":
-        per_layer += h + 2 * kv  # Qwen2's q/k/v projections have biases
+        per_layer += q + 2 * kv  # Qwen2's q/k/v projections have biases
+    if official.family == "gemma3_text":
+        per_layer += 2 * h + 2 * shape.head_dim  # pre/post-MLP norms, q/k norms
     expected = shape.layers * per_layer + h + v * h * (1 if official.tie_word_embeddings else 2)
     assert sum(p.numel() for p in model.parameters()) == expected
+
+
+def test_the_random_gemma_shape_has_the_real_models_attention_layout() -> None:
+    """Its local/global layers, window, RoPE bases and query scale are those of
+    google/gemma-3-270m's config.json (the converted GGUF's): a random-weight Gemma times the
+    attention the real one runs."""
+    config = random_config("gemma-3-270m")
+    assert config.sliding_window == 512  # Gemma3TextConfig's default is 4096
+    assert config.layer_types == (["sliding_attention"] * 5 + ["full_attention"]) * 3
+    assert config.rope_parameters["sliding_attention"]["rope_theta"] == 10_000.0
+    assert config.rope_parameters["full_attention"]["rope_theta"] == 1_000_000.0
+    assert (config.head_dim, config.query_pre_attn_scalar) == (256, 256)
 
 
 @pytest.mark.parametrize(
     ("name", "params"),
     # the parameter counts their model cards give
     [("llama-3-8b", 8_030_261_248), ("qwen2.5-7b", 7_615_616_512),
-     ("qwen2.5-72b", 72_706_203_648), ("smollm2-135m", 134_515_008)],
+     ("qwen2.5-72b", 72_706_203_648), ("smollm2-135m", 134_515_008),
+     ("gemma-3-270m", 268_098_176)],  # Gemma's: the converted GGUF's safetensors
 )  # fmt: skip
 def test_builtin_shape_parameter_counts_match_the_real_models(name: str, params: int) -> None:
     with torch.device("meta"):
@@ -231,3 +261,25 @@ def test_frozen_weights_reads_an_offloaded_head_from_accelerates_map(tmp_path: P
     embed, got = target.frozen_weights()
     assert torch.equal(got, head) and embed is model.model.embed_tokens.weight
     assert target.input_device == torch.device("cpu")
+
+
+def test_embedding_scale_is_sqrt_hidden_for_gemma_and_one_for_llama() -> None:
+    """Gemma-3's scaled embedding multiplies its rows by sqrt(h) (rounded to the weight's dtype);
+    LLaMA's is a plain lookup."""
+    gemma, llama = tiny_gemma_target(), tiny_target()
+    assert embedding_scale(gemma) == pytest.approx(64**0.5, rel=1e-6)
+    assert embedding_scale(llama) == 1.0
+    odd: Any = tiny_gemma_target()
+    odd.model.embed_tokens.embed_scale.fill_(3.3)  # not a power of two: the bf16 rounding shows
+    assert embedding_scale(odd) == pytest.approx(3.3, rel=1e-6)
+    # bfloat16: the measured ratio rounds to the scale the module applied, bf16(3.3) = 3.296875
+    bf16 = torch.bfloat16
+    measured = embedding_scale(odd.to(bf16))
+    assert float(torch.tensor(measured, dtype=bf16)) == float(torch.tensor(3.3, dtype=bf16))
+
+
+def test_embedding_scale_refuses_an_embedding_that_is_not_a_scaled_lookup() -> None:
+    model = tiny_target()
+    model.model.embed_tokens.register_forward_hook(lambda _m, _i, out: out + 1.0)
+    with pytest.raises(ValueError, match="not a scaled lookup of its weight.*Fix:"):
+        embedding_scale(model)

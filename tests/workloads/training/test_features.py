@@ -418,6 +418,28 @@ def test_in_ram_features_train_as_the_cached_ones(
     assert logs[0].loss == logs[1].loss  # bit for bit
 
 
+def test_packed_rows_of_a_sliding_window_target_equal_each_document_alone() -> None:
+    """A tiny Gemma-3 (window 8, :func:`tests.workloads.tiny.tiny_gemma_target`): in a packed
+    row each document gets its own causal mask and, in the sliding layers, its window, so its
+    features are those of the document run alone (HF's own masks); without the window they are
+    not (the mask then reaches back 20 tokens)."""
+    from tests.workloads.tiny import WINDOW, tiny_gemma_target
+    from workloads.training import features as _features
+
+    target = tiny_gemma_target()
+    g = torch.Generator().manual_seed(3)
+    docs = [torch.randint(0, 64, (n,), generator=g) for n in (3 * WINDOW, WINDOW - 3, 2 * WINDOW)]
+    ids = torch.cat(docs)[None]
+    pos = torch.cat([torch.arange(len(d)) for d in docs])[None]
+    alone = torch.cat([target_hidden(target, d[None], torch.arange(len(d))[None]) for d in docs], 1)
+    packed = target_hidden(target, ids, pos)
+    torch.testing.assert_close(packed, alone, rtol=2e-3, atol=2e-3)  # float16 features
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_features, "layer_masks", lambda _config, mask, _query: mask)
+        wrong = target_hidden(target, ids, pos)
+    assert (wrong - alone).abs().amax() > 0.1
+
+
 def _save_tiny_target(model: LlamaForCausalLM, folder: Path) -> None:
     """A local target folder: the tiny model and a word-level tokenizer (nothing downloaded)."""
     model.save_pretrained(folder)
