@@ -460,4 +460,22 @@ def load_target(
         tokenizer = AutoTokenizer.from_pretrained(source)
     model.eval()
     model.requires_grad_(False)
+    if torch_dtype == torch.float16 and weights == "pretrained":
+        _check_float16(name, model)
     return Target(name=name, model=model, tokenizer=tokenizer, random_weights=weights == "random")
+
+
+@torch.inference_mode()
+def _check_float16(name: str, model: PreTrainedModel) -> None:
+    """Refuse a target whose activations overflow float16 (Gemma-3's do: NaN logits, measured
+    on Gemma-3-270M), on one 16-token forward.
+
+    Raises:
+        ValueError: the logits are not finite; the fix names bfloat16.
+    """
+    ids = torch.arange(2, 18, device=input_device(model))[None]
+    if not bool(torch.isfinite(model(input_ids=ids).logits).all()):
+        raise ValueError(
+            f"target.model {name!r} overflows float16 (its logits are not finite on a 16-token "
+            "forward). Fix: target.dtype: bfloat16 (float16's range is too small for it)"
+        )

@@ -283,3 +283,27 @@ def test_embedding_scale_refuses_an_embedding_that_is_not_a_scaled_lookup() -> N
     model.model.embed_tokens.register_forward_hook(lambda _m, _i, out: out + 1.0)
     with pytest.raises(ValueError, match="not a scaled lookup of its weight.*Fix:"):
         embedding_scale(model)
+
+
+def test_a_target_that_overflows_float16_is_refused() -> None:
+    """Gemma-3's activations overflow float16 (NaN logits, measured): a finite check on one
+    forward turns that into an error naming bfloat16."""
+    from types import SimpleNamespace
+
+    from workloads.models.target import _check_float16
+
+    class Model(torch.nn.Module):
+        def __init__(self, value: float) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(32, 4)
+            self.value = value
+
+        def get_input_embeddings(self) -> torch.nn.Module:
+            return self.emb
+
+        def forward(self, input_ids: torch.Tensor) -> SimpleNamespace:
+            return SimpleNamespace(logits=torch.full((1, input_ids.shape[1], 8), self.value))
+
+    _check_float16("fine", Model(1.0))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'gemma' overflows float16.*Fix: target.dtype: bfloat16"):
+        _check_float16("gemma", Model(float("nan")))  # type: ignore[arg-type]
