@@ -51,8 +51,9 @@ change of the top-2 gap measured between a forward of 8 tokens over a KV cache (
 and one token at a time (the greedy reference), on 8 spec-bench prompts x 48 greedy tokens of
 SmolLM2-135M and Gemma-3-270M on a CPU (``python benchmarks/near_tie_rounding.py``,
 2026-12-07): bfloat16 3.5 and 2.0 spacings (argmax flips only at gaps of 0-2), float16 4.0
-(SmolLM2; Gemma-3 overflows float16, NaN logits, and is refused at load), float32 23 and 17 (under NEAR_TIE: float32's floor rules). TF32 was not measured (no
-GPU): its 16 is the earlier rule's, twice the largest single-logit error seen in bfloat16.
+(SmolLM2; Gemma-3 overflows float16, NaN logits, and is refused at load), float32 23 and 17
+(under NEAR_TIE: float32's floor rules). TF32 was not measured (no GPU): its 16 is the earlier
+rule's, twice the largest single-logit error seen in bfloat16.
 Before 2026-12-07 every dtype used 16, which in bfloat16 excused gaps up to 2.0 at a top
 logit of 16-32 while the ties seen in vLLM were 0-0.25 apart"""
 
