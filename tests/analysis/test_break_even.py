@@ -1,0 +1,135 @@
+"""Tests of the token law's break-even crossing (analysis/break_even.py) against known truths:
+data drawn from ``acceptance_length = 0.2*log10(T) + 0.5 + N(0, 0.03)`` over T = 2^13..2^17
+with 2 seeds, so the law reaches tau* = 1.4 at T = 10^4.5."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.break_even import STATUSES, crossing_budget, vllm_break_even
+from analysis.laws import LogLinearFit, fit_log_linear
+
+A, B, NOISE = 0.2, 0.5, 0.03
+BUDGETS = np.array([2.0**e for e in range(13, 18)] * 2)
+"""T = 2^13..2^17 tokens, two seeds each"""
+TAU_STAR = 1.4
+TRUTH = 10**4.5
+"""tokens where the true law is TAU_STAR: (1.4 - 0.5) / 0.2 = 4.5 decades"""
+
+
+def _fit(ys: np.ndarray, xs: np.ndarray = BUDGETS, log_base: int = 10) -> LogLinearFit:
+    df = pd.DataFrame({"pretrain.tokens": xs, "acceptance_length": ys})
+    return fit_log_linear(df, "pretrain.tokens", "acceptance_length", law="tokens",
+                          log_base=log_base)  # fmt: skip
+
+
+def _law(rng: np.random.Generator, a: float = A, b: float = B) -> LogLinearFit:
+    return _fit(a * np.log10(BUDGETS) + b + rng.normal(0.0, NOISE, BUDGETS.size))
+
+
+def test_a_noisy_law_crosses_near_the_truth_and_its_interval_brackets_it() -> None:
+    c = crossing_budget(_law(np.random.default_rng(3)), TAU_STAR)
+    assert c.status == "ok" and c.region == "interval" and c.bounded and not c.extrapolated
+    assert abs(c.log_budget - 4.5) < 0.15  # within 40% of 10^4.5 tokens
+    assert c.budget == pytest.approx(10**c.log_budget)
+    assert c.budget_lo < TRUTH < c.budget_hi and c.covers(TRUTH)
+    assert (c.budget_lo, c.budget_hi) == pytest.approx((10**c.log_lo, 10**c.log_hi))
+    assert c.budget_lo < c.budget < c.budget_hi
+    assert c.measured == (2.0**13, 2.0**17)
+    assert not c.covers(c.budget_lo * 0.9) and not c.covers(c.budget_hi * 1.1)
+
+
+def test_the_interval_ends_are_where_the_mean_lines_band_meets_tau_star() -> None:
+    """Fieller's set is the inverse of the mean's confidence band (LogLinearFit.predict, the
+    same HC3 covariance and t): the band's upper edge meets tau* at the lower budget, its lower
+    edge at the upper one. A swapped Var(a)/Var(b) or a z for the t would miss both."""
+    fit = _law(np.random.default_rng(11))
+    c = crossing_budget(fit, TAU_STAR)
+    band = fit.predict([c.budget_lo, c.budget, c.budget_hi])
+    assert band["mean_hi"][0] == pytest.approx(TAU_STAR, abs=1e-9)
+    assert band["mean"][1] == pytest.approx(TAU_STAR, abs=1e-9)
+    assert band["mean_lo"][2] == pytest.approx(TAU_STAR, abs=1e-9)
+
+
+def test_the_interval_covers_the_true_budget_about_95_percent_of_the_time() -> None:
+    rng = np.random.default_rng(2026)
+    crossings = [crossing_budget(_law(rng), TAU_STAR) for _ in range(200)]
+    coverage = np.mean([c.covers(TRUTH) for c in crossings])
+    assert 0.90 <= coverage <= 0.99, coverage
+    at_99 = np.mean([crossing_budget(_law(rng), TAU_STAR, alpha=0.01).covers(TRUTH)
+                     for _ in range(200)])  # fmt: skip
+    assert at_99 >= 0.96, at_99
+
+
+def test_a_flat_law_supports_no_budget() -> None:
+    rng = np.random.default_rng(5)
+    flat = [crossing_budget(_law(rng, a=0.0, b=1.2), TAU_STAR) for _ in range(100)]
+    unbounded = [c for c in flat if c.status == "unbounded"]
+    assert len(unbounded) >= 90  # the slope's t-test at 5% keeps about 95 of 100
+    for c in unbounded:
+        assert not c.bounded and c.quadratic[0] <= 0
+        assert (c.budget_lo, c.budget_hi) == (0.0, math.inf)
+        assert c.note.startswith("the slope is not resolved from 0")
+    constant = crossing_budget(_fit(np.full(BUDGETS.size, 1.2)), TAU_STAR)
+    assert constant.status == "unbounded" and not constant.covers(TRUTH)
+
+
+def test_tau_star_below_the_band_at_the_smallest_budget_is_already() -> None:
+    fit = _law(np.random.default_rng(3))
+    low = crossing_budget(fit, 1.0)  # the law is ~1.28 at 2^13 tokens
+    assert low.status == "already" and low.extrapolated
+    assert low.budget_hi < 2.0**13 and low.budget < 2.0**13
+    assert low.note.startswith("tau* is below")
+    edge = crossing_budget(fit, fit.a * math.log10(2.0**13) + fit.b - 0.01)
+    assert edge.status == "ok" and edge.extrapolated  # below the line, inside the band
+    assert edge.budget < 2.0**13 < edge.budget_hi
+
+
+def test_a_nearly_noiseless_law_crosses_exactly_where_the_formula_says() -> None:
+    rng = np.random.default_rng(0)
+    fit = _fit(A * np.log10(BUDGETS) + B + rng.normal(0.0, 1e-9, BUDGETS.size))
+    c = crossing_budget(fit, TAU_STAR)
+    assert c.budget == pytest.approx(TRUTH, rel=1e-6)
+    assert c.log_hi - c.log_lo < 1e-6 and c.status == "ok"
+    beyond = crossing_budget(fit, 2.0)  # (2.0 - 0.5) / 0.2 = 7.5 decades
+    assert beyond.budget == pytest.approx(10**7.5, rel=1e-6) and beyond.extrapolated
+    base2 = _fit(0.3 * np.log2(BUDGETS) + 0.1 + rng.normal(0.0, 1e-9, BUDGETS.size), log_base=2)
+    assert crossing_budget(base2, 0.3 * 15 + 0.1).budget == pytest.approx(2.0**15, rel=1e-6)
+
+
+def test_a_law_that_falls_with_training_is_decreasing() -> None:
+    c = crossing_budget(_law(np.random.default_rng(1), a=-0.2, b=2.3), TAU_STAR)
+    assert c.status == "decreasing" and c.bounded
+    assert c.budget == pytest.approx(TRUTH, rel=0.5)
+
+
+def test_no_fit_and_no_break_even_say_so() -> None:
+    two = _fit(np.array([1.0, 1.2]), xs=np.array([1e4, 1e5]))
+    c = crossing_budget(two, TAU_STAR)
+    assert c.status == "no fit" and "not enough points" in c.note and math.isnan(c.budget)
+    assert not c.covers(TRUTH)
+    nan = crossing_budget(_law(np.random.default_rng(3)), math.nan)
+    assert nan.status == "no break-even" and math.isnan(nan.budget_hi)
+    assert {c.status, nan.status} <= set(STATUSES)
+    with pytest.raises(ValueError, match="alpha"):
+        crossing_budget(two, TAU_STAR, alpha=1.5)
+
+
+def test_a_crossing_is_plain_json() -> None:
+    c = crossing_budget(_law(np.random.default_rng(5), a=0.0, b=1.2), TAU_STAR)
+    data = json.loads(json.dumps(c.to_dict()))
+    assert data["status"] == c.status and data["tau_star"] == TAU_STAR
+
+
+def test_vllm_break_even_is_acceptance_over_speedup() -> None:
+    assert vllm_break_even(2.0, 1.25) == pytest.approx(1.6)
+    assert vllm_break_even(1.5, 0.5) == pytest.approx(3.0)  # slower than plain decoding
+    for tau, speedup in [(math.nan, 1.0), (2.0, math.nan), (2.0, 0.0), (2.0, -1.0),
+                         (0.0, 1.0), (2.0, math.inf)]:  # fmt: skip
+        assert math.isnan(vllm_break_even(tau, speedup)), (tau, speedup)
+    assert math.isnan(vllm_break_even(None, 1.0))  # type: ignore[arg-type]
