@@ -33,7 +33,7 @@ def test_find_trial_draft_by_prefix_and_best(tmp_path: Path) -> None:
         decode_bench.find_trial_draft(tmp_path, "tokens", "aaaaaa")
     with pytest.raises(ValueError, match="matches no finished trial"):
         decode_bench.find_trial_draft(tmp_path, "tokens", "ffffff")
-    with pytest.raises(ValueError, match="sweeps/tokens.yaml"):
+    with pytest.raises(ValueError, match="sweep .other. .*sweeps/other.yaml"):
         decode_bench.find_trial_draft(tmp_path, "other", "best")
 
 
