@@ -165,15 +165,7 @@ def test_render_chat_mask_covers_assistant_tokens(tokenizer) -> None:  # type: i
     ids, mask = render_chat(tokenizer, conv, max_tokens=4096)
     assert len(ids) == len(mask) and set(mask) == {0, 1}
     # Masked runs, decoded, are exactly the replies followed by the end-of-turn token.
-    runs: list[list[int]] = []
-    prev = 0
-    for tok, m in zip(ids, mask, strict=True):
-        if m and not prev:
-            runs.append([])
-        if m:
-            runs[-1].append(tok)
-        prev = m
-    texts = [tokenizer.decode(r) for r in runs]
+    texts = [tokenizer.decode(r) for r in _masked_runs(ids, mask)]
     end = tokenizer.eos_token
     assert texts == [conv.turns[1][1] + end, conv.turns[3][1] + end]
     full = tokenizer.apply_chat_template(
