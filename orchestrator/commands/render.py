@@ -268,8 +268,8 @@ def print_trials(
 ) -> None:
     """A trial table: key, grid point, state (and error), the given metrics (the workload's
     ``status_columns``; none for planned trials, which have no metrics yet), each in its
-    format from ``formats`` (the workload's progress formats), else ``.4f``. A header wider
-    than its column folds onto more lines, never cut."""
+    format from ``formats`` (the workload's progress formats), else ``.4f``. A cell of up to
+    24 characters is never cut; a longer one (an error) and a header fold onto more lines."""
     table = Table(title=f"sweep {name}")
     axes = sorted({k for _, _, o, _ in rows for k in o})
     spec = formats or {}
@@ -279,11 +279,15 @@ def print_trials(
             "" if metrics is None else fmt(metrics.get(c), spec.get(c, ".4f")) for c in columns
         ]
         cells.append((key, [str(overrides.get(a, "")) for a in axes], state, values))
-    for col in ["trial_key", *axes, "state"]:
-        table.add_column(Text(col, overflow="fold"))
-    for i, col in enumerate(columns):
-        widest = max((len(values[i]) for *_, values in cells), default=0)
-        table.add_column(Text(col, overflow="fold"), min_width=widest)
-    for key, points, state, values in cells:
-        table.add_row(key, *points, state, *values)
+    texts = [[key, *points, state, *values] for key, points, state, values in cells]
+    headers = ["trial_key", *axes, "state", *columns]
+    widths = [min(max((len(row[i]) for row in texts), default=0), 24) for i in range(len(headers))]
+    rest = out.width - 3 * len(headers) - 1 - widths[0] - widths[len(axes) + 1]  # key, state whole
+    share = max(4, rest // max(1, len(headers) - 2))  # the other columns share what is left
+    for col, widest in zip(headers, widths, strict=True):
+        table.add_column(  # a short cell is never cut: its column is at least as wide
+            Text(col, overflow="fold"), min_width=widest, max_width=max(widest, share)
+        )
+    for row in texts:
+        table.add_row(*row)
     out.print(table)

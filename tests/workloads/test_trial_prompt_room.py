@@ -20,6 +20,7 @@ class _WordTokenizer:
     """One token per word; a chat template that adds nothing: enough for ``chat_prompt_ids``."""
 
     all_special_ids: list[int] = []
+    chat_template = "{{ messages }}"  # has one, so ``chat_template_of`` keeps it
 
     def apply_chat_template(self, messages: list[dict[str, str]], **_: Any) -> str:
         return " ".join(m["content"] for m in messages)

@@ -107,3 +107,19 @@ def test_status_headers_stay_distinguishable_at_80_columns(
     names = _header_names(table)
     assert names == ["trial_key", "draft.layers", "pretrain.tokens", "state", *columns]
     assert "1.512" in table and "1.4900" in table  # the numbers are whole too
+
+
+def test_status_keeps_the_state_and_key_whole_beside_four_metrics_at_80_columns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With mismatches and near-ties added, ``completed`` was cut to ``comple…`` in a pipe's
+    80 columns (the status e2e test counts the word)."""
+    monkeypatch.setattr(render, "out", Console(width=80, soft_wrap=True))
+    columns = ("acceptance_length", "acceptance_length_prompt_mean", "mismatches", "near_ties")
+    metrics = {"acceptance_length": 1.2, "acceptance_length_prompt_mean": 1.1, "mismatches": 0}
+    rows = [("a1b2c3d4e5f6", "completed", {"pretrain.tokens": 4096, "seed": 0}, metrics)] * 4
+    render.print_trials("smoke", rows, columns, {"mismatches": "d", "near_ties": "d"})
+    table = capsys.readouterr().out
+    assert max(len(line) for line in table.splitlines()) <= 80
+    assert table.count("completed") == 4 and table.count("a1b2c3d4e5f6") == 4
+    assert _header_names(table) == ["trial_key", "pretrain.tokens", "seed", "state", *columns]
