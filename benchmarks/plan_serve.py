@@ -9,8 +9,9 @@ each batch size b of the plan's mix:
    plan's predicted speedup had it planned k = K + 1 (``speedup_by_k``), its acceptance length
    beside this platform's engine's on the same prompts;
 3. where the plan speculates at some b (its vLLM config is not ``null``), a server loaded with
-   the plan's ``speculative_config`` as it was written (its per-batch-size schedule): the
-   measured speedup at each b beside the plan's predicted speedup and its 95% interval.
+   the plan's ``speculative_config`` as it was written (its per-batch-size schedule): its
+   speedup at each b over its own plain server of the same run beside the plan's predicted
+   speedup and its 95% interval; ``-`` (None in the JSON) where the plan is not served.
 
 The plan's speedup is over its roofline's autoregressive step in this platform's tree engine
 (its decode sweep's tree); vLLM drafts a chain. Prints one table and writes
@@ -73,6 +74,10 @@ def predicted(plan: dict[str, Any], k: int) -> dict[int, dict[str, Any]]:
     return out
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def main(argv: list[str]) -> int:
     a = parse(argv)
     from workloads.serving import bench
@@ -104,7 +109,7 @@ def main(argv: list[str]) -> int:
         sched = [tuple(r) for r in snippet["num_speculative_tokens_per_batch_size"]]
         cfg = ServeBenchConfig(**base, serve=serve | {
             "num_speculative_tokens": snippet["num_speculative_tokens"], "schedule": sched,
-            "baseline": False, "compare_engine": False})  # fmt: skip
+            "compare_engine": False})  # fmt: skip  its own plain server: speedups in one run
         m_plan = bench.run(cfg, cache_dir=cache, out_dir=a.out / "plan", run_root=root,
                            progress=print).metrics  # fmt: skip
     rows = []
@@ -113,7 +118,7 @@ def main(argv: list[str]) -> int:
         rows.append({
             "b": b, "plan_k": p["k"], "plan_speedup": p["speedup"],
             "plan_speedup_ci": p["speedup_ci"],
-            "measured_plan_config": (m_plan[f"tokens_per_s/b{b}"] / plain if m_plan else 1.0),
+            "measured_plan_config": m_plan[f"speedup/b{b}"] if m_plan else None,  # not served
             "served_plan_k": (m_plan[f"num_speculative_tokens/b{b}"] + 1 if m_plan else 1),
             "predicted_fixed_k": p["speedup_at_fixed_k"], "measured_fixed_k": m_fixed[
                 f"speedup/b{b}"], "baseline_tokens_per_s": plain,
@@ -127,9 +132,9 @@ def main(argv: list[str]) -> int:
           f"{'predicted k=' + str(a.k + 1):>14s} {'measured K=' + str(a.k):>12s}")  # fmt: skip
     for r in rows:
         lo, hi = (float("nan") if x is None else x for x in r["plan_speedup_ci"])
-        fk = r["predicted_fixed_k"]
+        fk, mp = (_num(r[c]) for c in ("predicted_fixed_k", "measured_plan_config"))
         print(f"{r['b']:4d} {r['plan_k']:6d} {r['plan_speedup']:6.2f} [{lo:5.2f}, {hi:5.2f}]   "
-              f"{r['measured_plan_config']:9.2f}   {'-' if fk is None else f'{fk:.2f}':>14s} "
+              f"{mp:>9s}   {fk:>14s} "
               f"{r['measured_fixed_k']:12.2f}")  # fmt: skip
     out = {
         "args": {k: str(v) for k, v in vars(a).items()},
