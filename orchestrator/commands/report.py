@@ -222,22 +222,14 @@ def _print_transfer(
     from dashboards.compare_page import STUDY_HEADERS, study_rows, transfer_rows
 
     first, second = transfer_rows(names, diff, pooled)
-    if diff.ok:
-        console.print(
-            f"slope difference a(B) - a(A) = {first[1]} {first[2]} (95% CI, {first[3]}; one "
-            f"fit with the sweep as a factor): {first[4]}",
-            markup=False,
-        )
-    else:
-        console.print(f"slope difference: {diff.status}", markup=False)
-    if pooled.ok:
-        console.print(
-            f"pooled slope = {second[1]} {second[2]} (95% CI, random effects, "
-            f"DerSimonian-Laird; {second[3]}): {second[4]}",
-            markup=False,
-        )
-    else:
-        console.print(f"pooled slope: {pooled.status}", markup=False)
+    lines = (
+        (diff.ok, diff.status, "slope difference", f"a(B) - a(A) = {first[1]} {first[2]} (95% "
+         f"CI, {first[3]}; one fit with the sweep as a factor): {first[4]}"),
+        (pooled.ok, pooled.status, "pooled slope", f"= {second[1]} {second[2]} (95% CI, random "
+         f"effects, DerSimonian-Laird; {second[3]}): {second[4]}"),
+    )  # fmt: skip
+    for ok, status, name, figure in lines:
+        console.print(f"{name} {figure}" if ok else f"{name}: {status}", markup=False)
     st = Table(title=f"slopes pooled (per sweep and prompt set, {y})")
     for col in STUDY_HEADERS:
         st.add_column(col, overflow="fold")
