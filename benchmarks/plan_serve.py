@@ -43,7 +43,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--run-root", type=Path, default=Path("runs"), help="where the plan was made")
     p.add_argument("--plan", default="plan-tokens", help="the plan's name (default: plan-tokens)")
-    p.add_argument("--sweep", default="tokens", help="the draft_train sweep (default: tokens)")
+    p.add_argument("--sweep", default=None, help="the draft_train sweep (default: the plan's)")
     p.add_argument("--tokens", type=int, default=131072, help="pretraining budget of the draft")
     p.add_argument("--seed", type=int, default=0, help="seed of the draft_train trial")
     p.add_argument("--k", type=int, default=3, help="fixed K of server 2 (default 3)")
@@ -88,8 +88,9 @@ def main(argv: list[str]) -> int:
     snippet = json.loads((folder / "vllm_speculative_config.json").read_text())
     pred = predicted(plan, a.k + 1)
     bs = sorted(pred)
-    base = {
-        "seed": a.seed, "draft": {"source": "sweep", "sweep": a.sweep},
+    base = {  # the plan's target and token sweep: the draft is served on what it was trained on
+        "seed": a.seed, "draft": {"source": "sweep", "sweep": a.sweep or plan["sweeps"]["tokens"]},
+        "target": {"model": plan["targets"]["measured"]},
         "pretrain": {"tokens": a.tokens}, "prompts": {"num_prompts": a.num_prompts},
     }  # fmt: skip
     serve = {"batch_sizes": bs, "max_new_tokens": a.max_new_tokens, "enforce_eager": a.eager}
