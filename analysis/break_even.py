@@ -16,6 +16,9 @@ Inputs, both measured:
 "inverse regression"): the set of x = log_base(T) where tau* lies inside the mean line's
 (1 - alpha) confidence band.
 
+:func:`batch_crossing` applies the same inverse prediction to Thm 1.3's other question: the
+batch size b* where the measured speedup over autoregressive decoding crosses 1.
+
 Pure functions: no I/O.
 """
 
@@ -25,12 +28,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pandas as pd
 from scipy import stats
 
 from analysis._json import dataclass_dict
-from analysis.laws import LogLinearFit
+from analysis.laws import LogLinearFit, fit_log_linear
 
-__all__ = ["STATUSES", "Crossing", "crossing_budget", "vllm_break_even"]
+__all__ = ["STATUSES", "Crossing", "batch_crossing", "crossing_budget", "vllm_break_even"]
 
 STATUSES = ("ok", "already", "unbounded", "decreasing", "no fit", "no break-even")
 """the values of :attr:`Crossing.status` (meanings: :func:`crossing_budget`)"""
@@ -199,6 +203,24 @@ def crossing_budget(fit: LogLinearFit, tau_star: float, *, alpha: float = 0.05) 
         measured=measured, alpha=alpha, t=t, quadratic=(qa, qb, qc), gap=gap, note="",
     )  # fmt: skip
     return _with(found, status, region=_region_text(region, gap, fit.log_base))
+
+
+def batch_crossing(best: pd.DataFrame, *, alpha: float = 0.05) -> tuple[LogLinearFit, Crossing]:
+    """The batch size b* where speculation stops (or starts) paying, with its (1 - alpha) set.
+
+    ``best``: one row per batch size with ``batch_size`` (sequences) and ``speedup`` (the best
+    configuration's tokens/s over the autoregressive baseline at that b, e.g.
+    :func:`analysis.throughput.best_per_batch`). Fits ``speedup = a*log2(b) + b0`` (OLS, HC3,
+    :func:`analysis.laws.fit_log_linear`, law "speedup") and solves ``speedup(b*) = 1`` by
+    :func:`crossing_budget`; the returned :class:`Crossing`'s budget fields are batch sizes
+    here. Its status reads: "decreasing" (a < 0, resolved) speculation pays below b*; "ok" it
+    pays above b*; "already" it pays from the smallest b measured; "unbounded" the trend over b
+    is not resolved from 0 (no crossing is supported); "no fit" fewer than 3 batch sizes.
+    ``extrapolated``: b* is outside the measured batch sizes (e.g. below 1 when speculation
+    never pays). Raises ``ValueError`` when a column is missing or ``alpha`` is not in (0, 1).
+    """
+    fit = fit_log_linear(best, "batch_size", "speedup", law="speedup", log_base=2, alpha=alpha)
+    return fit, crossing_budget(fit, 1.0, alpha=alpha)
 
 
 def _solve(qa: float, qb: float, qc: float) -> tuple[str, float, float, tuple[float, float]]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.break_even import Crossing, batch_crossing
 from analysis.laws import LogLinearFit
 from analysis.numbers import fmt
 from analysis.throughput import (
@@ -130,6 +131,8 @@ class _Part:
     kfit: KOptFit
     roof: RooflineData | None
     page: Path
+    speedup: LogLinearFit
+    crossing: Crossing
 
 
 def _parts(df: pd.DataFrame, cfg: dict[str, Any], dashboard: Path) -> list[_Part]:
@@ -146,7 +149,7 @@ def _parts(df: pd.DataFrame, cfg: dict[str, Any], dashboard: Path) -> list[_Part
             trials, target.get("model", DEFAULT_TARGET), 4 if dtype in ("float32", "auto") else 2
         )
         peak, kfit = fit_peak_throughput(best), fit_k_opt(best)
-        parts.append(_Part(label, trials, best, peak, kfit, roof, page))
+        parts.append(_Part(label, trials, best, peak, kfit, roof, page, *batch_crossing(best)))
     return parts
 
 
@@ -189,6 +192,8 @@ def fit_decode_sweep(
         best = {"best": ref.best.to_dict("records"), **cond}
         store.save_fit(sweep_id, fit_record("batch", ref.peak, best))
         store.save_fit(sweep_id, fit_record("k_opt", ref.kfit.log2, {"eq4": eq4}))
+        crossing = {"crossing": ref.crossing.to_dict(), **cond}
+        store.save_fit(sweep_id, fit_record("speedup", ref.speedup, crossing))
         # for later sweeps' ``decode.k_law: sweep:<name>`` trials, which read no database
         write_sweep_k_law(
             dashboard.parent,
@@ -221,6 +226,9 @@ def fit_decode_sweep(
     lines += [f"{label}: {w}" if label else w for label, w in pooled.items() if w]
     for part in parts:
         lines += _best_lines(part, prefix=f"{part.label}: " if part.label else "")
+        if len(part.best):
+            label = f"{part.label}: " if part.label else ""
+            lines.append(label + crossing_line(part.speedup, part.crossing))
     return peak, lines
 
 
@@ -268,6 +276,23 @@ def _best_lines(part: _Part, *, prefix: str) -> list[str]:
             f"{fmt(row['acceptance_length'], '.2f')}{pred}"
         )
     return lines
+
+
+def crossing_line(fit: LogLinearFit, c: Crossing) -> str:
+    """Thm 1.3's crossing as one console line: where the best speedup over AR decoding crosses
+    1 (``fit`` and ``c`` from :func:`analysis.break_even.batch_crossing`), with its 95% set,
+    or why there is none."""
+    if c.status in ("no fit", "no break-even", "unbounded"):
+        why = "the speedup's trend over b is not resolved from 0"
+        return f"speedup crossing 1: none ({why if c.status == 'unbounded' else fit.status})"
+    at = f"b* = {fmt(c.budget, '.3g')} [{fmt(c.budget_lo, '.3g')}, {fmt(c.budget_hi, '.3g')}]"
+    where = {"decreasing": f"below {at}", "ok": f"above {at}"}
+    said = where.get(c.status, f"at every b measured ({at}, below them)")
+    outside = ", extrapolated beyond the measured b" if c.extrapolated else ""
+    return (
+        f"speculation pays {said} (95%; the best speedup over AR = a*log2(b) + b0 crosses 1"
+        f"{outside})"
+    )
 
 
 def left_out_lines(df: pd.DataFrame) -> list[str]:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.break_even import STATUSES, crossing_budget, vllm_break_even
+from analysis.break_even import STATUSES, batch_crossing, crossing_budget, vllm_break_even
 from analysis.laws import LogLinearFit, fit_log_linear
 
 A, B, NOISE = 0.2, 0.5, 0.03
@@ -133,3 +133,33 @@ def test_vllm_break_even_is_acceptance_over_speedup() -> None:
                          (0.0, 1.0), (2.0, math.inf)]:  # fmt: skip
         assert math.isnan(vllm_break_even(tau, speedup)), (tau, speedup)
     assert math.isnan(vllm_break_even(None, 1.0))  # type: ignore[arg-type]
+
+
+def _speedups(values: list[float]) -> pd.DataFrame:
+    return pd.DataFrame({"batch_size": [1, 2, 4, 8, 16, 32][: len(values)], "speedup": values})
+
+
+def test_batch_crossing_finds_where_a_falling_speedup_crosses_one() -> None:
+    """speedup = -0.25*log2(b) + 1.5 (+ small noise) crosses 1 at b* = 4."""
+    noise = [0.01, -0.012, 0.008, -0.01, 0.012, -0.008]
+    values = [
+        1.5 - 0.25 * math.log2(b) + e for b, e in zip([1, 2, 4, 8, 16, 32], noise, strict=True)
+    ]
+    fit, c = batch_crossing(_speedups(values))
+    assert fit.law == "speedup" and fit.log_base == 2 and fit.a < 0
+    assert c.status == "decreasing" and not c.extrapolated
+    assert c.budget == pytest.approx(4.0, rel=0.1) and c.budget_lo < 4.0 < c.budget_hi
+    assert c.covers(4.0) and not c.covers(32.0)
+
+
+def test_batch_crossing_below_every_measured_b_is_extrapolated() -> None:
+    """A speedup below 1 at every b (SmolLM2 in this engine): b* lies below b = 1."""
+    fit, c = batch_crossing(_speedups([0.9, 0.8, 0.62, 0.5, 0.41, 0.3]))
+    assert c.status == "decreasing" and c.extrapolated and c.budget < 1.0
+
+
+def test_batch_crossing_of_a_flat_speedup_supports_none() -> None:
+    _, c = batch_crossing(_speedups([1.01, 0.97, 1.02, 0.99, 1.0, 0.98]))
+    assert c.status == "unbounded"
+    _, few = batch_crossing(_speedups([1.2, 0.9]))
+    assert few.status == "no fit"

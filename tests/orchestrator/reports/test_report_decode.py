@@ -10,6 +10,8 @@ from orchestrator.reports.fit import fit_sweep
 from orchestrator.store.results import ResultsStore
 from workloads.config import DecodeBenchConfig
 
+UNRESOLVED = "the speedup's trend over b is not resolved from 0"
+
 
 def _store(
     tmp_path: Path, results: dict[tuple[int, int], float | None]
@@ -64,9 +66,15 @@ def test_thm13_fit_roofline_and_dashboard(tmp_path: Path) -> None:
     rep = fit_sweep(store, sweep_id, "b", tmp_path / "dash.html")
     assert rep.fit.ok and math.isclose(rep.fit.a, 20, rel_tol=1e-9)
     assert math.isclose(rep.fit.b, 8, rel_tol=1e-9)
-    assert [line.split(":")[0] for line in rep.lines] == ["b=1", "b=2", "b=4", "b=8"]
-    assert all("best k 4" in line and "roofline k_opt" in line for line in rep.lines)
-    assert {f["law"] for f in store.fits(sweep_id)} == {"batch", "k_opt"}
+    *per_b, crossing = rep.lines
+    assert [line.split(":")[0] for line in per_b] == ["b=1", "b=2", "b=4", "b=8"]
+    assert all("best k 4" in line and "roofline k_opt" in line for line in per_b)
+    # speedup 0.80, 1.98, 2.40, 2.40 over log2(b): rising, but HC3 on 4 points leaves the
+    # slope unresolved, so no crossing is claimed (the crossings: tests/analysis/test_break_even)
+    assert crossing == f"speedup crossing 1: none ({UNRESOLVED})"
+    assert {f["law"] for f in store.fits(sweep_id)} == {"batch", "k_opt", "speedup"}
+    stored = next(f for f in store.fits(sweep_id) if f["law"] == "speedup")
+    assert stored["details"]["crossing"]["status"] == "unbounded" and stored["a"] > 0
     page = (tmp_path / "dash.html").read_text()
     assert "I_crit" in page and "local CPU" in page
 
@@ -100,12 +108,15 @@ def test_trials_at_other_temperatures_are_analysed_apart(tmp_path: Path) -> None
     rep = fit_sweep(store, sweep_id, "b", tmp_path / "b" / "dash.html")
     assert math.isclose(rep.fit.a, 20, rel_tol=1e-9) and math.isclose(rep.fit.b, 8, rel_tol=1e-9)
     assert "analysed apart (never averaged): temperature=0; temperature=0.7" in rep.lines[0]
-    assert [ln.split(": best")[0] for ln in rep.lines[1:]] == [
+    greedy, sampled = rep.lines[1:6], rep.lines[6:]
+    assert [ln.split(": best")[0] for ln in greedy[:4] + sampled[:4]] == [
         *(f"temperature=0: b={b}" for b in (1, 2, 4, 8)),
         *(f"temperature=0.7: b={b}" for b in (1, 2, 4, 8)),
     ]
-    assert all("best k 4" in ln for ln in rep.lines[1:5])
-    assert all("best k 2" in ln for ln in rep.lines[5:])  # not the pooled k = 4
+    assert all("best k 4" in ln for ln in greedy[:4])
+    assert all("best k 2" in ln for ln in sampled[:4])  # not the pooled k = 4
+    for label, line in (("temperature=0", greedy[4]), ("temperature=0.7", sampled[4])):
+        assert line.startswith(f"{label}: speedup crossing 1: none")  # no speedups logged
     other = tmp_path / "b" / "dash-temperature-0.7.html"
     assert "this page shows temperature=0.7" in other.read_text()
     assert "dash-temperature-0.7.html" in (tmp_path / "b" / "dash.html").read_text()
@@ -145,3 +156,19 @@ def test_trials_of_other_prompt_sets_pooled_into_one_point_are_warned_of(tmp_pat
     assert "6 of 6 (b, k) cells" in warned[0] and "Fix: " in warned[0]
     page = (tmp_path / "b" / "dash.html").read_text()
     assert "differ in prompt sets (humaneval: 6 trials; sharegpt: 6 trials)" in page
+
+
+def test_the_crossing_line_says_below_which_b_speculation_pays() -> None:
+    import pandas as pd
+
+    from analysis.break_even import batch_crossing
+    from orchestrator.reports.decode import crossing_line
+
+    bs = [1, 2, 4, 8, 16, 32]
+    noise = [0.01, -0.012, 0.008, -0.01, 0.012, -0.008]
+    speedup = [1.5 - 0.25 * math.log2(b) + e for b, e in zip(bs, noise, strict=True)]
+    line = crossing_line(*batch_crossing(pd.DataFrame({"batch_size": bs, "speedup": speedup})))
+    assert line.startswith("speculation pays below b* = 4") and "extrapolated" not in line
+    never = [0.9, 0.8, 0.62, 0.5, 0.41, 0.3]
+    line = crossing_line(*batch_crossing(pd.DataFrame({"batch_size": bs, "speedup": never})))
+    assert line.startswith("speculation pays below b* = 0.") and "extrapolated" in line
