@@ -43,13 +43,14 @@ def export(
         Path, typer.Option("--run-root", help="run root the sweep was submitted with")
     ] = Path("runs"),
     target: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--target",
             help="the target the draft was trained for (its token embedding goes into the "
-            "engine formats): builtin name, local path or hub id",
+            "engine formats): builtin name, local path or hub id (default: the one its trial "
+            "trained on, else smollm2-135m-instruct)",
         ),
-    ] = "smollm2-135m-instruct",
+    ] = None,
     cache_dir: Annotated[
         Path | None,
         typer.Option(
@@ -97,8 +98,11 @@ def export(
 
     embed = head = None
     if fmt != "hf":
+        from workloads.models.draft import trained_target
         from workloads.models.target import load_target
+        from workloads.models.target_source import DEFAULT_TARGET
 
+        target = target or trained_target(folder) or DEFAULT_TARGET
         out_console.print(f"loading the target {target!r} for its token embedding...")
         tgt = load_target(target, cache_dir=cache_dir or run_root / "cache")
         model: Any = tgt.model

@@ -47,6 +47,17 @@ TRAINED_WITH = "trained_with.json"
 pretraining tokens and seed select it for serving; absent in folders saved before 2026-12-03)"""
 
 
+def trained_target(folder: Path) -> str | None:
+    """``target.model`` of the trial that trained the draft in ``folder`` (its
+    :data:`TRAINED_WITH`), or None when the folder has no readable record of it."""
+    try:
+        cfg = json.loads((folder / TRAINED_WITH).read_text())
+    except (OSError, ValueError):
+        return None
+    model = (cfg.get("target") or {}).get("model") if isinstance(cfg, dict) else None
+    return str(model) if model else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class DraftArch:
     """Architecture of a draft; the width and attention shape follow the target."""

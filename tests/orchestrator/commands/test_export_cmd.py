@@ -196,3 +196,24 @@ def test_eagle_export_with_the_real_target(target, cache_dir: Path, tmp_path: Pa
     arch = ex.read_draft(root / "tokens" / "trials" / KEY_A / "draft").arch
     assert set(tensors) == ex.expected_keys(arch, "eagle")
     assert torch.equal(tensors["embed_tokens.weight"], target.model.get_input_embeddings().weight)
+
+
+@pytest.mark.parametrize(("given", "loaded"), [((), "gemma-3-270m"), (("--target", "x"), "x")])
+def test_the_target_defaults_to_the_one_the_trial_trained_on(
+    tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: tuple, loaded: str
+) -> None:
+    """A Gemma draft exported without --target took SmolLM2's embedding (the old default)."""
+    from workloads.models import target as target_module
+    from workloads.models.draft import TRAINED_WITH
+
+    draft = tiny_root / "tokens" / "trials" / KEY_B / "draft"
+    (draft / TRAINED_WITH).write_text(json.dumps({"target": {"model": "gemma-3-270m"}}))
+    names: list[str] = []
+
+    def fake_load(name: str, **_: object) -> None:
+        names.append(name)
+        raise ValueError("stop here: the name is what this test checks")
+
+    monkeypatch.setattr(target_module, "load_target", fake_load)
+    res = _export(tiny_root, KEY_B, "vllm", tmp_path / "out", *given)
+    assert names == [loaded] and res.exit_code == 2, res.output
