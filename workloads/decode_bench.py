@@ -36,7 +36,7 @@ from workloads.engine.tree_decode import (
     generate,
     reserve,
 )
-from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.draft import DraftArch, DraftModel, check_trained_target
 from workloads.models.target import (
     Target,
     embedding_scale,
@@ -90,13 +90,21 @@ def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
     Raises:
         ValueError: as :func:`find_trial_draft`; a ``draft.path`` that is not a draft folder;
             an unknown prompt set or a missing prompt directory.
-        workloads.config.ConfigError: ``device: cuda`` without a GPU (naming ``("device",)``).
+        workloads.config.ConfigError: ``device: cuda`` without a GPU (naming ``("device",)``);
+            a draft trained on another builtin target (naming ``("target", "model")``).
     """
     src = cfg.draft
+    folder = None
     if src.source == "trial":
-        find_trial_draft(run_root, cast(str, src.sweep), cast(str, src.trial_key))
+        folder = find_trial_draft(run_root, cast(str, src.sweep), cast(str, src.trial_key))
     elif src.source == "path":
-        _check_draft_folder(Path(cast(str, src.path)).expanduser())
+        folder = Path(cast(str, src.path)).expanduser()
+        _check_draft_folder(folder)
+    if folder is not None:
+        try:
+            check_trained_target(folder, cfg.target.model)
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("target", "model")) from exc
     try:
         resolve_device(cfg.device)
     except ValueError as exc:  # the spec's ``device:`` line is to blame

@@ -91,6 +91,25 @@ def test_preflight_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     assert info.value.field == ("device",)  # the orchestrator's preflight names the spec line
 
 
+def test_preflight_refuses_a_draft_trained_on_another_builtin_target(tmp_path: Path) -> None:
+    """A gemma-batch copy without ``target.model: gemma-3-270m`` would load a Gemma draft on
+    SmolLM2 and fail inside every trial."""
+    from workloads.models.draft import TRAINED_WITH
+
+    draft = tmp_path / "gemma-tokens" / "trials" / "a1b2c3d4e5f60718" / "draft"
+    draft.mkdir(parents=True)
+    (draft / "arch.json").write_text("{}")
+    (draft / TRAINED_WITH).write_text(json.dumps({"target": {"model": "gemma-3-270m"}}))
+    src = {"source": "trial", "sweep": "gemma-tokens", "trial_key": "best"}
+    with pytest.raises(ConfigError, match="trained on 'gemma-3-270m'.*Fix: target.model") as e:
+        decode_bench.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
+    assert e.value.field == ("target", "model")
+    same = {"draft": src, "target": {"model": "gemma-3-270m"}}
+    decode_bench.preflight(DecodeBenchConfig.model_validate(same), tmp_path)  # passes
+    local = {"draft": src, "target": {"model": str(tmp_path)}}  # a folder: not judged
+    decode_bench.preflight(DecodeBenchConfig.model_validate(local), tmp_path)
+
+
 def test_metrics_give_both_acceptance_definitions_with_cis() -> None:
     """Issue 24: ``acceptance_length`` stays the pooled one; the per-row mean and both CIs
     come beside it, from fixed per-cycle counts (a long row accepting 4 per cycle, a short one

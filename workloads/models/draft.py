@@ -58,6 +58,25 @@ def trained_target(folder: Path) -> str | None:
     return str(model) if model else None
 
 
+def check_trained_target(folder: Path, target_model: str) -> None:
+    """Refuse to run the draft in ``folder`` on a builtin target other than the builtin one it
+    was trained on (:func:`trained_target`); a path or hub id on either side is not judged.
+
+    Raises:
+        ValueError: the two builtin names differ, with the fix.
+    """
+    from workloads.models.target_source import builtin_target
+
+    trained = trained_target(folder)
+    if trained is None or trained == target_model:
+        return
+    if builtin_target(trained) is not None and builtin_target(target_model) is not None:
+        raise ValueError(
+            f"the draft {folder} was trained on {trained!r}, and target.model is "
+            f"{target_model!r}. Fix: target.model: {trained}"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class DraftArch:
     """Architecture of a draft; the width and attention shape follow the target."""

@@ -28,6 +28,7 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
     Raises:
         ConfigError: the first problem found.
     """
+    from workloads.models.draft import check_trained_target
     from workloads.serving.bench import find_served_draft
     from workloads.serving.env import ServingEnvError, find_env
     from workloads.serving.server import port_in_use
@@ -51,6 +52,10 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
         except ValueError as exc:
             field = {"sweep": ("pretrain", "tokens"), "trial": ("draft", "trial_key")}
             raise ConfigError(str(exc), field.get(c.draft.source, ("draft", "path"))) from exc
+        try:
+            check_trained_target(folder, c.target.model)
+        except ValueError as exc:
+            raise ConfigError(str(exc), ("target", "model")) from exc
         _check_eagle3(c, folder, envs[c.serve.python])
 
 

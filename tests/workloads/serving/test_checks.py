@@ -77,6 +77,18 @@ def test_each_bad_config_is_refused_naming_its_field(
     assert err.value.field == field and "Fix:" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_draft_trained_on_another_builtin_target_is_refused(tmp_path: Path) -> None:
+    draft = _trial(tmp_path, "aaaaaaaa", 8192, 0)
+    record = {"seed": 0, "pretrain": {"tokens": 8192}, "target": {"model": "gemma-3-270m"}}
+    (draft / TRAINED_WITH).write_text(json.dumps(record))
+    good = {"serve": {"python": _fake_env(tmp_path)}, "pretrain": {"tokens": 8192}}
+    with pytest.raises(ConfigError, match="trained on 'gemma-3-270m'") as err:
+        check_configs([ServeBenchConfig(**good)], tmp_path)  # the default target, SmolLM2
+    assert err.value.field == ("target", "model") and "Fix: target.model: gemma-3-270m" in str(
+        err.value
+    )
+
+
 def test_a_port_in_use_is_refused(tmp_path: Path) -> None:
     _trial(tmp_path, "aaaaaaaa", 8192, 0)
     port = free_port()
