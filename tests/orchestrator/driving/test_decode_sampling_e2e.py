@@ -83,7 +83,7 @@ def test_the_store_keeps_nan_and_the_defined_metrics(run: tuple[Path, str]) -> N
         assert df[name].isna().all(), name
     assert (df["tokens_per_s"] > 0).all() and df["acceptance_length"].between(1, 4).all()
     laws = {f["law"]: f for f in store.fits(info.id)}
-    assert set(laws) == {"batch", "k_opt"}  # fitted (one b: "not enough points"), not crashed
+    assert set(laws) == {"batch", "k_opt", "speedup"}  # fitted (one b: "not enough points")
     assert "not enough points" in laws["batch"]["details"]["status"]
 
 

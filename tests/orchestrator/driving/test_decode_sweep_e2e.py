@@ -53,7 +53,7 @@ def test_decode_sweep_records_throughput_and_fits(run: tuple[Path, str]) -> None
     assert (split > 0).all() and (df["bookkeeping_share"].between(0, 1)).all()
     assert (df["hw.peak_flops"] > 1e9).all() and (df["hw.bandwidth"] > 1e8).all()
     laws = {f["law"] for f in store.fits(info.id)}
-    assert laws == {"batch", "k_opt"}
+    assert laws == {"batch", "k_opt", "speedup"}
     page = (run_root / "smoke-batch" / "dashboard.html").read_text()
     assert "Decode sweep smoke-batch" in page and "I_crit" in page
     children = Tracker(default_tracking_uri(run_root)).child_runs(info.mlflow_run_id)

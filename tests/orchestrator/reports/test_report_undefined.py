@@ -33,8 +33,10 @@ def test_undefined_metrics_are_n_a_in_the_lines_and_the_page(tmp_path: Path) -> 
         store.log_metrics(t.id, {"mismatches": math.nan, "ar_tokens_per_s": math.nan})
     dashboard = tmp_path / "b" / "dashboard.html"
     rep = fit_sweep(store, sweep_id, "b", dashboard)
-    assert [line.split(":")[0] for line in rep.lines] == ["b=1", "b=2"]
-    assert all("speedup over AR n/ax, acceptance length n/a" in line for line in rep.lines)
+    *per_b, crossing = rep.lines
+    assert [line.split(":")[0] for line in per_b] == ["b=1", "b=2"]
+    assert all("speedup over AR n/ax, acceptance length n/a" in line for line in per_b)
+    assert crossing.startswith("speedup crossing 1: none (not enough points")
     page = dashboard.read_text(encoding="utf-8")
     trials = page.split("id='trials'", 1)[1].split("</table>", 1)[0]
     heads = re.findall(r"<th>(.*?)</th>", trials)
@@ -88,5 +90,6 @@ def test_trials_without_a_throughput_are_left_out_and_said_to_be(tmp_path: Path)
     assert rep.lines[0] == (
         "2 completed trials with tokens_per_s n/a left out of the fits: b=1 k=4, b=4 k=2"
     )
-    assert [line.split(":")[0] for line in rep.lines[1:]] == ["b=1", "b=2"]
+    assert [line.split(":")[0] for line in rep.lines[1:-1]] == ["b=1", "b=2"]
+    assert rep.lines[-1].startswith("speedup crossing 1: none")
     assert "best k 2, 5.0 tok/s" in rep.lines[1]
