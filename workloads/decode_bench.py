@@ -9,6 +9,7 @@ Source: Scylla (arXiv 2505.07858) Sec. 3.2 and Thm 1.3 (throughput vs batch size
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import resource
@@ -65,6 +66,13 @@ def find_trial_draft(
     """
     trials = run_root / sweep / "trials"
     found = sorted(p.parent for p in trials.glob("*/draft/arch.json"))
+    known = sorted(p.parent.name for p in run_root.glob("*/trials") if p.is_dir())
+    close = difflib.get_close_matches(sweep, known, n=1) if not trials.is_dir() else []
+    if close:  # a misspelt sweep, not one still to run
+        raise ValueError(
+            f"draft.sweep {sweep!r} has no trials under {run_root} (did you mean {close[0]!r}?). "
+            f"Fix: draft.sweep: {close[0]}"
+        )
     if not found:
         raise ValueError(
             f"no finished draft_train trial under {trials}. Fix: run the draft_train sweep "
@@ -96,7 +104,12 @@ def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
     src = cfg.draft
     folder = None
     if src.source == "trial":
-        folder = find_trial_draft(run_root, cast(str, src.sweep), cast(str, src.trial_key))
+        sweep = cast(str, src.sweep)
+        try:
+            folder = find_trial_draft(run_root, sweep, cast(str, src.trial_key))
+        except ValueError as exc:  # the spec line to blame: the sweep, or the key within it
+            ran = (run_root / sweep / "trials").is_dir()
+            raise ConfigError(str(exc), ("draft", "trial_key" if ran else "sweep")) from exc
     elif src.source == "path":
         folder = Path(cast(str, src.path)).expanduser()
         _check_draft_folder(folder)

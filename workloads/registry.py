@@ -141,25 +141,34 @@ def _truthy(name: str) -> bool:
 
 def check_targets(configs: Sequence[Any], _run_root: Path, **_: object) -> None:
     """Every ``target.model`` resolves: a builtin, a local folder or file, or a hub id that the
-    hub knows (not downloaded; skipped offline).
+    hub knows (not downloaded; skipped offline); a builtin that overflows float16 is not asked
+    for in float16.
 
     Raises:
         ConfigError: naming the target and the fix.
     """
-    from workloads.models.target_source import HF_ENDPOINT, check_random_target, check_target_source
+    from workloads.models import target_source as ts
 
     offline = _truthy("HF_HUB_OFFLINE") or _truthy("TRANSFORMERS_OFFLINE")
-    endpoint = os.environ.get("HF_ENDPOINT") or HF_ENDPOINT
+    endpoint = os.environ.get("HF_ENDPOINT") or ts.HF_ENDPOINT
     for name in sorted({c.target.model for c in configs if c.target.weights == "pretrained"}):
         try:
-            check_target_source(name, offline=offline, endpoint=endpoint)
+            ts.check_target_source(name, offline=offline, endpoint=endpoint)
         except ValueError as exc:
             raise ConfigError(str(exc), ("target", "model")) from exc
     for name in sorted({c.target.model for c in configs if c.target.weights == "random"}):
         try:
-            check_random_target(name)
+            ts.check_random_target(name)
         except ValueError as exc:
             raise ConfigError(str(exc), ("target", "model")) from exc
+    for name in sorted({c.target.model for c in configs if c.target.dtype == "float16"}):
+        known = ts.builtin_target(name)
+        if known is not None and not known.float16:
+            raise ConfigError(
+                f"target.model {name!r} overflows float16 (its logits are not finite, measured). "
+                "Fix: target.dtype: bfloat16 (float16's range is too small for it)",
+                ("target", "dtype"),
+            )
 
 
 def check_chat_templates(configs: Sequence[DraftTrainConfig], _run_root: Path, **_: object) -> None:

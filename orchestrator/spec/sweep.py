@@ -436,7 +436,7 @@ def _explain(
     # an unknown key first: a typo also shows up as the missing key it was meant to be
     e = next((x for x in errors if x["type"] == "extra_forbidden"), errors[0])
     loc = _field_loc(e["loc"])
-    where = ".".join(str(p) for p in prefix + loc) or "<top>"
+    where = ".".join(str(p) for p in prefix + loc)  # empty: a validator of the whole config
     # a union (e.g. an int or 'auto'): one error per member, said together
     union = [x for x in errors if _field_loc(x["loc"]) == loc and tuple(x["loc"]) != loc]
     if e["type"] == "extra_forbidden":
@@ -448,7 +448,7 @@ def _explain(
     else:
         node = line_node or _node_at(root, prefix + loc)[0]
         said = [x["msg"].removeprefix("Value error, ") for x in (union or [e])]
-        msg = f"{where}: {' or '.join(dict.fromkeys(said))}"
+        msg = f"{where + ': ' if where else ''}{' or '.join(dict.fromkeys(said))}"
         if "input" in e and not isinstance(e["input"], dict | list):
             msg += f" (got {e['input']!r})"
     blocks = {("search",): "sweeps/search-batch.yaml", ("design",): "sweeps/tokens-adaptive.yaml"}
@@ -466,7 +466,7 @@ def _explain(
     fix = "" if "Fix:" in msg else f" Fix: {fix}"  # a validator's own fix is the fix
     return SpecError(
         f"{path}:{node.start_mark.line + 1}: {msg.rstrip('.')}.{fix} "
-        f"(see {example} for a commented example)."
+        f"See {example} for a commented example."
     )
 
 

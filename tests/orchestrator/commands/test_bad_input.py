@@ -167,6 +167,23 @@ CASES: dict[str, Case] = {
     "missing-draft": Case(
         DECODE + "  draft: {source: path, path: /nonexistent/draft}\n", "does not exist"
     ),
+    "misspelt-draft-sweep": Case(
+        DECODE + "  draft:\n    source: trial\n    sweep: gemma-tokenz\n    trial_key: best\n",
+        "sweep.yaml:6: draft.sweep 'gemma-tokenz' has no trials under",
+        args=("--run-root", "{tmp}/drafts"),  # holds gemma-tokens/trials (_argv)
+    ),
+    "gemma-in-float16": Case(
+        "name: t\nbase:\n  target:\n    model: gemma-3-270m\n    dtype: float16\n",
+        "sweep.yaml:5: target.model 'gemma-3-270m' overflows float16",
+    ),
+    "gemma-in-float16-decoding": Case(
+        DECODE + "  draft: {source: oracle}\n  target: {model: gemma-3-270m, dtype: float16}\n",
+        "overflows float16 (its logits are not finite, measured). Fix: target.dtype: bfloat16",
+    ),
+    "serve-in-float16": Case(  # a validator of the whole config: no "<top>:" before it
+        "name: s\nworkload: serve_bench\ngrid:\n  target.dtype: [float16]\n",
+        "sweep.yaml:4: target.dtype 'float16': serve_bench serves",
+    ),
     "unknown-prompt-set": Case(
         DECODE + "  prompts: {prompt_sets: [nope]}\n", "prompts.prompt_sets: unknown"
     ),
@@ -256,6 +273,7 @@ def _argv(case: Case, tmp: Path) -> list[str]:
     (tmp / "plain-lm").mkdir(exist_ok=True)  # a local target whose tokenizer has no chat template
     (tmp / "plain-lm" / "tokenizer_config.json").write_text('{"model_max_length": 2048}\n')
     _small_draft(tmp / "small-draft")
+    (tmp / "drafts" / "gemma-tokens" / "trials").mkdir(parents=True, exist_ok=True)
     args = [a.replace("{tmp}", str(tmp)) for a in case.args]
     if case.command == "status":
         return ["status", *args, "--run-root", str(tmp / "runs")]

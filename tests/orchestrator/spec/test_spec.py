@@ -252,4 +252,4 @@ def test_a_resources_error_names_the_workloads_own_example(
     with pytest.raises(SpecError) as err:
         load_spec(spec)
     message = str(err.value)
-    assert "resources" in message and f"see {example} for a commented example" in message
+    assert "resources" in message and f"See {example} for a commented example." in message
