@@ -65,12 +65,15 @@ AUTO = "auto"
 AUTO_K_METRIC = "num_draft_tokens_mean"
 """metric of an auto trial: mean k over its decoding cycles (verified tokens per sequence)"""
 
-CONDITIONS: dict[str, tuple[str, float]] = {
+CONDITIONS: dict[str, tuple[str, float | str]] = {
     "temperature": ("decode.temperature", 0.0),
     "oracle_accept": ("draft.oracle_accept", 1.0),
+    "dtype": ("target.dtype", "auto"),
+    "target": ("target.model", ""),
 }
 """conditions of a measurement that a (b, k) cell must not pool: plain column name -> (its
-dotted override name, the config default that a missing value means)"""
+dotted override name, the config default that a missing value means; a str default: the
+condition is a name, compared as text)"""
 
 SHAPE_KNOBS = ("depth", "topk")
 """tree-shape knobs that, with (batch_size, num_draft_tokens), make one cell of the grid"""
@@ -264,7 +267,8 @@ def split_conditions(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
     A condition is read under its plain or dotted name; a missing value is the config default.
     A table that varies none comes back whole, labelled ``""``. Parts are ordered lowest
-    temperature first, then highest oracle_accept. The input is not modified.
+    temperature first, then highest oracle_accept, then dtype and target by name. The input is
+    not modified.
     """
     values = _condition_values(df)
     varying = [c for c in values.columns if values[c].nunique() > 1]
@@ -277,10 +281,15 @@ def split_conditions(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     for key in keys.itertuples(index=False):
         mask = np.ones(len(df), dtype=bool)
         for column, wanted in zip(varying, key, strict=True):
-            mask &= values[column].to_numpy(dtype=float) == float(wanted)
-        label = ", ".join(f"{c}={float(v):g}" for c, v in zip(varying, key, strict=True))
+            mask &= (values[column] == wanted).to_numpy(dtype=bool)
+        label = ", ".join(f"{c}={_said(v)}" for c, v in zip(varying, key, strict=True))
         parts.append((label, df[mask]))
     return parts
+
+
+def _said(value: object) -> str:
+    """A condition's value in a label: a number as ``:g``, a name as is."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _condition_values(df: pd.DataFrame) -> pd.DataFrame:
@@ -289,7 +298,11 @@ def _condition_values(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=df.index)
     for name, (alias, default) in CONDITIONS.items():
         column = name if name in df.columns else alias if alias in df.columns else None
-        if column is not None:
+        if column is None:
+            continue
+        if isinstance(default, str):
+            out[name] = df[column].where(df[column].notna(), default).astype(str)
+        else:
             numbers = pd.to_numeric(df[column], errors="coerce").astype("float64")
             out[name] = numbers.fillna(default)
     return out
@@ -300,7 +313,7 @@ def _one_condition(df: pd.DataFrame, what: str) -> None:
     values = _condition_values(df)
     varying = {c: sorted(values[c].unique()) for c in values.columns if values[c].nunique() > 1}
     if varying:
-        said = "; ".join(f"{c} {', '.join(f'{v:g}' for v in vs)}" for c, vs in varying.items())
+        said = "; ".join(f"{c} {', '.join(_said(v) for v in vs)}" for c, vs in varying.items())
         raise ValueError(
             f"{what}: the trials differ in {said}, and a (batch size, k) cell would average "
             "them. Fix: analyse each condition apart (split_conditions)"

@@ -6,9 +6,10 @@ the trials ran on: on CPU, the peak FLOP/s and bandwidth each trial measured
 decoded (``prompt_tokens_mean``). Its k_opt(b) is compared with the measured best k per b.
 
 A sweep whose trials differ in a condition of the measurement (``decode.temperature``,
-``draft.oracle_accept``) is analysed per condition (:func:`analysis.throughput.split_conditions`):
-one labelled page and set of console lines per condition; the stored fits and ``k_law.json`` are
-those of the reference condition (the lowest temperature, the highest oracle_accept). Trials
+``draft.oracle_accept``, ``target.dtype``, ``target.model``) is analysed per condition
+(:func:`analysis.throughput.split_conditions`): one labelled page and set of console lines per
+condition; the stored fits and ``k_law.json`` are those of the reference condition (the lowest
+temperature, the highest oracle_accept, the first dtype and target by name). Trials
 that differ in ``prompts.prompt_sets`` are pooled, with a warning
 (:func:`orchestrator.reports.conditions.pooled_sets_line`).
 """
@@ -145,6 +146,8 @@ def _parts(df: pd.DataFrame, cfg: dict[str, Any], dashboard: Path) -> list[_Part
         best = best_per_batch(trials)
         slug = re.sub(r"[^A-Za-z0-9.]+", "-", label).strip("-")
         page = dashboard if i == 0 else dashboard.with_name(f"{dashboard.stem}-{slug}.html")
+        if "target.dtype" in trials.columns:  # a dtype axis: each part has its own
+            dtype = str(trials["target.dtype"].iloc[0])
         roof = local_roofline(
             trials, target.get("model", DEFAULT_TARGET), 4 if dtype in ("float32", "auto") else 2
         )

@@ -46,3 +46,23 @@ def test_split_conditions_reads_the_dotted_names_and_defaults() -> None:
     assert labels == ["oracle_accept=1", "oracle_accept=0.8"]  # the perfect oracle first
     with pytest.raises(ValueError, match="oracle_accept 0.8, 1"):
         best_per_batch(accept)
+
+
+def test_dtypes_are_never_pooled() -> None:
+    """gemma-oracle's float32 and bfloat16 trials were averaged into one (b, k) cell: its b = 1
+    line said 41.0 tokens/s, the mean of 20.7 (float32) and 61.3 (bfloat16)."""
+    fp32 = _sweep(seeds=(0,)).assign(**{"target.dtype": "float32"})
+    bf16 = _sweep(seeds=(0,)).assign(**{"target.dtype": "bfloat16"})
+    bf16["tokens_per_s"] = 3 * bf16["tokens_per_s"]
+    df = pd.concat([fp32, bf16], ignore_index=True)
+    with pytest.raises(ValueError, match="differ in dtype bfloat16, float32"):
+        best_per_batch(df)
+    parts = split_conditions(df)
+    assert [label for label, _ in parts] == ["dtype=bfloat16", "dtype=float32"]
+    pd.testing.assert_frame_equal(
+        best_per_batch(parts[1][1]).reset_index(drop=True), best_per_batch(fp32)
+    )
+    peak = best_per_batch(parts[0][1])["peak_tokens_per_s"]
+    assert (peak.to_numpy() == 3 * best_per_batch(fp32)["peak_tokens_per_s"].to_numpy()).all()
+    one = fp32.drop(columns=["target.dtype"])  # no dtype column: one condition
+    assert [label for label, _ in split_conditions(one)] == [""]
