@@ -8,7 +8,9 @@ Inputs, both measured:
 - the break-even acceptance length tau* at a batch size b: the acceptance length (tokens per
   cycle) at which a speculative cycle emits tokens exactly as fast as plain autoregressive
   decoding, i.e. ``cycle time / AR step time``. This platform's ``decode_bench`` measures it
-  directly (``break_even_acceptance_length``); for vLLM :func:`vllm_break_even` estimates it.
+  from per-cycle and per-step times (``break_even_acceptance_length``), which leave out prefill
+  and per-batch work; :func:`end_to_end_break_even` reads it from the end-to-end tokens/s ratio
+  of either engine (what a speedup of 1 needs).
 
 :func:`crossing_budget` solves ``tau(T*) = tau*`` for the budget T* (tokens) and gives its
 (1 - alpha) interval by inverse prediction on the fitted mean line (Fieller's theorem; Fieller
@@ -34,7 +36,7 @@ from scipy import stats
 from analysis._json import dataclass_dict
 from analysis.laws import LogLinearFit, fit_log_linear
 
-__all__ = ["STATUSES", "Crossing", "batch_crossing", "crossing_budget", "vllm_break_even"]
+__all__ = ["STATUSES", "Crossing", "batch_crossing", "crossing_budget", "end_to_end_break_even"]
 
 STATUSES = ("ok", "already", "unbounded", "decreasing", "no fit", "no break-even")
 """the values of :attr:`Crossing.status` (meanings: :func:`crossing_budget`)"""
@@ -118,17 +120,18 @@ class Crossing:
         return dataclass_dict(self)
 
 
-def vllm_break_even(acceptance_length: float, speedup: float) -> float:
-    """vLLM's break-even acceptance length at one batch size, estimated from one serving run.
+def end_to_end_break_even(acceptance_length: float, speedup: float) -> float:
+    """The break-even acceptance length at one batch size, from one run's end-to-end speedup.
 
-    A speculating server emits ``acceptance_length`` tokens (per sequence) per verification
-    step in ``c`` plain-decoding step times, so its speedup over the plain server is
-    ``acceptance_length / c`` and the cycle cost ``c = acceptance_length / speedup`` is the
-    break-even tau*. Assumes the cycle's cost does not depend on how many tokens were accepted
-    (the same draft chain and verify width every step) and charges everything else the speedup
-    holds (prefill, scheduling) to the cycle. Inputs: tokens per verification step and the
-    ratio of output tokens/s (``speedup/b{b}``); returns tokens per cycle, NaN when either is
-    not a finite positive number.
+    A speculating engine (vLLM's server, this platform's tree decoder) emits
+    ``acceptance_length`` tokens (per sequence) per verification step in ``c`` plain-decoding
+    step times, so its speedup over plain decoding is ``acceptance_length / c`` and the cycle
+    cost ``c = acceptance_length / speedup`` is the break-even tau*. Assumes the cycle's cost
+    does not depend on how many tokens were accepted (the same draft and verify width every
+    step) and charges everything else the speedup holds (prefill, scheduling) to the cycle.
+    Inputs: tokens per verification step and the ratio of output tokens/s (vLLM's
+    ``speedup/b{b}``, ``decode_bench``'s ``speedup``); returns tokens per cycle, NaN when either
+    is not a finite positive number.
     """
     try:
         tau, s = float(acceptance_length), float(speedup)

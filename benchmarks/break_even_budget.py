@@ -6,14 +6,16 @@ Reads finished sweeps from the results DB of a run root (``<run root>/results.db
 - ``--law``: a ``draft_train`` sweep over ``pretrain.tokens``; its token law
   ``acceptance_length = a*log10(T) + b`` (Scylla Thm 1.1; OLS, HC3,
   :func:`analysis.laws.fit_log_linear`), measured with the sweep's eval tree;
-- ``--decode``: ``decode_bench`` sweeps at temperature 0; each trial's break-even tau*
-  (``break_even_acceptance_length``: its speculative cycle time over its AR step time, same
-  run) per batch size b and verified tokens k, averaged over seeds. An oracle draft costs
-  almost nothing to run (its proposals are precomputed), so its tau* is a lower bound for a
-  trained draft's at the same (b, k);
+- ``--decode``: ``decode_bench`` sweeps at temperature 0; each trial's break-even tau* from
+  its end-to-end speedup over its AR loop (``acceptance_length / speedup``,
+  :func:`analysis.break_even.end_to_end_break_even`), beside the cycle-time one
+  (``break_even_acceptance_length``: cycle time over AR step time, which leaves out prefill and
+  per-batch work), per batch size b and verified tokens k, seeds averaged.
+  An oracle draft costs almost nothing to run (its proposals are precomputed), so its tau* is
+  a lower bound for a trained draft's at the same (b, k);
 - ``--serve`` (optional): a ``serve_bench`` sweep; vLLM's tau* at each b of its
   ``serve.batch_sizes`` is ``acceptance_length / speedup/b{b}``
-  (:func:`analysis.break_even.vllm_break_even`), k = K + 1 (vLLM verifies a chain of K).
+  (:func:`analysis.break_even.end_to_end_break_even`), k = K + 1 (vLLM verifies a chain of K).
 
 Per row it prints the measured tau*, the trained draft's measured acceptance length there, and
 the budget T* where the token law reaches tau* with its 95% interval
@@ -44,7 +46,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis.break_even import Crossing, crossing_budget, vllm_break_even  # noqa: E402
+from analysis.break_even import Crossing, crossing_budget, end_to_end_break_even  # noqa: E402
 from analysis.laws import LogLinearFit, fit_log_linear  # noqa: E402
 from orchestrator.errors import OrchestratorError  # noqa: E402
 from orchestrator.store.access import find_sweep, open_store  # noqa: E402
@@ -164,7 +166,8 @@ def decode_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]
             "engine": THIS, "sweep": name, "draft": DRAFTS.get(c["draft"]["source"], "?"),
             "dtype": _dtype(c, m), "batch_size": int(d["batch_size"]), "k": k,
             "same_as_law": (d["depth"], d["topk"], k) == law.tree,
-            "break_even": _num(m, "break_even_acceptance_length"),
+            "break_even": end_to_end_break_even(_num(m, Y), _num(m, "speedup")),
+            "cycle_break_even": _num(m, "break_even_acceptance_length"),
             "acceptance": _num(m, Y), "speedup": _num(m, "speedup"),
         })  # fmt: skip
     if not measured:
@@ -188,8 +191,8 @@ def serve_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]]
             measured.append({
                 "engine": VLLM, "sweep": name, "draft": "trained", "dtype": _dtype(c, m),
                 "batch_size": int(b), "k": int(big_k) + 1, "same_as_law": False,
-                "break_even": vllm_break_even(tau, speedup), "acceptance": tau,
-                "speedup": speedup,
+                "break_even": end_to_end_break_even(tau, speedup), "acceptance": tau,
+                "speedup": speedup, "cycle_break_even": math.nan,
             })  # fmt: skip
     return _pool(measured)
 
@@ -200,7 +203,8 @@ def _pool(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
     df = pd.DataFrame(measured).astype({"k": str})
     out = df.groupby(keys, sort=False).agg(
         trials=("break_even", "size"), break_even=("break_even", "mean"),
-        acceptance=("acceptance", "mean"), speedup=("speedup", "mean"),
+        cycle_break_even=("cycle_break_even", "mean"), acceptance=("acceptance", "mean"),
+        speedup=("speedup", "mean"),
     ).reset_index()  # fmt: skip
     rows = out.to_dict("records")
     for r in rows:
@@ -260,14 +264,16 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
         f"+ {f.b:.4f}; a {level} CI [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], R² {f.r2:.2f}; "
         f"measured with a tree of depth {law.tree[0]}, topk {law.tree[1]}, k {law.tree[2]}",
     ]
-    cols = ["engine", "draft", "dtype", "b", "k", "τ*", "τ trained", f"T* [{level}]", "status"]
+    cols = ["engine", "draft", "dtype", "b", "k", "τ*", "τ* cycle", "τ trained",
+            f"T* [{level}]", "status"]  # fmt: skip
     table = [cols]
     for r in rows:
         c: Crossing = r["crossing"]
         mark = ("*" if r["best_k"] else "") + ("" if r["same_as_law"] else "†")
         table.append([
             r["engine"], r["draft"], r["dtype"], str(r["batch_size"]), f"{r['k']}{mark}",
-            _num_text(r["break_even"]), _num_text(r["acceptance"]),
+            _num_text(r["break_even"]), _num_text(r["cycle_break_even"]),
+            _num_text(r["acceptance"]),
             f"{_tokens(c.budget)} [{_tokens(c.budget_lo)}, {_tokens(c.budget_hi)}]", _status(c),
         ])  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
@@ -275,8 +281,9 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
             for row in table]  # fmt: skip
     notes = [
-        "τ*: this engine: its cycle time / its AR step time (same run); vLLM: acceptance "
-        "length / speedup at b, assuming a cycle costs the same however many tokens it accepts.",
+        "τ*: acceptance length / speedup at b (same run), assuming a cycle costs the same "
+        "however many tokens it accepts; τ* cycle: this engine's cycle time / AR step time, "
+        "without prefill and per-batch work.",
         "T*: pretraining tokens where the law reaches τ* (Fieller interval); 'already': the "
         "law's band is above τ* at the smallest budget; 'unbounded': the slope is not resolved.",
         "* lowest τ* among the k at this b.  † acceptance not measured as the law's (another "

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.break_even import STATUSES, batch_crossing, crossing_budget, vllm_break_even
+from analysis.break_even import STATUSES, batch_crossing, crossing_budget, end_to_end_break_even
 from analysis.laws import LogLinearFit, fit_log_linear
 
 A, B, NOISE = 0.2, 0.5, 0.03
@@ -126,13 +126,13 @@ def test_a_crossing_is_plain_json() -> None:
     assert data["status"] == c.status and data["tau_star"] == TAU_STAR
 
 
-def test_vllm_break_even_is_acceptance_over_speedup() -> None:
-    assert vllm_break_even(2.0, 1.25) == pytest.approx(1.6)
-    assert vllm_break_even(1.5, 0.5) == pytest.approx(3.0)  # slower than plain decoding
+def test_end_to_end_break_even_is_acceptance_over_speedup() -> None:
+    assert end_to_end_break_even(2.0, 1.25) == pytest.approx(1.6)
+    assert end_to_end_break_even(1.5, 0.5) == pytest.approx(3.0)  # slower than plain decoding
     for tau, speedup in [(math.nan, 1.0), (2.0, math.nan), (2.0, 0.0), (2.0, -1.0),
                          (0.0, 1.0), (2.0, math.inf)]:  # fmt: skip
-        assert math.isnan(vllm_break_even(tau, speedup)), (tau, speedup)
-    assert math.isnan(vllm_break_even(None, 1.0))  # type: ignore[arg-type]
+        assert math.isnan(end_to_end_break_even(tau, speedup)), (tau, speedup)
+    assert math.isnan(end_to_end_break_even(None, 1.0))  # type: ignore[arg-type]
 
 
 def _speedups(values: list[float]) -> pd.DataFrame:
