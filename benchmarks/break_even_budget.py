@@ -264,8 +264,8 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
         f"+ {f.b:.4f}; a {level} CI [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], R² {f.r2:.2f}; "
         f"measured with a tree of depth {law.tree[0]}, topk {law.tree[1]}, k {law.tree[2]}",
     ]
-    cols = ["engine", "draft", "dtype", "b", "k", "τ*", "τ* cycle", "τ trained",
-            f"T* [{level}]", "status"]  # fmt: skip
+    cols = ["engine", "draft", "dtype", "b", "k", "τ*", "τ* cycle", "τ trained"]
+    cols += [f"T* [{level}]", "status"]
     table = [cols]
     for r in rows:
         c: Crossing = r["crossing"]

@@ -66,8 +66,8 @@ def find_trial_draft(
     """
     trials = run_root / sweep / "trials"
     found = sorted(p.parent for p in trials.glob("*/draft/arch.json"))
-    known = sorted(p.parent.name for p in run_root.glob("*/trials") if p.is_dir())
-    close = difflib.get_close_matches(sweep, known, n=1) if not trials.is_dir() else []
+    known = [] if trials.is_dir() else [p.parent.name for p in run_root.glob("*/trials")]
+    close = difflib.get_close_matches(sweep, known, n=1)
     if close:  # a misspelt sweep, not one still to run
         raise ValueError(
             f"draft.sweep {sweep!r} has no trials under {run_root} (did you mean {close[0]!r}?). "
@@ -114,10 +114,7 @@ def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
         folder = Path(cast(str, src.path)).expanduser()
         _check_draft_folder(folder)
     if folder is not None:
-        try:
-            check_trained_target(folder, cfg.target.model)
-        except ValueError as exc:
-            raise ConfigError(str(exc), ("target", "model")) from exc
+        check_trained_target(folder, cfg.target.model)
     try:
         resolve_device(cfg.device)
     except ValueError as exc:  # the spec's ``device:`` line is to blame

@@ -222,14 +222,19 @@ def _print_transfer(
     from dashboards.compare_page import STUDY_HEADERS, study_rows, transfer_rows
 
     first, second = transfer_rows(names, diff, pooled)
-    lines = (
-        (diff.ok, diff.status, "slope difference", f"a(B) - a(A) = {first[1]} {first[2]} (95% "
-         f"CI, {first[3]}; one fit with the sweep as a factor): {first[4]}"),
-        (pooled.ok, pooled.status, "pooled slope", f"= {second[1]} {second[2]} (95% CI, random "
-         f"effects, DerSimonian-Laird; {second[3]}): {second[4]}"),
-    )  # fmt: skip
-    for ok, status, name, figure in lines:
-        console.print(f"{name} {figure}" if ok else f"{name}: {status}", markup=False)
+    diff_text = (
+        f"a(B) - a(A) = {first[1]} {first[2]} (95% CI, {first[3]}; one fit with the sweep as a "
+        f"factor): {first[4]}"
+    )
+    pooled_text = (
+        f"= {second[1]} {second[2]} (95% CI, random effects, DerSimonian-Laird; {second[3]}): "
+        f"{second[4]}"
+    )
+    for ok, status, name, text in (
+        (diff.ok, diff.status, "slope difference", diff_text),
+        (pooled.ok, pooled.status, "pooled slope", pooled_text),
+    ):
+        console.print(f"{name} {text}" if ok else f"{name}: {status}", markup=False)
     st = Table(title=f"slopes pooled (per sweep and prompt set, {y})")
     for col in STUDY_HEADERS:
         st.add_column(col, overflow="fold")

@@ -285,7 +285,7 @@ def crossing_line(fit: LogLinearFit, c: Crossing) -> str:
     """Thm 1.3's crossing as one console line: where the best speedup over AR decoding crosses
     1 (``fit`` and ``c`` from :func:`analysis.break_even.batch_crossing`), with its 95% set,
     or why there is none."""
-    if c.status in ("no fit", "no break-even", "unbounded"):
+    if c.status in ("no fit", "unbounded"):
         why = "the speedup's trend over b is not resolved from 0"
         return f"speedup crossing 1: none ({why if c.status == 'unbounded' else fit.status})"
     at = f"b* = {fmt(c.budget, '.3g')} [{fmt(c.budget_lo, '.3g')}, {fmt(c.budget_hi, '.3g')}]"

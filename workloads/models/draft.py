@@ -63,17 +63,20 @@ def check_trained_target(folder: Path, target_model: str) -> None:
     was trained on (:func:`trained_target`); a path or hub id on either side is not judged.
 
     Raises:
-        ValueError: the two builtin names differ, with the fix.
+        workloads.config.ConfigError: the two builtin names differ, with the fix, blaming
+            ``target.model``.
     """
+    from workloads.config import ConfigError
     from workloads.models.target_source import builtin_target
 
     trained = trained_target(folder)
     if trained is None or trained == target_model:
         return
     if builtin_target(trained) is not None and builtin_target(target_model) is not None:
-        raise ValueError(
+        raise ConfigError(
             f"the draft {folder} was trained on {trained!r}, and target.model is "
-            f"{target_model!r}. Fix: target.model: {trained}"
+            f"{target_model!r}. Fix: target.model: {trained}",
+            ("target", "model"),
         )
 
 

@@ -52,10 +52,7 @@ def check_configs(configs: Sequence[ServeBenchConfig], run_root: Path) -> None:
         except ValueError as exc:
             field = {"sweep": ("pretrain", "tokens"), "trial": ("draft", "trial_key")}
             raise ConfigError(str(exc), field.get(c.draft.source, ("draft", "path"))) from exc
-        try:
-            check_trained_target(folder, c.target.model)
-        except ValueError as exc:
-            raise ConfigError(str(exc), ("target", "model")) from exc
+        check_trained_target(folder, c.target.model)
         _check_eagle3(c, folder, envs[c.serve.python])
 
 
