@@ -74,20 +74,24 @@ def find_trial_draft(
             f"Fix: draft.sweep: {close[0]}"
         )
     if not found:
+        spec = Path("sweeps") / f"{sweep}.yaml"  # the shipped spec of that name, if there is one
+        how = f"orchestrator submit {spec}" if spec.is_file() else f"the spec with name: {sweep}"
         raise ValueError(
             f"no finished draft_train trial under {trials}. Fix: run the draft_train sweep "
-            f"{sweep!r} (e.g. `orchestrator submit sweeps/{sweep}.yaml`, with the same "
-            "--run-root) first, or use draft.source: path"
+            f"{sweep!r} (`{how}`, with the same --run-root) first, or use draft.source: path"
         )
     if trial_key == "best":
         return max(found, key=_acceptance_of)
+    keys = ", ".join(p.parent.name for p in found[:8])
     if len(trial_key) < 6:
-        raise ValueError(f"{label} {trial_key!r} is too short; give >= 6 characters")
+        raise ValueError(f"{label} {trial_key!r} is too short. Fix: >= 6 characters of {keys}")
     hits = [p for p in found if p.parent.name.startswith(trial_key)]
     if len(hits) != 1:
-        keys = ", ".join(p.parent.name for p in found[:8])
         what = "matches several trials" if hits else "matches no finished trial"
-        raise ValueError(f"{label} {trial_key!r} {what} in {trials}. Known: {keys}")
+        raise ValueError(
+            f"{label} {trial_key!r} {what} in {trials}. Fix: best, or one of {keys} (a unique "
+            "prefix of >= 6 characters)"
+        )
     return hits[0]
 
 

@@ -723,7 +723,7 @@ def _check_field(
             else "Fix: remove it; a search runs with the seed under 'seeds:'"
         )
     elif close:
-        hint = f"did you mean {close[0]!r}?"
+        hint = f"did you mean {close[0]!r}? Fix: rename it {close[0]}"
     else:
         where = spec.config_model.__module__.replace(".", "/") + ".py"
         hint = (

@@ -33,8 +33,19 @@ def test_find_trial_draft_by_prefix_and_best(tmp_path: Path) -> None:
         decode_bench.find_trial_draft(tmp_path, "tokens", "aaaaaa")
     with pytest.raises(ValueError, match="matches no finished trial"):
         decode_bench.find_trial_draft(tmp_path, "tokens", "ffffff")
-    with pytest.raises(ValueError, match="sweep .other. .*sweeps/other.yaml"):
+    with pytest.raises(ValueError, match="matches no finished trial .*Fix: best, or one of"):
+        decode_bench.find_trial_draft(tmp_path, "tokens", "ffffff")
+    # no such spec file: the fix names the spec by its name, not a sweeps/other.yaml that is not
+    with pytest.raises(ValueError, match="sweep .other. \\(`the spec with name: other`"):
         decode_bench.find_trial_draft(tmp_path, "other", "best")
+
+
+def test_a_sweep_not_yet_run_names_its_shipped_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the checkout: sweeps/ beside it
+    with pytest.raises(ValueError, match="`orchestrator submit sweeps/gemma-tokens.yaml`"):
+        decode_bench.find_trial_draft(tmp_path, "gemma-tokens", "best")
 
 
 def test_oracle_run_measures_the_engine(target, cache_dir: Path, tmp_path: Path) -> None:  # noqa: ANN001
