@@ -8,13 +8,15 @@ no figures.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.laws import fit_log_linear
-from dashboards._html import plot_text
+from dashboards._html import Table, plot_text
 
 _B = re.compile(r"^tokens_per_s/b(\d+)$")
 
@@ -120,3 +122,58 @@ def serving_figures(done: pd.DataFrame, x: str = "pretrain.tokens") -> list[tupl
         if fig is not None:
             out.append((heading, fig))
     return out
+
+
+def k_speedup_figure(parts: Sequence[tuple[str, pd.DataFrame]]) -> go.Figure | None:
+    """Speedup over the plain server against batch size, one line per (condition, K) from each
+    best-K table's ``speedup_by_k`` (:func:`analysis.serving.best_k_per_batch`), 1 = break-even.
+    None without rows."""
+    fig = go.Figure()
+    for label, best in parts:
+        ks = sorted({k for d in best["speedup_by_k"] for k in d})
+        for k in ks:
+            ys = [d.get(k, float("nan")) for d in best["speedup_by_k"]]
+            name = f"{label}, K = {k:g}" if label else f"K = {k:g}"
+            fig.add_trace(
+                go.Scatter(x=best["batch_size"], y=ys, mode="lines+markers", name=plot_text(name))
+            )
+    if not fig.data:
+        return None
+    fig.add_hline(y=1.0, line={"dash": "dash", "color": "grey"})
+    fig.update_layout(
+        title={"text": "speedup over the plain vLLM server, per K drafted", "font": {"size": 13}},
+        xaxis={"title": {"text": "batch size (max concurrency)"}, "type": "log"},
+        yaxis={"title": {"text": "speedup (tokens/s over the same trial's plain server)"}},
+        height=420,
+    )  # fmt: skip
+    return fig
+
+
+@dataclass(frozen=True)
+class ServingSection:
+    """The best K per batch size in vLLM (template ``_serving.html.j2``): console lines, the
+    figure of every K's speedup over b, and the table of the best K per b and condition."""
+
+    lines: Sequence[str]
+    figure: go.Figure | None
+    table: Table
+    template: str = field(default="_serving.html.j2", init=False)
+
+
+def serving_section(
+    parts: Sequence[tuple[str, pd.DataFrame]], lines: Sequence[str]
+) -> ServingSection | None:
+    """The section of the best-K tables ``parts`` ((condition, table) pairs); None without."""
+    if not parts:
+        return None
+    head = ["condition", "b", "best K", "speedup", "tok/s", "plain tok/s", "acceptance length",
+            "K measured", "best K at edge"]  # fmt: skip
+    rows = [
+        [label or "-", r.batch_size, r.best_num_speculative_tokens, r.speedup, r.tokens_per_s,
+         r.baseline_tokens_per_s, r.acceptance_length, r.n_k, "yes" if r.best_k_at_edge else ""]
+        for label, best in parts
+        for r in best.itertuples(index=False)
+    ]  # fmt: skip
+    return ServingSection(
+        lines=list(lines), figure=k_speedup_figure(parts), table=Table(head, rows, sortable=True)
+    )

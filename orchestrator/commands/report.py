@@ -131,9 +131,21 @@ def compare(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", help="HTML page to write (default: <run root>/compare/<A>--vs--<B>.html)"
+            "--out",
+            help="HTML page to write (default: <run root>/compare/<A>--vs--<B>.html, "
+            "<A>--vs--<B>--speedup.html with --law speedup)",
         ),
     ] = None,
+    law: Annotated[
+        str,
+        typer.Option(
+            "--law",
+            help="main: each sweep's own law (the token law of draft_train and serve_bench "
+            "sweeps, Thm 1.3's peak tokens/s of decode_bench); speedup: the best speedup per "
+            "batch size against log2(b) (vLLM over its plain server, this engine over its AR "
+            "loop), e.g. the serving speedup's law on two targets",
+        ),
+    ] = "main",
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
 ) -> None:
@@ -147,8 +159,10 @@ def compare(
     from dashboards.compare_page import side_by_side_rows, write_compare_page
     from orchestrator.errors import OrchestratorError
     from orchestrator.reports.conditions import compared_line
-    from orchestrator.reports.law_tables import law_table
+    from orchestrator.reports.law_tables import LAWS, law_table
 
+    if law not in LAWS:
+        raise OrchestratorError(f"--law {law!r}: unknown. Fix: --law {' or --law '.join(LAWS)}")
     if sweep_a == sweep_b:
         raise OrchestratorError(
             f"both sweeps are {sweep_a!r}. Fix: name two different sweeps (`orchestrator fit "
@@ -157,9 +171,10 @@ def compare(
     run_root = run_root.resolve()
     store = open_store(run_root, db_url, must_exist=True)
     info_a, info_b = find_sweep(store, sweep_a), find_sweep(store, sweep_b)
-    page = _out_page((out or run_root / "compare" / f"{sweep_a}--vs--{sweep_b}.html").resolve())
-    a = law_table(store, info_a)
-    b = law_table(store, info_b)
+    stem = f"{sweep_a}--vs--{sweep_b}" + ("" if law == "main" else f"--{law}")
+    page = _out_page((out or run_root / "compare" / f"{stem}.html").resolve())
+    a = law_table(store, info_a, law)
+    b = law_table(store, info_b, law)
     if (a.x, a.y, a.log_base) != (b.x, b.y, b.log_base):
         raise OrchestratorError(
             f"{sweep_a} fits {a.y} vs log{a.log_base}({a.x}) but {sweep_b} fits {b.y} vs "

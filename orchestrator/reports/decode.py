@@ -281,10 +281,10 @@ def _best_lines(part: _Part, *, prefix: str) -> list[str]:
     return lines
 
 
-def crossing_line(fit: LogLinearFit, c: Crossing) -> str:
-    """Thm 1.3's crossing as one console line: where the best speedup over AR decoding crosses
-    1 (``fit`` and ``c`` from :func:`analysis.break_even.batch_crossing`), with its 95% set,
-    or why there is none."""
+def crossing_line(fit: LogLinearFit, c: Crossing, baseline: str = "AR") -> str:
+    """Thm 1.3's crossing as one console line: where the best speedup over ``baseline``
+    decoding crosses 1 (``fit`` and ``c`` from :func:`analysis.break_even.batch_crossing`),
+    with its 95% set, or why there is none."""
     if c.status in ("no fit", "unbounded"):
         why = "the speedup's trend over b is not resolved from 0"
         return f"speedup crossing 1: none ({why if c.status == 'unbounded' else fit.status})"
@@ -293,8 +293,8 @@ def crossing_line(fit: LogLinearFit, c: Crossing) -> str:
     said = where.get(c.status, f"at every b measured ({at}, below them)")
     outside = ", extrapolated beyond the measured b" if c.extrapolated else ""
     return (
-        f"speculation pays {said} (95%; the best speedup over AR = a*log2(b) + b0 crosses 1"
-        f"{outside})"
+        f"speculation pays {said} (95%; the best speedup over {baseline} = a*log2(b) + b0 "
+        f"crosses 1{outside})"
     )
 
 

@@ -41,6 +41,7 @@ from orchestrator.reports._spec import spec_data, spec_description, varied_field
 from orchestrator.reports.ablation import across_sets_lines, variant_law_lines
 from orchestrator.reports.decode import fit_decode_sweep, fit_record
 from orchestrator.reports.index import write_run_index
+from orchestrator.reports.serving import serving_report
 from orchestrator.store.results import ResultsStore, SweepInfo
 from orchestrator.tracking.tracker import Tracker
 from workloads.registry import WORKLOADS
@@ -202,6 +203,8 @@ def _fit_sweep(
         )
         return Report(fit=peak, review=None, baseline={}, dashboard=dashboard, lines=lines)
     df = trials_frame(store, sweep_id)
+    served = serving_report(store, sweep_id, df, persist=persist)
+    sections = [*sections, served.section] if served.section is not None else sections
     sink, page = (tracker, parent_run), (dashboard, sections)
     if kind == "table":
         n_done = int((df["state"] == "completed").sum()) if len(df) else 0
@@ -216,7 +219,8 @@ def _fit_sweep(
     axis = find_law_axis(spec_yaml)
     if axis is None:
         line = no_law_axis_text(spec_yaml)
-        return _report_table(df, sweep_name, spec_yaml, page, sink, _table_metric(info), line)
+        rep = _report_table(df, sweep_name, spec_yaml, page, sink, _table_metric(info), line)
+        return replace(rep, lines=[*rep.lines, *served.lines])
     x, law = axis
     table = df if x in df and Y in df else pd.DataFrame({x: [], Y: [], "state": []})
     review = review_law(table, x, Y, law=law)
@@ -252,7 +256,7 @@ def _fit_sweep(
     )
     if tracker is not None and parent_run is not None:
         tracker.log_artifact(parent_run, dashboard)
-    return Report(fit=fit, review=review, baseline=base, dashboard=dashboard)
+    return Report(fit=fit, review=review, baseline=base, dashboard=dashboard, lines=served.lines)
 
 
 def review_metrics(review: LawReview, base: dict[str, float | int]) -> dict[str, float]:

@@ -6,6 +6,10 @@ By the workload's registry ``report`` (no workload is named here):
   ``draft.layers``): every trial, ``acceptance_length`` vs that axis, log10;
 - ``throughput``: the best configuration per batch size, ``peak_tokens_per_s`` vs
   ``batch_size``, log2 (Thm 1.3).
+
+Or, asked for (``law="speedup"``), Thm 1.3's speedup: the best speedup per batch size of the
+reference condition, ``speedup`` vs ``batch_size``, log2 — a serving sweep's over the plain
+vLLM server (:mod:`analysis.serving`), a decode sweep's over this engine's AR loop.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.review import LawReview, review_law
+from analysis.serving import best_k_per_batch, has_serving_speedups, serving_points
 from analysis.throughput import best_per_batch, split_conditions
 from orchestrator.errors import OrchestratorError
 from orchestrator.reports.decode import decode_frame
@@ -39,13 +44,19 @@ class LawTable:
     """the completed trials the law rests on (a throughput sweep: its reference condition's)"""
 
 
-def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
-    """The sweep's main law table and review.
+LAWS = ("main", "speedup")
+"""what :func:`law_table` reads: the sweep's main law, or Thm 1.3's speedup over b"""
+
+
+def law_table(store: ResultsStore, info: SweepInfo, law: str = "main") -> LawTable:
+    """The sweep's main law table and review, or (``law="speedup"``) its speedup over b's.
 
     Raises:
-        OrchestratorError: the sweep has no law (variants, a ``table`` workload, no law axis
-            in its grid) or no trials.
+        OrchestratorError: the sweep has no such law (variants, a ``table`` workload, no law
+            axis in its grid, no per-b speedups) or no trials.
     """
+    if law == "speedup":
+        return _speedup_table(store, info)
     kind = report_kind(info)
     if kind == "throughput":
         # the reference condition (temperature, oracle_accept), as the stored fits
@@ -84,3 +95,26 @@ def law_table(store: ResultsStore, info: SweepInfo) -> LawTable:
         table = table.assign(**{y: float("nan")})
     review = review_law(table, x, y, law=law, log_base=base, unit=unit)
     return LawTable(info.name, table, x, y, law, base, review, frozenset(map(str, keys)))
+
+
+def _speedup_table(store: ResultsStore, info: SweepInfo) -> LawTable:
+    """The best speedup per b of the sweep's reference condition (module docstring)."""
+    if report_kind(info) == "throughput":
+        reference = split_conditions(decode_frame(store, info.id))[0][1]
+        best = best_per_batch(reference)
+        keys = reference.loc[reference["state"] == "completed", "trial_key"]
+    else:
+        frame = trials_frame(store, info.id)
+        if not has_serving_speedups(frame):
+            raise OrchestratorError(
+                f"sweep {info.name!r} ({info.workload}) measured no speedup per batch size; "
+                "compare decode_bench or serve_bench sweeps with --law speedup"
+            )
+        reference = split_conditions(frame)[0][1]
+        points = serving_points(reference)
+        best = best_k_per_batch(points)
+        keys = points["trial_key"]
+    table = best.assign(state="completed")
+    x, y = "batch_size", "speedup"
+    review = review_law(table, x, y, law="speedup", log_base=2, unit="batch sizes")
+    return LawTable(info.name, table, x, y, "speedup", 2, review, frozenset(map(str, keys)))
