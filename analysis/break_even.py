@@ -65,6 +65,8 @@ class Crossing:
 
     tau_star: float
     """break-even acceptance length (tokens per cycle)"""
+    tau_star_var: float
+    """variance of tau*'s estimate included in the set (0: tau* taken as exact)"""
     log_base: int
     """base of the law's logarithm (10 for Thm 1.1)"""
     budget: float
@@ -142,15 +144,19 @@ def end_to_end_break_even(acceptance_length: float, speedup: float) -> float:
     return tau / s
 
 
-def crossing_budget(fit: LogLinearFit, tau_star: float, *, alpha: float = 0.05) -> Crossing:
+def crossing_budget(
+    fit: LogLinearFit, tau_star: float, *, alpha: float = 0.05, tau_star_var: float = 0.0
+) -> Crossing:
     """The budget where the token law's mean line reaches ``tau_star``, with its set.
 
     ``fit``: ``acceptance_length = a*log_base(T) + b`` (:func:`analysis.laws.fit_log_linear`),
     its ``cov`` ordered (a, b) (HC3) and ``df_resid``; ``tau_star``: the break-even acceptance
-    length (tokens per cycle). Point: ``x* = (tau* - b) / a``, ``T* = log_base**x*``. Set
+    length (tokens per cycle); ``tau_star_var``: the variance of its estimate (squared standard
+    error; 0 = exact, the default). Point: ``x* = (tau* - b) / a``, ``T* = log_base**x*``. Set
     (Fieller / inverse prediction): ``{x : |tau* - (a x + b)| <= t sqrt(Var(a) x^2 +
-    2 Cov(a,b) x + Var(b))}``, t the Student quantile at 1 - alpha/2 with ``df_resid``; squared,
-    the quadratic :attr:`Crossing.quadratic` ``<= 0``. Its status (:data:`STATUSES`):
+    2 Cov(a,b) x + Var(b) + tau_star_var)}``, t the Student quantile at 1 - alpha/2 with the
+    law's ``df_resid`` (tau*'s estimate taken as independent of the law's); squared, the
+    quadratic :attr:`Crossing.quadratic` ``<= 0``. Its status (:data:`STATUSES`):
 
     - "no fit": ``fit`` is not ok; "no break-even": ``tau_star`` is not finite;
     - "unbounded": ``a^2 - t^2 Var(a) <= 0``: the slope is not resolved from 0, so the set is
@@ -162,19 +168,21 @@ def crossing_budget(fit: LogLinearFit, tau_star: float, *, alpha: float = 0.05) 
     - "ok": otherwise; ``extrapolated`` when T* is outside the measured budgets.
 
     Raises:
-        ValueError: ``alpha`` not in (0, 1).
+        ValueError: ``alpha`` not in (0, 1), or ``tau_star_var`` negative or NaN.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha={alpha} must be in (0, 1). Fix: e.g. alpha=0.05.")
+    if not tau_star_var >= 0:
+        raise ValueError(f"tau_star_var={tau_star_var} must be >= 0. Fix: 0 when tau* is exact.")
     lb = math.log(fit.log_base)
     xs = [v for v in fit.x if v > 0]
     measured = (min(xs), max(xs)) if xs else (math.nan, math.nan)
     nan = math.nan
     blank = Crossing(
-        tau_star=float(tau_star), log_base=fit.log_base, budget=nan, budget_lo=nan,
-        budget_hi=nan, log_budget=nan, log_lo=nan, log_hi=nan, status="no fit", region="-",
-        extrapolated=False, measured=measured, alpha=alpha, t=nan, quadratic=(nan, nan, nan),
-        gap=(nan, nan), note="",
+        tau_star=float(tau_star), tau_star_var=tau_star_var, log_base=fit.log_base, budget=nan,
+        budget_lo=nan, budget_hi=nan, log_budget=nan, log_lo=nan, log_hi=nan, status="no fit",
+        region="-", extrapolated=False, measured=measured, alpha=alpha, t=nan,
+        quadratic=(nan, nan, nan), gap=(nan, nan), note="",
     )  # fmt: skip
     if not (fit.ok and fit.df_resid > 0 and math.isfinite(fit.a) and xs):
         why = fit.status if not fit.ok else "no residual degrees of freedom"
@@ -186,7 +194,7 @@ def crossing_budget(fit: LogLinearFit, tau_star: float, *, alpha: float = 0.05) 
     d = fit.b - tau_star  # mean line minus tau* at x = 0
     qa = fit.a**2 - t**2 * va
     qb = 2.0 * (d * fit.a - t**2 * cab)
-    qc = d**2 - t**2 * vb
+    qc = d**2 - t**2 * (vb + tau_star_var)
     x_star = -d / fit.a if fit.a != 0 else math.copysign(math.inf, -d) if d != 0 else nan
     region, lo, hi, gap = _solve(qa, qb, qc)
     x_min, x_max = math.log(measured[0]) / lb, math.log(measured[1]) / lb
@@ -199,7 +207,8 @@ def crossing_budget(fit: LogLinearFit, tau_star: float, *, alpha: float = 0.05) 
     else:
         status = "ok"
     found = Crossing(
-        tau_star=float(tau_star), log_base=fit.log_base, budget=_power(fit.log_base, x_star),
+        tau_star=float(tau_star), tau_star_var=tau_star_var, log_base=fit.log_base,
+        budget=_power(fit.log_base, x_star),
         budget_lo=_power(fit.log_base, lo), budget_hi=_power(fit.log_base, hi),
         log_budget=x_star, log_lo=lo, log_hi=hi, status=status, region=region,
         extrapolated=not (math.isnan(x_star) or x_min <= x_star <= x_max),

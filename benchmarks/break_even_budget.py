@@ -152,7 +152,7 @@ def _same_target(law: Law, name: str, trials: Iterable[TrialInfo]) -> None:
 
 
 def decode_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]]:
-    """One row per (draft, dtype, b, k) of a decode_bench sweep's T = 0 trials, seeds pooled."""
+    """One row per T = 0 trial of a decode_bench sweep (engine, draft, dtype, b, k, tau*s)."""
     df, trials = completed(store, name, "decode_bench")
     _same_target(law, name, trials.values())
     measured = []
@@ -173,12 +173,12 @@ def decode_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]
     if not measured:
         raise Refused(f"sweep {name!r} has no completed trial at decode.temperature 0 (the "
                       "law's acceptance is greedy). Fix: a greedy decode sweep")  # fmt: skip
-    return _pool(measured)
+    return measured
 
 
 def serve_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]]:
-    """One row per (dtype, b, k) of a serve_bench sweep, tau* = acceptance / speedup at b; trials
-    of one (dtype, b, K) are pooled, over seeds and over the drafts served alike."""
+    """One row per (trial, b) of a serve_bench sweep, tau* = acceptance / speedup at b (rows of
+    one (dtype, b, K) are pooled later, over seeds and the drafts served alike)."""
     df, trials = completed(store, name, "serve_bench")
     _same_target(law, name, trials.values())
     measured = []
@@ -194,21 +194,26 @@ def serve_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]]
                 "break_even": end_to_end_break_even(tau, speedup), "acceptance": tau,
                 "speedup": speedup, "cycle_break_even": math.nan,
             })  # fmt: skip
-    return _pool(measured)
+    return measured
 
 
 def _pool(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of equal (engine, draft, dtype, b, k) averaged (NaN-skipping), ``trials`` counted."""
-    keys = ["engine", "sweep", "draft", "dtype", "batch_size", "k", "same_as_law"]
+    """Rows of equal (engine, draft, dtype, b, k) averaged (NaN-skipping) over trials and
+    sweeps, ``trials`` counted, ``break_even_se`` the standard error of the mean tau* (sd with
+    ddof=1 over sqrt(trials); NaN from one trial)."""
+    keys = ["engine", "draft", "dtype", "batch_size", "k", "same_as_law"]
     df = pd.DataFrame(measured).astype({"k": str})
     out = df.groupby(keys, sort=False).agg(
+        sweep=("sweep", lambda s: "+".join(dict.fromkeys(s))),
         trials=("break_even", "size"), break_even=("break_even", "mean"),
+        break_even_sd=("break_even", "std"),
         cycle_break_even=("cycle_break_even", "mean"), acceptance=("acceptance", "mean"),
         speedup=("speedup", "mean"),
     ).reset_index()  # fmt: skip
     rows = out.to_dict("records")
     for r in rows:
         r["k"] = int(r["k"]) if str(r["k"]).isdigit() else r["k"]
+        r["break_even_se"] = float(r.pop("break_even_sd")) / math.sqrt(r["trials"])
     return sorted(rows, key=lambda r: (r["engine"], r["draft"], r["dtype"], r["batch_size"],
                                        str(r["k"]).zfill(6)))  # fmt: skip
 
@@ -223,7 +228,9 @@ def finish(rows: list[dict[str, Any]], law: Law, alpha: float) -> list[dict[str,
         if r["draft"] != "trained":
             r["acceptance"] = trained.get((r["engine"], r["dtype"], r["batch_size"], r["k"]),
                                           math.nan)  # fmt: skip
-        r["crossing"] = crossing_budget(law.fit, r["break_even"], alpha=alpha)
+        se = r["break_even_se"]
+        var = se**2 if math.isfinite(se) else 0.0
+        r["crossing"] = crossing_budget(law.fit, r["break_even"], alpha=alpha, tau_star_var=var)
         groups.setdefault((r["engine"], r["draft"], r["dtype"], r["batch_size"]), []).append(r)
     for members in groups.values():
         finite = [r for r in members if math.isfinite(r["break_even"])]
@@ -264,7 +271,7 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
         f"+ {f.b:.4f}; a {level} CI [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], R² {f.r2:.2f}; "
         f"measured with a tree of depth {law.tree[0]}, topk {law.tree[1]}, k {law.tree[2]}",
     ]
-    cols = ["engine", "draft", "dtype", "b", "k", "τ*", "τ* cycle", "τ trained"]
+    cols = ["engine", "draft", "dtype", "b", "k", "runs", "τ*", "± se", "τ* cycle", "τ trained"]
     cols += [f"T* [{level}]", "status"]
     table = [cols]
     for r in rows:
@@ -272,7 +279,8 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
         mark = ("*" if r["best_k"] else "") + ("" if r["same_as_law"] else "†")
         table.append([
             r["engine"], r["draft"], r["dtype"], str(r["batch_size"]), f"{r['k']}{mark}",
-            _num_text(r["break_even"]), _num_text(r["cycle_break_even"]),
+            str(r["trials"]), _num_text(r["break_even"]), _num_text(r["break_even_se"]),
+            _num_text(r["cycle_break_even"]),
             _num_text(r["acceptance"]),
             f"{_tokens(c.budget)} [{_tokens(c.budget_lo)}, {_tokens(c.budget_hi)}]", _status(c),
         ])  # fmt: skip
@@ -284,6 +292,8 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
         "τ*: acceptance length / speedup at b (same run), assuming a cycle costs the same "
         "however many tokens it accepts; τ* cycle: this engine's cycle time / AR step time, "
         "without prefill and per-batch work.",
+        "runs: trials pooled over the sweeps named; ± se: τ*'s standard error over them, "
+        "added to the law's band in T*'s interval ('-': one run, τ* taken as exact).",
         "T*: pretraining tokens where the law reaches τ* (Fieller interval); 'already': the "
         "law's band is above τ* at the smallest budget; 'unbounded': the slope is not resolved.",
         "* lowest τ* among the k at this b.  † acceptance not measured as the law's (another "
@@ -316,14 +326,14 @@ def main(argv: list[str] | None = None) -> int:
         store = open_store(a.run_root, a.db_url, must_exist=True)
         try:
             law = read_law(store, a.law, a.alpha)
-            rows = [r for name in a.decode for r in decode_rows(store, name, law)]
-            rows += serve_rows(store, a.serve, law) if a.serve else []
+            measured = [r for name in a.decode for r in decode_rows(store, name, law)]
+            measured += serve_rows(store, a.serve, law) if a.serve else []
         finally:
             store.close()
     except (Refused, OrchestratorError) as exc:
         print(f"break_even_budget: {exc}", file=sys.stderr)
         return 2
-    rows = finish(rows, law, a.alpha)
+    rows = finish(_pool(measured), law, a.alpha)
     print("\n".join(report_lines(law, rows, a.alpha)))
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)

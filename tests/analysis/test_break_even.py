@@ -163,3 +163,33 @@ def test_batch_crossing_of_a_flat_speedup_supports_none() -> None:
     assert c.status == "unbounded"
     _, few = batch_crossing(_speedups([1.2, 0.9]))
     assert few.status == "no fit"
+
+
+def test_a_measured_tau_star_widens_the_set_by_its_variance() -> None:
+    """With tau*'s standard error s, the set's ends are where the mean line's half-width
+    sqrt(band^2 + t^2 s^2) meets tau*; s = 0 gives the exact-tau* set; a negative variance is
+    refused. Coverage: tau* drawn with that error around the truth, the widened set holds the
+    true budget about 95% of the time, the exact-tau* one less often."""
+    fit = _law(np.random.default_rng(11))
+    exact = crossing_budget(fit, TAU_STAR)
+    assert crossing_budget(fit, TAU_STAR, tau_star_var=0.0) == exact
+    wide = crossing_budget(fit, TAU_STAR, tau_star_var=0.05**2)
+    assert wide.tau_star_var == 0.05**2 and exact.tau_star_var == 0.0
+    assert wide.budget == exact.budget
+    assert wide.budget_lo < exact.budget_lo and wide.budget_hi > exact.budget_hi
+    for end in (wide.budget_lo, wide.budget_hi):
+        p = fit.predict([end])
+        half = (p["mean_hi"][0] - p["mean"][0]) / wide.t
+        gap = abs(p["mean"][0] - TAU_STAR)
+        assert gap == pytest.approx(wide.t * math.sqrt(half**2 + 0.05**2), rel=1e-9)
+    with pytest.raises(ValueError, match="tau_star_var"):
+        crossing_budget(fit, TAU_STAR, tau_star_var=-1.0)
+    rng = np.random.default_rng(7)
+    se = 0.08
+    hits = {"wide": 0, "exact": 0}
+    for _ in range(200):
+        law, tau = _law(rng), TAU_STAR + rng.normal(0.0, se)
+        hits["wide"] += crossing_budget(law, tau, tau_star_var=se**2).covers(TRUTH)
+        hits["exact"] += crossing_budget(law, tau).covers(TRUTH)
+    assert 0.90 <= hits["wide"] / 200 <= 0.995, hits
+    assert hits["exact"] < hits["wide"] - 20, hits

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from analysis.break_even import crossing_budget
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import parse_spec
 from orchestrator.store.results import ResultsStore
@@ -23,7 +24,7 @@ from orchestrator.store.results import ResultsStore
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 try:
-    from break_even_budget import main
+    from break_even_budget import main, read_law
 finally:
     sys.path.remove(str(ROOT / "benchmarks"))
 
@@ -133,6 +134,8 @@ def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _sweep(store, TOKENS.replace("name: tokens", "name: tokens-early"), _law(rng, 16384))
     _sweep(store, ORACLE, _oracle)
     _sweep(store, BATCH, _batch)
+    again = BATCH.replace("name: batch", "name: batch-again").replace("[1, 4]", "[4]", 1)
+    _sweep(store, again, lambda c: {**_batch(c), "speedup": _batch(c)["speedup"] / 1.1})
     _sweep(store, SERVE, _serve)
     _sweep(store, ORACLE.replace("name: oracle", "name: pending"), lambda c: None)
     store.close()
@@ -211,3 +214,30 @@ def test_a_run_root_without_a_db_is_refused(
     assert _run(tmp_path / "none", "--decode", "oracle") == 2
     assert "no results DB" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
+
+
+def test_runs_of_one_cell_in_two_sweeps_pool_and_widen_the_interval(
+    run_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """batch-again measures b = 4 once more at 10% lower speedups (tau* x 1.1): the two runs
+    pool into one row (sweeps named, runs 2, tau* their mean, se = |difference| / 2) whose T*
+    interval holds the one-run interval; b = 1, measured once, keeps tau* exact."""
+    out = tmp_path / "pooled.json"
+    assert _run(run_root, "--decode", "batch", "batch-again", "--out", str(out)) == 0
+    printed = capsys.readouterr().out
+    assert "± se" in printed and "τ* taken as exact" in printed
+    rows = {(r["batch_size"], r["k"]): r for r in json.loads(out.read_text())["rows"]}
+    store = ResultsStore.sqlite_under(run_root)
+    law = read_law(store, "tokens", 0.05)
+    store.close()
+    for k in (4, 8):
+        tau = BATCH_TAU[(4, k)]
+        r = rows[(4, k)]
+        assert r["trials"] == 2 and r["sweep"] == "batch+batch-again"
+        assert r["break_even"] == pytest.approx(1.05 * tau)
+        assert r["break_even_se"] == pytest.approx(0.05 * tau)
+        assert r["crossing"]["tau_star_var"] == pytest.approx((0.05 * tau) ** 2)
+        exact = crossing_budget(law.fit, r["break_even"])
+        assert r["crossing"]["log_lo"] < exact.log_lo and r["crossing"]["log_hi"] > exact.log_hi
+    assert rows[(1, 4)]["trials"] == 1 and rows[(1, 4)]["break_even_se"] is None
+    assert rows[(1, 4)]["crossing"]["tau_star_var"] == 0.0
