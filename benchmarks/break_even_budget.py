@@ -3,9 +3,11 @@
 Reads finished sweeps from the results DB of a run root (``<run root>/results.db``, or
 ``--db-url``), completed trials only:
 
-- ``--law``: a ``draft_train`` sweep over ``pretrain.tokens``; its token law
-  ``acceptance_length = a*log10(T) + b`` (Scylla Thm 1.1; OLS, HC3,
-  :func:`analysis.laws.fit_log_linear`), measured with the sweep's eval tree;
+- ``--law``: a sweep over ``pretrain.tokens``; its token law ``acceptance_length =
+  a*log10(T) + b`` (Scylla Thm 1.1; OLS, HC3, :func:`analysis.laws.fit_log_linear`): a
+  ``draft_train`` sweep's, measured in this engine with the sweep's eval tree, or a
+  ``serve_bench`` sweep's, measured in vLLM with a chain of K (the law to read vLLM's tau*
+  against);
 - ``--decode``: ``decode_bench`` sweeps at temperature 0; each trial's break-even tau* from
   its end-to-end speedup over its AR loop (``acceptance_length / speedup``,
   :func:`analysis.break_even.end_to_end_break_even`), beside the cycle-time one
@@ -13,7 +15,7 @@ Reads finished sweeps from the results DB of a run root (``<run root>/results.db
   per-batch work), per batch size b and verified tokens k, seeds averaged.
   An oracle draft costs almost nothing to run (its proposals are precomputed), so its tau* is
   a lower bound for a trained draft's at the same (b, k);
-- ``--serve`` (optional): a ``serve_bench`` sweep; vLLM's tau* at each b of its
+- ``--serve`` (optional): ``serve_bench`` sweeps; vLLM's tau* at each b of its
   ``serve.batch_sizes`` is ``acceptance_length / speedup/b{b}``
   (:func:`analysis.break_even.end_to_end_break_even`), k = K + 1 (vLLM verifies a chain of K).
 
@@ -71,7 +73,9 @@ class Law:
     target: str
     """the target model the drafts were trained for"""
     tree: tuple[int, int, int]
-    """(depth, topk, num_draft_tokens) of the sweep's eval tree"""
+    """(depth, topk, num_draft_tokens) of the sweep's eval tree; a vLLM chain of K: (K, 1, K+1)"""
+    engine: str = THIS
+    """where its acceptance was measured: this engine (draft_train) or vLLM (serve_bench)"""
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -83,7 +87,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--decode", nargs="*", default=["gemma-oracle", "gemma-batch"],
         help="decode_bench sweeps (default: gemma-oracle gemma-batch; none: --decode alone)",
     )  # fmt: skip
-    p.add_argument("--serve", default=None, help="serve_bench sweep (vLLM), optional")
+    p.add_argument("--serve", nargs="*", default=[], help="serve_bench sweeps (vLLM), optional")
     p.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
     p.add_argument("--out", type=Path, default=None, help="write the rows to this JSON file")
     a = p.parse_args(argv)
@@ -95,13 +99,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def completed(
-    store: ResultsStore, name: str, workload: str
+    store: ResultsStore, name: str, *workloads: str
 ) -> tuple[pd.DataFrame, dict[str, TrialInfo]]:
     """The sweep's completed trials (metrics table) and their configs by trial key."""
     info = find_sweep(store, name)
-    if info.workload != workload:
-        raise Refused(f"sweep {name!r} is a {info.workload} sweep, not {workload}. "
-                      f"Fix: name a {workload} sweep")  # fmt: skip
+    if info.workload not in workloads:
+        said = " or ".join(workloads)
+        raise Refused(f"sweep {name!r} is a {info.workload} sweep, not {said}. "
+                      f"Fix: name a {said} sweep")  # fmt: skip
     done: dict[str, TrialInfo] = {t.key: t for t in store.trials(info.id, {"completed"})}
     if not done:
         raise Refused(f"sweep {name!r} has no completed trials yet. Fix: wait for it, or "
@@ -112,7 +117,7 @@ def completed(
 
 def read_law(store: ResultsStore, name: str, alpha: float) -> Law:
     """Fit the token law on the sweep's completed trials at T > 0 (all seeds)."""
-    df, trials = completed(store, name, "draft_train")
+    df, trials = completed(store, name, "draft_train", "serve_bench")
     configs = [trials[k].config for k in df["trial_key"]]
     varied = {k for t in trials.values() for k in t.overrides} - {X, "seed"}
     varied = {k for k in varied if len({str(t.overrides.get(k)) for t in trials.values()}) > 1}
@@ -124,9 +129,12 @@ def read_law(store: ResultsStore, name: str, alpha: float) -> Law:
     fit = fit_log_linear(data, X, Y, law="tokens", alpha=alpha)
     if not fit.ok:
         raise Refused(f"sweep {name!r}: no token law from its completed trials ({fit.status})")
+    target = configs[0]["target"]["model"]
+    if "serve" in configs[0]:  # vLLM's chain of K
+        k = int(configs[0]["serve"]["num_speculative_tokens"])
+        return Law(name, fit, target, (k, 1, k + 1), VLLM)
     ev = configs[0]["eval"]
-    return Law(name, fit, configs[0]["target"]["model"],
-               (ev["depth"], ev["topk"], ev["num_draft_tokens"]))  # fmt: skip
+    return Law(name, fit, target, (ev["depth"], ev["topk"], ev["num_draft_tokens"]))
 
 
 def _dtype(config: dict[str, Any], metrics: pd.Series) -> str:
@@ -165,7 +173,7 @@ def decode_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]
         measured.append({
             "engine": THIS, "sweep": name, "draft": DRAFTS.get(c["draft"]["source"], "?"),
             "dtype": _dtype(c, m), "batch_size": int(d["batch_size"]), "k": k,
-            "same_as_law": (d["depth"], d["topk"], k) == law.tree,
+            "same_as_law": law.engine == THIS and (d["depth"], d["topk"], k) == law.tree,
             "break_even": end_to_end_break_even(_num(m, Y), _num(m, "speedup")),
             "cycle_break_even": _num(m, "break_even_acceptance_length"),
             "acceptance": _num(m, Y), "speedup": _num(m, "speedup"),
@@ -188,9 +196,12 @@ def serve_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]]
             big_k = _num(m, f"num_speculative_tokens/b{b}")
             big_k = big_k if math.isfinite(big_k) else c["serve"]["num_speculative_tokens"]
             tau, speedup = _num(m, Y), _num(m, f"speedup/b{b}")
+            if not math.isfinite(speedup):  # no plain server in the trial: no tau*
+                continue
             measured.append({
                 "engine": VLLM, "sweep": name, "draft": "trained", "dtype": _dtype(c, m),
-                "batch_size": int(b), "k": int(big_k) + 1, "same_as_law": False,
+                "batch_size": int(b), "k": int(big_k) + 1,
+                "same_as_law": law.engine == VLLM and int(big_k) + 1 == law.tree[2],
                 "break_even": end_to_end_break_even(tau, speedup), "acceptance": tau,
                 "speedup": speedup, "cycle_break_even": math.nan,
             })  # fmt: skip
@@ -265,11 +276,15 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
     f = law.fit
     budgets = sorted({int(x) for x in f.x})
     level = f"{1 - alpha:.0%}"
+    how = (
+        f"measured in vLLM with a chain of K = {law.tree[0]}"
+        if law.engine == VLLM
+        else f"measured with a tree of depth {law.tree[0]}, topk {law.tree[1]}, k {law.tree[2]}"
+    )
     head = [
         f"token law ({law.sweep}, {f.n} completed trials at {len(budgets)} budgets "
         f"{_tokens(budgets[0])}..{_tokens(budgets[-1])}): acceptance_length = {f.a:.4f}*log10(T) "
-        f"+ {f.b:.4f}; a {level} CI [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], R² {f.r2:.2f}; "
-        f"measured with a tree of depth {law.tree[0]}, topk {law.tree[1]}, k {law.tree[2]}",
+        f"+ {f.b:.4f}; a {level} CI [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], R² {f.r2:.2f}; {how}",
     ]
     cols = ["engine", "draft", "dtype", "b", "k", "runs", "τ*", "± se", "τ* cycle", "τ trained"]
     cols += [f"T* [{level}]", "status"]
@@ -297,7 +312,7 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
         "T*: pretraining tokens where the law reaches τ* (Fieller interval); 'already': the "
         "law's band is above τ* at the smallest budget; 'unbounded': the slope is not resolved.",
         "* lowest τ* among the k at this b.  † acceptance not measured as the law's (another "
-        "tree, or vLLM's chain): T* reads the law's tree acceptance against this τ*.",
+        "tree or engine): T* reads the law's acceptance against this τ*.",
         "oracle: proposals precomputed, the draft costs ~nothing: its τ* is a lower bound for a "
         "trained draft's; 'τ trained' is the trained draft's at the same (b, k) when measured.",
     ]
@@ -327,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             law = read_law(store, a.law, a.alpha)
             measured = [r for name in a.decode for r in decode_rows(store, name, law)]
-            measured += serve_rows(store, a.serve, law) if a.serve else []
+            measured += [r for name in a.serve for r in serve_rows(store, name, law)]
         finally:
             store.close()
     except (Refused, OrchestratorError) as exc:

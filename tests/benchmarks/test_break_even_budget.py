@@ -63,6 +63,14 @@ base:
   draft: {source: sweep, sweep: tokens}
   serve: {num_speculative_tokens: 3, batch_sizes: [1, 4]}
 """
+SERVE_LAW = """name: serve-law
+workload: serve_bench
+grid:
+  pretrain.tokens: [8192, 16384, 32768, 65536, 131072]
+base:
+  draft: {source: sweep, sweep: tokens}
+  serve: {num_speculative_tokens: 3, batch_sizes: [1], baseline: false}
+"""
 ORACLE_TAU = {1: 1.1, 4: 1.4, 16: 2.0}
 """break-even acceptance length of the oracle sweep by b"""
 BATCH_TAU = {(1, 4): 1.3, (1, 8): 1.2, (4, 4): 1.5, (4, 8): 1.6}
@@ -137,6 +145,7 @@ def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     again = BATCH.replace("name: batch", "name: batch-again").replace("[1, 4]", "[4]", 1)
     _sweep(store, again, lambda c: {**_batch(c), "speedup": _batch(c)["speedup"] / 1.1})
     _sweep(store, SERVE, _serve)
+    _sweep(store, SERVE_LAW, _law(rng))
     _sweep(store, ORACLE.replace("name: oracle", "name: pending"), lambda c: None)
     store.close()
     return root
@@ -241,3 +250,20 @@ def test_runs_of_one_cell_in_two_sweeps_pool_and_widen_the_interval(
         assert r["crossing"]["log_lo"] < exact.log_lo and r["crossing"]["log_hi"] > exact.log_hi
     assert rows[(1, 4)]["trials"] == 1 and rows[(1, 4)]["break_even_se"] is None
     assert rows[(1, 4)]["crossing"]["tau_star_var"] == 0.0
+
+
+def test_a_vllm_token_law_reads_vllm_rows_of_its_own_k(
+    run_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--law a serve_bench sweep over pretrain.tokens: the law is vLLM's chain acceptance;
+    vLLM rows of its K are read as the law's (no †), this engine's rows are not."""
+    out = tmp_path / "vllm.json"
+    args = ["--run-root", str(run_root), "--law", "serve-law", "--decode", "batch"]
+    assert main([*args, "--serve", "serve", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "(serve-law, 5 completed trials at 5 budgets" in printed
+    assert "measured in vLLM with a chain of K = 3" in printed
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["same_as_law"] for r in rows if r["engine"] == "vLLM"} == {True}
+    assert {r["same_as_law"] for r in rows if r["engine"] == "this engine"} == {False}
+    assert json.loads(out.read_text())["law_tree"] == [3, 1, 4]
