@@ -23,6 +23,8 @@ from orchestrator.commands.options import DbUrl, RunRoot
 from orchestrator.store.access import find_sweep, open_store
 
 if TYPE_CHECKING:  # statsmodels loads when `compare` runs, not with every command
+    import pandas as pd
+
     from analysis.transfer import FactorSlopeDifference, PooledSlope
 
 console = Console(soft_wrap=True)  # paths and commands stay on one line when piped
@@ -196,17 +198,7 @@ def compare(
         grid.add_row(*(escape(str(v)) for v in row))  # "[n/a, n/a]" is text, not markup
     console.print(grid)
     _print_transfer(names, diff, pooled, a.y)
-    mt = Table(title=f"mean {a.y} per {a.x}")
-    for col in (a.x, f"{sweep_a} (n)", f"{sweep_b} (n)", "delta B - A"):
-        mt.add_column(col, justify="right")
-    for r in means.itertuples(index=False):
-        mt.add_row(
-            fmt(r.x, ".6g"),
-            _mean(r.mean_a, r.sd_a, r.n_a),
-            _mean(r.mean_b, r.sd_b, r.n_b),
-            fmt(r.delta, "+.4f"),
-        )
-    console.print(mt)
+    _print_means(means, names, a.x, a.y)
     try:
         write_compare_page(
             page,
@@ -256,6 +248,21 @@ def _print_transfer(
     for row in study_rows(pooled, y):
         st.add_row(*(escape(str(v)) for v in row))
     console.print(st)
+
+
+def _print_means(means: pd.DataFrame, names: tuple[str, str], x: str, y: str) -> None:
+    """The table of ``y``'s mean per ``x`` in both sweeps (``analysis.compare.per_x_means``)."""
+    mt = Table(title=f"mean {y} per {x}")
+    for col in (x, f"{names[0]} (n)", f"{names[1]} (n)", "delta B - A"):
+        mt.add_column(col, justify="right")
+    for r in means.itertuples(index=False):
+        mt.add_row(
+            fmt(r.x, ".6g"),
+            _mean(r.mean_a, r.sd_a, r.n_a),
+            _mean(r.mean_b, r.sd_b, r.n_b),
+            fmt(r.delta, "+.4f"),
+        )
+    console.print(mt)
 
 
 def _mean(mean: float, sd: float, n: int) -> str:
