@@ -17,7 +17,13 @@ import re
 import numpy as np
 import pandas as pd
 
-__all__ = ["SERVING_BEST_COLUMNS", "best_k_per_batch", "has_serving_speedups", "serving_points"]
+from analysis.break_even import Crossing, crossing_budget
+from analysis.laws import LogLinearFit, fit_log_linear
+
+__all__ = [
+    "SERVING_BEST_COLUMNS", "best_k_per_batch", "budget_crossings", "has_serving_speedups",
+    "serving_points",
+]  # fmt: skip
 
 _B = re.compile(r"^speedup/b(\d+)$")
 
@@ -51,14 +57,15 @@ def _num(df: pd.DataFrame, col: str) -> pd.Series:
 def serving_points(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (completed trial, batch size) with a finite speedup.
 
-    Columns: ``trial_key`` (when the table has it), ``batch_size`` (the client's concurrency b),
+    Columns: ``trial_key`` (when the table has it), ``pretrain.tokens`` (the served draft's
+    budget; NaN when the table lacks it), ``batch_size`` (the client's concurrency b),
     ``num_speculative_tokens`` (K drafted at b), ``speedup`` (output tokens/s over the same
     trial's plain server), ``tokens_per_s`` and ``baseline_tokens_per_s`` (output tokens/s of
     the two servers), ``acceptance_length`` (vLLM's, from the benchmark client's counters at b).
     Empty (same columns) when the table has no serving speedups or no completed trial.
     """
-    columns = ["trial_key", "batch_size", "num_speculative_tokens", "speedup", "tokens_per_s",
-               "baseline_tokens_per_s", "acceptance_length"]  # fmt: skip
+    columns = ["trial_key", "pretrain.tokens", "batch_size", "num_speculative_tokens", "speedup",
+               "tokens_per_s", "baseline_tokens_per_s", "acceptance_length"]  # fmt: skip
     done = df[df["state"] == "completed"] if "state" in df.columns else df
     bs = sorted(int(m.group(1)) for c in done.columns if (m := _B.match(str(c))))
     frames = []
@@ -66,6 +73,7 @@ def serving_points(df: pd.DataFrame) -> pd.DataFrame:
         part = pd.DataFrame(
             {
                 "trial_key": done.get("trial_key", pd.NA),
+                "pretrain.tokens": _num(done, "pretrain.tokens"),
                 "batch_size": b,
                 "num_speculative_tokens": _num(done, f"num_speculative_tokens/b{b}"),
                 "speedup": _num(done, f"speedup/b{b}"),
@@ -118,3 +126,23 @@ def best_k_per_batch(points: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=list(SERVING_BEST_COLUMNS))
+
+
+def budget_crossings(
+    points: pd.DataFrame, *, alpha: float = 0.05
+) -> list[tuple[int, LogLinearFit, Crossing]]:
+    """Per batch size, where the speedup over the plain server reaches 1 along the served
+    drafts' pretraining budgets: ``speedup = a*log10(T) + c`` fitted on the points at T > 0
+    (:func:`analysis.laws.fit_log_linear`, OLS, HC3; law "serve_speedup_tokens") and solved
+    for speedup(T*) = 1 with its Fieller (1 - alpha) set (:func:`analysis.break_even.
+    crossing_budget`: status "ok" pays above T*, "already" from the smallest budget,
+    "unbounded" the trend is not resolved). ``points``: :func:`serving_points` of trials at one
+    K; a b with fewer than 3 budgets is left out. Sorted by b."""
+    out = []
+    for b, at_b in points.groupby("batch_size", sort=True):
+        if at_b["pretrain.tokens"].where(at_b["pretrain.tokens"] > 0).nunique() < 3:
+            continue
+        fit = fit_log_linear(at_b, "pretrain.tokens", "speedup", law="serve_speedup_tokens",
+                             alpha=alpha)  # fmt: skip
+        out.append((int(b), fit, crossing_budget(fit, 1.0, alpha=alpha)))
+    return out

@@ -116,3 +116,33 @@ def test_compare_law_speedup_gives_the_slope_difference_of_two_targets(tmp_path:
     assert code == 2 and "measured no speedup per batch size" in text, text
     code, text = _cli("compare", "smol", "gemma", "--law", "tokens", "--run-root", root)
     assert code == 2 and "--law 'tokens': unknown. Fix: --law main or --law speedup" in text
+
+
+def test_drafts_of_several_budgets_give_where_the_speedup_reaches_one(tmp_path: Path) -> None:
+    """speedup at b = 1 = 0.3*log10(T) - 0.35 (+ noise) over 5 budgets: it reaches 1 at
+    T* = 10^4.5 tokens, inside its interval; no best K is taken across drafts."""
+    rng = np.random.default_rng(3)
+    store = ResultsStore.sqlite_under(tmp_path / "runs")
+    budgets = (0, 8192, 16384, 32768, 65536, 131072)
+    spec = "name: st\nworkload: serve_bench\ngrid:\n  pretrain.tokens: [0, 8192]\n"
+    sid = store.upsert_sweep("st", "serve_bench", spec, "st.yaml")
+    rows = []
+    for t in budgets:
+        cfg = ServeBenchConfig.model_validate({"pretrain": {"tokens": t}}).model_dump(mode="json")
+        rows.append((f"st-{t}", cfg, {"pretrain.tokens": t}))
+    store.add_trials(sid, rows)
+    for t in store.trials(sid):
+        tokens = t.overrides["pretrain.tokens"]
+        s = 0.6 if tokens == 0 else 0.3 * math.log10(tokens) - 0.35 + rng.normal(0, 0.01)
+        store.log_metrics(t.id, {"acceptance_length": 1.2, "speedup/b1": s,
+                                 "num_speculative_tokens/b1": 3.0})  # fmt: skip
+        store.mark_completed(t.id, 1.0)
+    rep = fit_sweep(store, sid, "st", tmp_path / "runs" / "st" / "dashboard.html")
+    text = "\n".join(rep.lines)
+    assert "best K" not in text
+    assert "vLLM b=1: speedup over the plain server per budget 0: 0.60x, 8192: " in text, text
+    found = re.search(r"speculation pays above T\* = (\S+) \[(\S+), (\S+)\] pretraining", text)
+    assert found is not None, text
+    assert math.log10(float(found[1])) == pytest.approx(4.5, abs=0.1)
+    assert float(found[2]) < 10**4.5 < float(found[3])
+    store.close()
