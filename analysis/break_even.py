@@ -95,10 +95,11 @@ class Crossing:
     alpha: float
     """1 - confidence level of the set"""
     t: float
-    """Student t quantile at 1 - alpha/2 with the fit's df_resid"""
+    """Student t quantile at 1 - alpha/2 with the fit's df_resid (or tau*'s, when smaller)"""
     quadratic: tuple[float, float, float]
     """(A, B, C): the set is {x : A x^2 + B x + C <= 0}, x in log units; A = a^2 - t^2 Var(a),
-    B = 2((b - tau*) a - t^2 Cov(a, b)), C = (b - tau*)^2 - t^2 Var(b); NaN without a set"""
+    B = 2((b - tau*) a - t^2 Cov(a, b)), C = (b - tau*)^2 - t^2 (Var(b) + tau_star_var); NaN
+    without a set"""
     gap: tuple[float, float]
     """region "complement": the excluded open interval (log units); else (NaN, NaN)"""
     note: str
@@ -145,18 +146,26 @@ def end_to_end_break_even(acceptance_length: float, speedup: float) -> float:
 
 
 def crossing_budget(
-    fit: LogLinearFit, tau_star: float, *, alpha: float = 0.05, tau_star_var: float = 0.0
+    fit: LogLinearFit,
+    tau_star: float,
+    *,
+    alpha: float = 0.05,
+    tau_star_var: float = 0.0,
+    tau_star_df: float = math.inf,
 ) -> Crossing:
     """The budget where the token law's mean line reaches ``tau_star``, with its set.
 
     ``fit``: ``acceptance_length = a*log_base(T) + b`` (:func:`analysis.laws.fit_log_linear`),
     its ``cov`` ordered (a, b) (HC3) and ``df_resid``; ``tau_star``: the break-even acceptance
     length (tokens per cycle); ``tau_star_var``: the variance of its estimate (squared standard
-    error; 0 = exact, the default). Point: ``x* = (tau* - b) / a``, ``T* = log_base**x*``. Set
-    (Fieller / inverse prediction): ``{x : |tau* - (a x + b)| <= t sqrt(Var(a) x^2 +
-    2 Cov(a,b) x + Var(b) + tau_star_var)}``, t the Student quantile at 1 - alpha/2 with the
-    law's ``df_resid`` (tau*'s estimate taken as independent of the law's); squared, the
-    quadratic :attr:`Crossing.quadratic` ``<= 0``. Its status (:data:`STATUSES`):
+    error; 0 = exact, the default) and ``tau_star_df`` its degrees of freedom (runs - 1).
+    Point: ``x* = (tau* - b) / a``, ``T* = log_base**x*``. Set (Fieller / inverse prediction):
+    ``{x : |tau* - (a x + b)| <= t sqrt(Var(a) x^2 + 2 Cov(a,b) x + Var(b) + tau_star_var)}``,
+    t the Student quantile at 1 - alpha/2 with the law's ``df_resid``, or ``tau_star_df`` when
+    that is smaller and tau* has a variance (the conservative choice where Welch-Satterthwaite
+    would vary with x); tau*'s estimate is taken as independent of the law's (not so when both
+    come from the same trials). Squared, the quadratic :attr:`Crossing.quadratic` ``<= 0``. Its
+    status (:data:`STATUSES`):
 
     - "no fit": ``fit`` is not ok; "no break-even": ``tau_star`` is not finite;
     - "unbounded": ``a^2 - t^2 Var(a) <= 0``: the slope is not resolved from 0, so the set is
@@ -168,12 +177,15 @@ def crossing_budget(
     - "ok": otherwise; ``extrapolated`` when T* is outside the measured budgets.
 
     Raises:
-        ValueError: ``alpha`` not in (0, 1), or ``tau_star_var`` negative or NaN.
+        ValueError: ``alpha`` not in (0, 1), ``tau_star_var`` negative or NaN, or
+            ``tau_star_df`` not positive.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha={alpha} must be in (0, 1). Fix: e.g. alpha=0.05.")
     if not tau_star_var >= 0:
         raise ValueError(f"tau_star_var={tau_star_var} must be >= 0. Fix: 0 when tau* is exact.")
+    if not tau_star_df > 0:
+        raise ValueError(f"tau_star_df={tau_star_df} must be > 0. Fix: the runs of tau* less 1.")
     lb = math.log(fit.log_base)
     xs = [v for v in fit.x if v > 0]
     measured = (min(xs), max(xs)) if xs else (math.nan, math.nan)
@@ -189,7 +201,8 @@ def crossing_budget(
         return _with(blank, "no fit", why=why)
     if not math.isfinite(tau_star):
         return _with(blank, "no break-even")
-    t = float(stats.t.ppf(1 - alpha / 2, fit.df_resid))
+    df = min(fit.df_resid, tau_star_df) if tau_star_var > 0 else fit.df_resid
+    t = float(stats.t.ppf(1 - alpha / 2, df))
     (va, cab), (_, vb) = fit.cov
     d = fit.b - tau_star  # mean line minus tau* at x = 0
     qa = fit.a**2 - t**2 * va

@@ -66,7 +66,8 @@ class Refused(ValueError):
 
 @dataclass(frozen=True)
 class Law:
-    """The token law of a draft_train sweep and how its acceptance was measured."""
+    """The token law of a draft_train or serve_bench sweep and how its acceptance was
+    measured."""
 
     sweep: str
     fit: LogLinearFit
@@ -116,7 +117,9 @@ def completed(
 
 
 def read_law(store: ResultsStore, name: str, alpha: float) -> Law:
-    """Fit the token law on the sweep's completed trials at T > 0 (all seeds)."""
+    """Fit the token law on the sweep's completed trials at T > 0 (all seeds): a draft_train
+    sweep's (this engine's eval tree) or a serve_bench sweep's (vLLM's chain of K). Raises
+    :class:`Refused` for another workload, a sweep varying more than the budget, or no fit."""
     df, trials = completed(store, name, "draft_train", "serve_bench")
     configs = [trials[k].config for k in df["trial_key"]]
     varied = {k for t in trials.values() for k in t.overrides} - {X, "seed"}
@@ -172,6 +175,7 @@ def decode_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]
         k = d["num_draft_tokens"]
         measured.append({
             "engine": THIS, "sweep": name, "draft": DRAFTS.get(c["draft"]["source"], "?"),
+            "tree": f"depth {d['depth']}, topk {d['topk']}",
             "dtype": _dtype(c, m), "batch_size": int(d["batch_size"]), "k": k,
             "same_as_law": law.engine == THIS and (d["depth"], d["topk"], k) == law.tree,
             "break_even": end_to_end_break_even(_num(m, Y), _num(m, "speedup")),
@@ -200,23 +204,27 @@ def serve_rows(store: ResultsStore, name: str, law: Law) -> list[dict[str, Any]]
                 continue
             measured.append({
                 "engine": VLLM, "sweep": name, "draft": "trained", "dtype": _dtype(c, m),
+                "tree": "chain",
                 "batch_size": int(b), "k": int(big_k) + 1,
                 "same_as_law": law.engine == VLLM and int(big_k) + 1 == law.tree[2],
                 "break_even": end_to_end_break_even(tau, speedup), "acceptance": tau,
                 "speedup": speedup, "cycle_break_even": math.nan,
             })  # fmt: skip
+    if not measured:
+        raise Refused(f"sweep {name!r} has no completed trial with a plain server (no speedup, "
+                      "no tau*). Fix: a serving sweep with serve.baseline: true")  # fmt: skip
     return measured
 
 
 def _pool(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of equal (engine, draft, dtype, b, k) averaged (NaN-skipping) over trials and
-    sweeps, ``trials`` counted, ``break_even_se`` the standard error of the mean tau* (sd with
-    ddof=1 over sqrt(trials); NaN from one trial)."""
-    keys = ["engine", "draft", "dtype", "batch_size", "k", "same_as_law"]
+    """Rows of equal (engine, draft, dtype, b, k, tree) averaged (NaN-skipping) over trials
+    and sweeps, ``trials`` the runs with a finite tau*, ``break_even_se`` the standard error of
+    their mean (sd with ddof=1 over sqrt(trials); NaN from one run)."""
+    keys = ["engine", "draft", "dtype", "batch_size", "k", "tree", "same_as_law"]
     df = pd.DataFrame(measured).astype({"k": str})
     out = df.groupby(keys, sort=False).agg(
         sweep=("sweep", lambda s: "+".join(dict.fromkeys(s))),
-        trials=("break_even", "size"), break_even=("break_even", "mean"),
+        trials=("break_even", "count"), break_even=("break_even", "mean"),
         break_even_sd=("break_even", "std"),
         cycle_break_even=("cycle_break_even", "mean"), acceptance=("acceptance", "mean"),
         speedup=("speedup", "mean"),
@@ -224,7 +232,8 @@ def _pool(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = out.to_dict("records")
     for r in rows:
         r["k"] = int(r["k"]) if str(r["k"]).isdigit() else r["k"]
-        r["break_even_se"] = float(r.pop("break_even_sd")) / math.sqrt(r["trials"])
+        n = int(r["trials"])
+        r["break_even_se"] = float(r.pop("break_even_sd")) / math.sqrt(n) if n > 1 else math.nan
     return sorted(rows, key=lambda r: (r["engine"], r["draft"], r["dtype"], r["batch_size"],
                                        str(r["k"]).zfill(6)))  # fmt: skip
 
@@ -232,16 +241,16 @@ def _pool(measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def finish(rows: list[dict[str, Any]], law: Law, alpha: float) -> list[dict[str, Any]]:
     """Each row with its crossing, the trained draft's acceptance at an oracle row's (dtype, b,
     k), and ``best_k`` (the lowest tau* among several k at one engine, draft, dtype and b)."""
-    trained = {(r["engine"], r["dtype"], r["batch_size"], r["k"]): r["acceptance"]
+    trained = {(r["engine"], r["dtype"], r["batch_size"], r["k"], r["tree"]): r["acceptance"]
                for r in rows if r["draft"] == "trained"}  # fmt: skip
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if r["draft"] != "trained":
-            r["acceptance"] = trained.get((r["engine"], r["dtype"], r["batch_size"], r["k"]),
-                                          math.nan)  # fmt: skip
+            key = (r["engine"], r["dtype"], r["batch_size"], r["k"], r["tree"])
+            r["acceptance"] = trained.get(key, math.nan)
         se = r["break_even_se"]
-        var = se**2 if math.isfinite(se) else 0.0
-        r["crossing"] = crossing_budget(law.fit, r["break_even"], alpha=alpha, tau_star_var=var)
+        spread = {"tau_star_var": se**2, "tau_star_df": r["trials"] - 1} if se == se else {}
+        r["crossing"] = crossing_budget(law.fit, r["break_even"], alpha=alpha, **spread)
         groups.setdefault((r["engine"], r["draft"], r["dtype"], r["batch_size"]), []).append(r)
     for members in groups.values():
         finite = [r for r in members if math.isfinite(r["break_even"])]
@@ -349,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"break_even_budget: {exc}", file=sys.stderr)
         return 2
     rows = finish(_pool(measured), law, a.alpha)
+    if a.law in a.serve:
+        print(
+            f"warning: {a.law} is both the law and a --serve sweep: its tau* and the law come "
+            "from the same trials, which the interval takes as independent",
+            file=sys.stderr,
+        )
     print("\n".join(report_lines(law, rows, a.alpha)))
     if a.out is not None:
         a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ no figures.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -16,13 +15,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.laws import fit_log_linear
+from analysis.serving import batch_sizes, numeric
 from dashboards._html import Table, plot_text
-
-_B = re.compile(r"^tokens_per_s/b(\d+)$")
-
-
-def _num(df: pd.DataFrame, col: str) -> pd.Series:
-    return pd.to_numeric(df[col], errors="coerce") if col in df.columns else pd.Series(dtype=float)
 
 
 def _law_label(done: pd.DataFrame, x: str, y: str, name: str) -> str:
@@ -49,19 +43,23 @@ def agreement_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figur
     need = ("acceptance_length", "engine.acceptance_length", "agreement.disjoint")
     if x not in done.columns or not all(c in done.columns for c in need):
         return None
-    xs = _num(done, x).clip(lower=1)  # the SFT-only draft (0 tokens) drawn at 1 on a log axis
+    xs = numeric(done, x).clip(lower=1)  # the SFT-only draft (0 tokens) drawn at 1 on a log axis
     fig = go.Figure()
     for col, name in (("acceptance_length", "vLLM"), ("engine.acceptance_length", "this engine")):
-        y, lo, hi = _num(done, col), _num(done, col + "_ci_low"), _num(done, col + "_ci_high")
+        y, lo, hi = (
+            numeric(done, col),
+            numeric(done, col + "_ci_low"),
+            numeric(done, col + "_ci_high"),
+        )
         bars = {"type": "data", "array": (hi - y).tolist(), "arrayminus": (y - lo).tolist()}
         fig.add_trace(
             go.Scatter(x=xs, y=y, mode="markers", name=_law_label(done, x, col, name), error_y=bars)
         )
-    flagged = done[_num(done, "agreement.disjoint") == 1]
+    flagged = done[numeric(done, "agreement.disjoint") == 1]
     if len(flagged):
         fig.add_trace(
             go.Scatter(
-                x=xs[flagged.index], y=_num(flagged, "acceptance_length"), mode="markers",
+                x=xs[flagged.index], y=numeric(flagged, "acceptance_length"), mode="markers",
                 marker={"symbol": "x", "size": 14, "color": "red"},
                 name=f"CIs disjoint ({len(flagged)}): see docs/serving.md, which acceptance length",
             )
@@ -80,20 +78,20 @@ def throughput_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figu
     """Output tokens/s with the draft and without (the baseline server) against batch size,
     means over the trials of each ``x``, and the speedup on the right axis (1 = break-even).
     None without ``tokens_per_s/b<b>`` columns."""
-    bs = sorted(int(m.group(1)) for c in done.columns if (m := _B.match(str(c))))
+    bs = batch_sizes(done, "tokens_per_s")
     if not bs:
         return None
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    base = [float(_num(done, f"baseline.tokens_per_s/b{b}").mean()) for b in bs]
-    trials = [(b, v) for b in bs for v in _num(done, f"baseline.tokens_per_s/b{b}").dropna()]
+    base = [float(numeric(done, f"baseline.tokens_per_s/b{b}").mean()) for b in bs]
+    trials = [(b, v) for b in bs for v in numeric(done, f"baseline.tokens_per_s/b{b}").dropna()]
     label = _batch_law_label(trials, "vLLM, no draft")
     fig.add_trace(go.Scatter(x=bs, y=base, mode="lines+markers", name=label))
     groups = done.groupby(x) if x in done.columns else [("all", done)]
     for value, g in groups:
         label = f"{plot_text(x)} = {value:g}" if isinstance(value, (int, float)) else str(value)
-        tps = [float(_num(g, f"tokens_per_s/b{b}").mean()) for b in bs]
-        sp = [float(_num(g, f"speedup/b{b}").mean()) for b in bs]
-        points = [(b, v) for b in bs for v in _num(g, f"tokens_per_s/b{b}").dropna()]
+        tps = [float(numeric(g, f"tokens_per_s/b{b}").mean()) for b in bs]
+        sp = [float(numeric(g, f"speedup/b{b}").mean()) for b in bs]
+        points = [(b, v) for b in bs for v in numeric(g, f"tokens_per_s/b{b}").dropna()]
         name = _batch_law_label(points, f"with draft, {label}")
         fig.add_trace(go.Scatter(x=bs, y=tps, mode="lines+markers", name=name))
         fig.add_trace(
@@ -163,8 +161,9 @@ class ServingSection:
 def serving_section(
     parts: Sequence[tuple[str, pd.DataFrame]], lines: Sequence[str]
 ) -> ServingSection | None:
-    """The section of the best-K tables ``parts`` ((condition, table) pairs); None without."""
-    if not parts:
+    """The section of the best-K tables ``parts`` ((group, table) pairs) and the report's
+    ``lines``; None without either."""
+    if not parts and not lines:
         return None
     head = ["condition", "b", "best K", "speedup", "tok/s", "plain tok/s", "acceptance length",
             "K measured", "best K at edge"]  # fmt: skip

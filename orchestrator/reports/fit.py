@@ -215,7 +215,8 @@ def _fit_sweep(
     during = checks_figure(check_curves(store, sweep_id), df)
     extra = [("Acceptance during training", during)] if during is not None else []
     if "variant" in df.columns:
-        return _report_variants(df, sweep_name, spec_yaml, page, sink, extra)
+        rep = _report_variants(df, sweep_name, spec_yaml, page, sink, extra)
+        return replace(rep, lines=[*rep.lines, *served.lines])
     axis = find_law_axis(spec_yaml)
     if axis is None:
         line = no_law_axis_text(spec_yaml)

@@ -7,9 +7,11 @@ By the workload's registry ``report`` (no workload is named here):
 - ``throughput``: the best configuration per batch size, ``peak_tokens_per_s`` vs
   ``batch_size``, log2 (Thm 1.3).
 
-Or, asked for (``law="speedup"``), Thm 1.3's speedup: the best speedup per batch size of the
-reference condition, ``speedup`` vs ``batch_size``, log2 — a serving sweep's over the plain
-vLLM server (:mod:`analysis.serving`), a decode sweep's over this engine's AR loop.
+Or, asked for (``law="speedup"``), Thm 1.3's speedup, ``speedup`` vs ``batch_size``, log2: a
+serving sweep's best speedup over its plain vLLM server per b in its first group of one draft
+(:func:`orchestrator.reports.serving.serving_groups`), a decode sweep's speedup over this
+engine's AR loop at the best configuration per b (the highest tokens/s,
+:func:`analysis.throughput.best_per_batch`) in its reference condition.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.review import LawReview, review_law
-from analysis.serving import best_k_per_batch, has_serving_speedups, serving_points
+from analysis.serving import has_serving_speedups, serving_points
 from analysis.throughput import best_per_batch, split_conditions
 from orchestrator.errors import OrchestratorError
 from orchestrator.reports.decode import decode_frame
 from orchestrator.reports.fit import Y, find_law_axis, no_law_axis_text, report_kind, trials_frame
+from orchestrator.reports.serving import serving_groups, serving_parts
 from orchestrator.store.results import ResultsStore, SweepInfo
 from workloads.registry import WORKLOADS
 
@@ -52,9 +55,12 @@ def law_table(store: ResultsStore, info: SweepInfo, law: str = "main") -> LawTab
     """The sweep's main law table and review, or (``law="speedup"``) its speedup over b's.
 
     Raises:
+        ValueError: ``law`` is not one of :data:`LAWS`.
         OrchestratorError: the sweep has no such law (variants, a ``table`` workload, no law
             axis in its grid, no per-b speedups) or no trials.
     """
+    if law not in LAWS:
+        raise ValueError(f"law={law!r} is not one of {LAWS}")
     if law == "speedup":
         return _speedup_table(store, info)
     kind = report_kind(info)
@@ -98,7 +104,7 @@ def law_table(store: ResultsStore, info: SweepInfo, law: str = "main") -> LawTab
 
 
 def _speedup_table(store: ResultsStore, info: SweepInfo) -> LawTable:
-    """The best speedup per b of the sweep's reference condition (module docstring)."""
+    """The speedup per b of the sweep's best configurations (module docstring)."""
     if report_kind(info) == "throughput":
         reference = split_conditions(decode_frame(store, info.id))[0][1]
         best = best_per_batch(reference)
@@ -110,10 +116,16 @@ def _speedup_table(store: ResultsStore, info: SweepInfo) -> LawTable:
                 f"sweep {info.name!r} ({info.workload}) measured no speedup per batch size; "
                 "compare decode_bench or serve_bench sweeps with --law speedup"
             )
-        reference = split_conditions(frame)[0][1]
-        points = serving_points(reference)
-        best = best_k_per_batch(points)
-        keys = points["trial_key"]
+        overrides = {k for t in store.trials(info.id) for k in t.overrides}
+        groups = [(g, t) for g, t in serving_groups(frame, overrides) if len(serving_parts(t))]
+        if not groups:
+            raise OrchestratorError(
+                f"sweep {info.name!r} serves drafts of several budgets, or no fixed K, at every "
+                "b: no best speedup per batch size. Fix: compare serving sweeps of one draft "
+                "(e.g. over serve.num_speculative_tokens)"
+            )
+        best = serving_parts(groups[0][1])[0][1]
+        keys = serving_points(groups[0][1])["trial_key"]
     table = best.assign(state="completed")
     x, y = "batch_size", "speedup"
     review = review_law(table, x, y, law="speedup", log_base=2, unit="batch sizes")

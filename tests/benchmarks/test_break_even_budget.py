@@ -146,6 +146,10 @@ def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _sweep(store, again, lambda c: {**_batch(c), "speedup": _batch(c)["speedup"] / 1.1})
     _sweep(store, SERVE, _serve)
     _sweep(store, SERVE_LAW, _law(rng))
+    k2 = SERVE_LAW.replace("name: serve-law", "name: serve-law-k2").replace(
+        "tokens: 3", "tokens: 2"
+    )
+    _sweep(store, k2, _law(rng))
     _sweep(store, ORACLE.replace("name: oracle", "name: pending"), lambda c: None)
     store.close()
     return root
@@ -267,3 +271,18 @@ def test_a_vllm_token_law_reads_vllm_rows_of_its_own_k(
     assert {r["same_as_law"] for r in rows if r["engine"] == "vLLM"} == {True}
     assert {r["same_as_law"] for r in rows if r["engine"] == "this engine"} == {False}
     assert json.loads(out.read_text())["law_tree"] == [3, 1, 4]
+
+
+def test_vllm_rows_of_another_k_are_not_the_laws_and_a_law_without_speedups_is_refused(
+    run_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "k2.json"
+    args = ["--run-root", str(run_root), "--law", "serve-law-k2", "--decode"]
+    assert main([*args, "--serve", "serve", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and {r["same_as_law"] for r in rows} == {False}  # served K = 3, the law's 2
+    capsys.readouterr()
+    assert main([*args, "--serve", "serve-law"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no completed trial with a plain server" in err
+    assert main([*args, "--serve", "serve", "serve-law-k2", "--out", str(out)]) == 2

@@ -140,9 +140,42 @@ def test_drafts_of_several_budgets_give_where_the_speedup_reaches_one(tmp_path: 
     rep = fit_sweep(store, sid, "st", tmp_path / "runs" / "st" / "dashboard.html")
     text = "\n".join(rep.lines)
     assert "best K" not in text
-    assert "vLLM b=1: speedup over the plain server per budget 0: 0.60x, 8192: " in text, text
+    assert "vLLM b=1, K=3: speedup over the plain server per budget 0: 0.60x, 8192: " in text, text
+    assert "*log10(T) - 0.3" in text
     found = re.search(r"speculation pays above T\* = (\S+) \[(\S+), (\S+)\] pretraining", text)
     assert found is not None, text
     assert math.log10(float(found[1])) == pytest.approx(4.5, abs=0.1)
     assert float(found[2]) < 10**4.5 < float(found[3])
+    store.close()
+
+
+def test_trials_serving_other_drafts_are_never_pooled(tmp_path: Path) -> None:
+    """Two drafts (``draft.sweep``) x K = 1, 2 at b = 1, 2, 4: each draft gets its own best K
+    per b, labelled, however the other's speedups compare."""
+    store = ResultsStore.sqlite_under(tmp_path / "runs")
+    spec = "name: two\nworkload: serve_bench\ngrid:\n  draft.sweep: [a, b]\n"
+    sid = store.upsert_sweep("two", "serve_bench", spec, "two.yaml")
+    rows = []
+    for sweep in ("a", "b"):
+        for k in (1, 2):
+            raw = {"pretrain": {"tokens": 131072}, "draft": {"sweep": sweep},
+                   "serve": {"num_speculative_tokens": k}}  # fmt: skip
+            cfg = ServeBenchConfig.model_validate(raw).model_dump(mode="json")
+            over = {"draft.sweep": sweep, "serve.num_speculative_tokens": k}
+            rows.append((f"{sweep}-k{k}", cfg, over))
+    store.add_trials(sid, rows)
+    for t in store.trials(sid):
+        k = t.overrides["serve.num_speculative_tokens"]
+        good = (t.overrides["draft.sweep"] == "a") == (k == 1)  # a: K = 1 best; b: K = 2 best
+        m = {f"speedup/b{b}": (2.0 if good else 1.0) / b for b in (1, 2, 4)}
+        store.log_metrics(t.id, {**m, **{f"num_speculative_tokens/b{b}": k for b in (1, 2, 4)}})
+        store.mark_completed(t.id, 1.0)
+    rep = fit_sweep(store, sid, "two", tmp_path / "runs" / "two" / "dashboard.html")
+    text = "\n".join(rep.lines)
+    for b in (1, 2, 4):
+        assert f"draft.sweep=a: vLLM b={b}: best K 1," in text, text
+        assert f"draft.sweep=b: vLLM b={b}: best K 2," in text, text
+    assert text.count(": vLLM: ") == 2  # one crossing line per draft
+    stored = {f["law"]: f for f in store.fits(sid)}["serve_speedup"]
+    assert stored["details"]["condition"] == "draft.sweep=a"
     store.close()
