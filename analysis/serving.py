@@ -72,8 +72,10 @@ def serving_points(df: pd.DataFrame) -> pd.DataFrame:
     ``schedule`` (True for a trial whose K differs between its b: a ``serve.schedule``),
     ``speedup`` (output tokens/s over the same trial's plain server), ``tokens_per_s`` and
     ``baseline_tokens_per_s`` (output tokens/s of the two servers), ``acceptance_length``
-    (vLLM's, from the benchmark client's counters at b). Empty (same columns) when the table has
-    no serving speedups or no completed trial.
+    (vLLM's in this platform's definition, the trial's greedy pass: output tokens after the
+    first per verification step; vLLM's own count at b, ``bench.acceptance_length/b{b}``, only
+    where the trial lacks it). Empty (same columns) when the table has no serving speedups or
+    no completed trial.
     """
     columns = ["trial_key", "pretrain.tokens", "batch_size", "num_speculative_tokens",
                "schedule", "speedup", "tokens_per_s", "baseline_tokens_per_s",
@@ -96,7 +98,9 @@ def serving_points(df: pd.DataFrame) -> pd.DataFrame:
                 "speedup": numeric(done, f"speedup/b{b}"),
                 "tokens_per_s": numeric(done, f"tokens_per_s/b{b}"),
                 "baseline_tokens_per_s": numeric(done, f"baseline.tokens_per_s/b{b}"),
-                "acceptance_length": numeric(done, f"bench.acceptance_length/b{b}"),
+                "acceptance_length": numeric(done, "acceptance_length").fillna(
+                    numeric(done, f"bench.acceptance_length/b{b}")
+                ),
             },
             index=done.index,
         )

@@ -27,7 +27,7 @@ the k with the lowest tau* at each b. ``--out`` writes the rows as JSON. A missi
 with no completed trials, or a law with fewer than 3 budgets exits 2 with one line.
 
     python benchmarks/break_even_budget.py --run-root runs --law gemma-tokens \\
-        --decode gemma-oracle gemma-batch --serve serve-gemma --out break_even.json
+        --decode gemma-oracle gemma-batch --serve serve-gemma serve-gemma-k --out be.json
 """
 
 from __future__ import annotations
@@ -83,19 +83,25 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--run-root", type=Path, default=Path("runs"), help="run root (default: runs)")
     p.add_argument("--db-url", default=None, help="results DB URL instead of the run root's")
-    p.add_argument("--law", default="gemma-tokens", help="draft_train sweep of the token law")
     p.add_argument(
-        "--decode", nargs="*", default=["gemma-oracle", "gemma-batch"],
-        help="decode_bench sweeps (default: gemma-oracle gemma-batch; none: --decode alone)",
+        "--law", default="gemma-tokens",
+        help="sweep of the token law: a draft_train sweep (this engine's tree acceptance) or a "
+        "serve_bench sweep over pretrain.tokens (vLLM's chain acceptance) (default: gemma-tokens)",
     )  # fmt: skip
-    p.add_argument("--serve", nargs="*", default=[], help="serve_bench sweeps (vLLM), optional")
+    p.add_argument("--decode", nargs="*", default=[], help="decode_bench sweeps (default: none)")
+    p.add_argument(
+        "--serve", nargs="*", default=[], help="serve_bench sweeps (vLLM) (default: none)"
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
     p.add_argument("--out", type=Path, default=None, help="write the rows to this JSON file")
     a = p.parse_args(argv)
     if not 0 < a.alpha < 1:
         raise Refused(f"--alpha {a.alpha} is not in (0, 1). Example: --alpha 0.05")
     if not a.decode and not a.serve:
-        raise Refused("nothing to compare. Fix: name --decode SWEEP... and/or --serve SWEEP")
+        raise Refused("nothing to compare. Fix: name --decode SWEEP... and/or --serve SWEEP...")
+    a.decode, a.serve = list(dict.fromkeys(a.decode)), list(dict.fromkeys(a.serve))  # once each
+    if a.out is not None and (a.out.is_dir() or any(p.is_file() for p in a.out.parents)):
+        raise Refused(f"--out {a.out} is a folder or lies under a file. Fix: a .json file path")
     return a
 
 
@@ -266,6 +272,8 @@ def _tokens(value: float) -> str:
         return "-"
     if math.isinf(value):
         return "inf"
+    if value >= 1e15:  # far past any budget: plain scientific notation
+        return f"{value:.1e}"
     for suffix, div in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if value >= div:
             return f"{value / div:.3g}{suffix}"
@@ -274,6 +282,12 @@ def _tokens(value: float) -> str:
 
 def _num_text(value: float) -> str:
     return f"{value:.3f}" if math.isfinite(value) else "-"
+
+
+def _speedup_text(r: dict[str, Any]) -> str:
+    """A trained draft's measured speedup at its row; ``-`` for other drafts or none."""
+    s = r["speedup"]
+    return f"{s:.2f}x" if r["draft"] == "trained" and math.isfinite(s) else "-"
 
 
 def _status(c: Crossing) -> str:
@@ -295,7 +309,8 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
         f"{_tokens(budgets[0])}..{_tokens(budgets[-1])}): acceptance_length = {f.a:.4f}*log10(T) "
         f"+ {f.b:.4f}; a {level} CI [{f.a_ci[0]:.4f}, {f.a_ci[1]:.4f}], R² {f.r2:.2f}; {how}",
     ]
-    cols = ["engine", "draft", "dtype", "b", "k", "runs", "τ*", "± se", "τ* cycle", "τ trained"]
+    cols = ["engine", "draft", "dtype", "b", "k", "runs", "τ*", "± se", "τ* cycle", "τ trained",
+            "speedup"]  # fmt: skip
     cols += [f"T* [{level}]", "status"]
     table = [cols]
     for r in rows:
@@ -306,6 +321,7 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
             str(r["trials"]), _num_text(r["break_even"]), _num_text(r["break_even_se"]),
             _num_text(r["cycle_break_even"]),
             _num_text(r["acceptance"]),
+            _speedup_text(r),
             f"{_tokens(c.budget)} [{_tokens(c.budget_lo)}, {_tokens(c.budget_hi)}]", _status(c),
         ])  # fmt: skip
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
@@ -315,16 +331,22 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
     notes = [
         "τ*: acceptance length / speedup at b (same run), assuming a cycle costs the same "
         "however many tokens it accepts; τ* cycle: this engine's cycle time / AR step time, "
-        "without prefill and per-batch work.",
+        "without prefill and per-batch work. k: tokens verified per cycle (vLLM: K + 1).",
+        "τ trained and speedup: the trained draft measured at this (b, k) (acceptance length in "
+        "this platform's definition); a speedup below 1 where the status says it pays means "
+        "the law was read against another acceptance (†) or τ* moved.",
         "runs: trials pooled over the sweeps named; ± se: τ*'s standard error over them, "
         "added to the law's band in T*'s interval ('-': one run, τ* taken as exact).",
         "T*: pretraining tokens where the law reaches τ* (Fieller interval); 'already': the "
         "law's band is above τ* at the smallest budget; 'unbounded': the slope is not resolved.",
         "* lowest τ* among the k at this b.  † acceptance not measured as the law's (another "
         "tree or engine): T* reads the law's acceptance against this τ*.",
-        "oracle: proposals precomputed, the draft costs ~nothing: its τ* is a lower bound for a "
-        "trained draft's; 'τ trained' is the trained draft's at the same (b, k) when measured.",
     ]
+    if any(r["draft"] == "oracle" for r in rows):
+        notes.append(
+            "oracle: proposals precomputed, the draft costs ~nothing: its τ* is a lower bound for "
+            "a trained draft's; its 'τ trained' is the trained draft's at the same (b, k)."
+        )
     return [*head, "", *body, "", *notes]
 
 

@@ -1,8 +1,8 @@
 """The Design section of a sweep's dashboard: an adaptive design's decisions and its curve.
 
 Reads the decisions as plain dicts (the keys of ``orchestrator.design.records.Decision``); never
-the store. The figure (div id ``design``) is the slope's 95% CI half-width against the compute
-spent when each step was decided (trial hours; GPU-hours for GPU trials), with the goal and
+the store. The figure (div id ``design-figure``) is the slope's 95% CI half-width against the
+compute spent when each step was decided (trial hours; GPU-hours for GPU trials), with the goal and
 the budget as lines and each pick's expected half-width after it; the table lists every
 decision: what was picked and why, or why the design stopped. The section is data
 (:class:`DesignSection`); ``templates/_design.html.j2`` draws it at the end of the page.

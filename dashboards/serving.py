@@ -165,11 +165,13 @@ def serving_section(
     ``lines``; None without either."""
     if not parts and not lines:
         return None
-    head = ["condition", "b", "best K", "speedup", "tok/s", "plain tok/s", "acceptance length",
+    head = ["group", "b", "best K", "speedup", "tok/s", "plain tok/s", "acceptance length",
             "K measured", "best K at edge"]  # fmt: skip
     rows = [
-        [label or "-", r.batch_size, r.best_num_speculative_tokens, r.speedup, r.tokens_per_s,
-         r.baseline_tokens_per_s, r.acceptance_length, r.n_k, "yes" if r.best_k_at_edge else ""]
+        [label or "all trials", r.batch_size, r.best_num_speculative_tokens,
+         round(r.speedup, 3), round(r.tokens_per_s, 1), round(r.baseline_tokens_per_s, 1),
+         round(r.acceptance_length, 3), ", ".join(f"{k:g}" for k in sorted(r.speedup_by_k)),
+         "yes" if r.best_k_at_edge else ""]
         for label, best in parts
         for r in best.itertuples(index=False)
     ]  # fmt: skip

@@ -183,6 +183,13 @@ def compare(
             f"log{b.log_base}({b.x}); compare two sweeps of the same law"
         )
     warning = compared_line(store, ((info_a, a.trial_keys), (info_b, b.trial_keys)))
+    if law == "speedup" and info_a.workload != info_b.workload:
+        said = (
+            f"warning: the speedups are over different baselines: {info_a.workload} "
+            f"({sweep_a}) vs {info_b.workload} ({sweep_b}); serve_bench's is a plain vLLM "
+            "server, decode_bench's this engine's AR loop"
+        )
+        warning = f"{warning} {said}" if warning else said
     if warning:
         console.print(warning, markup=False)
     names = (sweep_a, sweep_b)

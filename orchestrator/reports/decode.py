@@ -285,9 +285,16 @@ def crossing_line(fit: LogLinearFit, c: Crossing, baseline: str = "AR") -> str:
     """Thm 1.3's crossing as one console line: where the best speedup over ``baseline``
     decoding crosses 1 (``fit`` and ``c`` from :func:`analysis.break_even.batch_crossing`),
     with its 95% set, or why there is none."""
-    if c.status in ("no fit", "unbounded"):
-        why = "the speedup's trend over b is not resolved from 0"
-        return f"speedup crossing 1: none ({why if c.status == 'unbounded' else fit.status})"
+    if c.status == "no fit":
+        return f"speedup crossing 1: none ({fit.status})"
+    if c.status == "unbounded":
+        sign = "-" if fit.b < 0 else "+"
+        return (
+            f"speedup crossing 1: none supported (the speedup's trend over b is not resolved "
+            f"from 0: speedup = {fmt(fit.a, '.3f')}*log2(b) {sign} {fmt(abs(fit.b), '.3f')}, "
+            f"slope 95% CI [{fmt(fit.a_ci[0], '.3f')}, {fmt(fit.a_ci[1], '.3f')}]; its point "
+            f"b* = {fmt(c.budget, '.3g')} is not a finding)"
+        )
     at = f"b* = {fmt(c.budget, '.3g')} [{fmt(c.budget_lo, '.3g')}, {fmt(c.budget_hi, '.3g')}]"
     where = {"decreasing": f"below {at}", "ok": f"above {at}"}
     said = where.get(c.status, f"at every b measured ({at}, below them)")

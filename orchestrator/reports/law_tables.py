@@ -81,9 +81,10 @@ def law_table(store: ResultsStore, info: SweepInfo, law: str = "main") -> LawTab
         axis = find_law_axis(info.spec_yaml)
         if axis is None:
             raise OrchestratorError(
-                f"sweep {info.name!r}: {no_law_axis_text(info.spec_yaml)}; compare sweeps "
-                "that fit a law"
-            )
+                f"sweep {info.name!r}: {no_law_axis_text(info.spec_yaml)}. Fix: compare sweeps "
+                "that fit a law" + (", or their speedup over b with --law speedup"
+                                    if has_serving_speedups(table) else "")
+            )  # fmt: skip
         x, law = axis
         if x not in table.columns:
             raise OrchestratorError(

@@ -136,6 +136,8 @@ def serving_lines(parts: list[ServingPart]) -> list[str]:
             k = f"{row.best_num_speculative_tokens:g}"
             which = f"best K {k}" if row.n_k > 1 else f"K {k} (the only K measured)"
             edge = ", at the edge of the K measured" if row.best_k_at_edge else ""
+            if row.speedup < 1:
+                edge += " (no K pays: serve without speculation)"
             spread = f" ± {row.speedup_std:.2f}" if pd.notna(row.speedup_std) else ""
             by_k = ", ".join(f"K={k:g} {v:.2f}x" for k, v in sorted(row.speedup_by_k.items()))
             lines.append(

@@ -72,7 +72,8 @@ def test_serving_sweep_reports_the_best_k_per_b_and_where_speculation_stops(
     assert details["crossing"]["status"] == "decreasing"
     assert [r["best_num_speculative_tokens"] for r in details["best"]] == [3, 2, 1, 1, 1]
     html = page.read_text()
-    assert "id='serving-k'" in html and "Best K per batch size in vLLM" in html
+    assert "<h2 id='serving'>Best K per batch size in vLLM</h2>" in html
+    assert 'id="serving-k"' in html and "id='serving-k'" not in html  # the figure's div only
     store.close()
 
 
@@ -173,8 +174,9 @@ def test_trials_serving_other_drafts_are_never_pooled(tmp_path: Path) -> None:
     rep = fit_sweep(store, sid, "two", tmp_path / "runs" / "two" / "dashboard.html")
     text = "\n".join(rep.lines)
     for b in (1, 2, 4):
-        assert f"draft.sweep=a: vLLM b={b}: best K 1," in text, text
-        assert f"draft.sweep=b: vLLM b={b}: best K 2," in text, text
+        assert f"draft.sweep=a: vLLM b={b}: best K 1" in text, text
+        assert f"draft.sweep=b: vLLM b={b}: best K 2" in text, text
+    assert "vLLM b=4: best K 1 (no K pays: serve without speculation), 0.50x" in text
     assert text.count(": vLLM: ") == 2  # one crossing line per draft
     stored = {f["law"]: f for f in store.fits(sid)}["serve_speedup"]
     assert stored["details"]["condition"] == "draft.sweep=a"
