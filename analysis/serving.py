@@ -22,9 +22,14 @@ from analysis.break_even import Crossing, crossing_budget
 from analysis.laws import LogLinearFit, fit_log_linear
 
 __all__ = [
-    "SERVING_BEST_COLUMNS", "batch_sizes", "best_k_per_batch", "budget_crossings",
-    "has_serving_speedups", "numeric", "serving_points",
-]  # fmt: skip
+    "SERVING_BEST_COLUMNS",
+    "batch_sizes",
+    "best_k_per_batch",
+    "budget_crossings",
+    "has_serving_speedups",
+    "numeric",
+    "serving_points",
+]
 
 _SPEEDUP = re.compile(r"^speedup/b(\d+)$")
 
@@ -77,9 +82,17 @@ def serving_points(df: pd.DataFrame) -> pd.DataFrame:
     where the trial lacks it). Empty (same columns) when the table has no serving speedups or
     no completed trial.
     """
-    columns = ["trial_key", "pretrain.tokens", "batch_size", "num_speculative_tokens",
-               "schedule", "speedup", "tokens_per_s", "baseline_tokens_per_s",
-               "acceptance_length"]  # fmt: skip
+    columns = [
+        "trial_key",
+        "pretrain.tokens",
+        "batch_size",
+        "num_speculative_tokens",
+        "schedule",
+        "speedup",
+        "tokens_per_s",
+        "baseline_tokens_per_s",
+        "acceptance_length",
+    ]
     done = df[df["state"] == "completed"] if "state" in df.columns else df
     bs = batch_sizes(done)
     fixed_k = numeric(done, "serve.num_speculative_tokens")
@@ -166,7 +179,8 @@ def budget_crossings(
     fixed = points[~points["schedule"].astype(bool)].dropna(subset=["num_speculative_tokens"])
     out = []
     for (b, k), cell in fixed.groupby(["batch_size", "num_speculative_tokens"], sort=True):
-        fit = fit_log_linear(cell, "pretrain.tokens", "speedup", law="serve_speedup_tokens",
-                             alpha=alpha)  # fmt: skip
+        fit = fit_log_linear(
+            cell, "pretrain.tokens", "speedup", law="serve_speedup_tokens", alpha=alpha
+        )
         out.append((int(b), float(k), fit, crossing_budget(fit, 1.0, alpha=alpha)))
     return out

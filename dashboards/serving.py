@@ -65,12 +65,14 @@ def agreement_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figur
             )
         )  # fmt: skip
     fig.update_layout(
-        title={"text": "train-to-serve agreement: the same draft, prompts and K in both engines",
-               "font": {"size": 13}},
+        title={
+            "text": "train-to-serve agreement: the same draft, prompts and K in both engines",
+            "font": {"size": 13},
+        },
         xaxis={"title": {"text": plot_text(x)}, "type": "log"},
         yaxis={"title": {"text": "acceptance length (tokens per verification step)"}},
         height=420,
-    )  # fmt: skip
+    )
     return fig
 
 
@@ -100,11 +102,13 @@ def throughput_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figu
         )
     fig.add_hline(y=1.0, line={"dash": "dash", "color": "grey"}, secondary_y=True)
     fig.update_layout(
-        title={"text": "vLLM output tokens/s against batch size (vllm bench serve)",
-               "font": {"size": 13}},
+        title={
+            "text": "vLLM output tokens/s against batch size (vllm bench serve)",
+            "font": {"size": 13},
+        },
         xaxis={"title": {"text": "batch size (max concurrency)"}, "type": "log"},
         height=420,
-    )  # fmt: skip
+    )
     fig.update_yaxes(title_text="output tokens/s", secondary_y=False)
     fig.update_yaxes(title_text="speedup over no draft", secondary_y=True)
     return fig
@@ -143,7 +147,7 @@ def k_speedup_figure(parts: Sequence[tuple[str, pd.DataFrame]]) -> go.Figure | N
         xaxis={"title": {"text": "batch size (max concurrency)"}, "type": "log"},
         yaxis={"title": {"text": "speedup (tokens/s over the same trial's plain server)"}},
         height=420,
-    )  # fmt: skip
+    )
     return fig
 
 
@@ -165,16 +169,32 @@ def serving_section(
     ``lines``; None without either."""
     if not parts and not lines:
         return None
-    head = ["group", "b", "best K", "speedup", "tok/s", "plain tok/s", "acceptance length",
-            "K measured", "best K at edge"]  # fmt: skip
+    head = [
+        "group",
+        "b",
+        "best K",
+        "speedup",
+        "tok/s",
+        "plain tok/s",
+        "acceptance length",
+        "K measured",
+        "best K at edge",
+    ]
     rows = [
-        [label or "all trials", r.batch_size, r.best_num_speculative_tokens,
-         round(r.speedup, 3), round(r.tokens_per_s, 1), round(r.baseline_tokens_per_s, 1),
-         round(r.acceptance_length, 3), ", ".join(f"{k:g}" for k in sorted(r.speedup_by_k)),
-         "yes" if r.best_k_at_edge else ""]
+        [
+            label or "all trials",
+            r.batch_size,
+            r.best_num_speculative_tokens,
+            round(r.speedup, 3),
+            round(r.tokens_per_s, 1),
+            round(r.baseline_tokens_per_s, 1),
+            round(r.acceptance_length, 3),
+            ", ".join(f"{k:g}" for k in sorted(r.speedup_by_k)),
+            "yes" if r.best_k_at_edge else "",
+        ]
         for label, best in parts
         for r in best.itertuples(index=False)
-    ]  # fmt: skip
+    ]
     return ServingSection(
         lines=list(lines), figure=k_speedup_figure(parts), table=Table(head, rows, sortable=True)
     )

@@ -82,9 +82,13 @@ def law_table(store: ResultsStore, info: SweepInfo, law: str = "main") -> LawTab
         if axis is None:
             raise OrchestratorError(
                 f"sweep {info.name!r}: {no_law_axis_text(info.spec_yaml)}. Fix: compare sweeps "
-                "that fit a law" + (", or their speedup over b with --law speedup"
-                                    if has_serving_speedups(table) else "")
-            )  # fmt: skip
+                "that fit a law"
+                + (
+                    ", or their speedup over b with --law speedup"
+                    if has_serving_speedups(table)
+                    else ""
+                )
+            )
         x, law = axis
         if x not in table.columns:
             raise OrchestratorError(

@@ -36,9 +36,15 @@ if TYPE_CHECKING:
     from orchestrator.store.results import ResultsStore
 
 __all__ = [
-    "ServingPart", "ServingReport", "budget_lines", "serving_fit_record", "serving_groups",
-    "serving_lines", "serving_parts", "serving_report",
-]  # fmt: skip
+    "ServingPart",
+    "ServingReport",
+    "budget_lines",
+    "serving_fit_record",
+    "serving_groups",
+    "serving_lines",
+    "serving_parts",
+    "serving_report",
+]
 
 ServingPart = tuple[str, pd.DataFrame]
 """(group label, :func:`analysis.serving.best_k_per_batch` table)"""

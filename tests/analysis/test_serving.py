@@ -66,8 +66,7 @@ def test_the_largest_k_best_is_at_the_edge_and_schedules_stay_apart() -> None:
     K's cell, however high its speedup."""
     sched = _trial("sched", 3, {1: 9.0, 4: 9.0})
     sched["num_speculative_tokens/b4"] = 0.0  # the schedule drafts nothing at b = 4
-    df = pd.DataFrame([_trial("k2", 2, {1: 1.1, 4: 0.9}), _trial("k3", 3, {1: 1.3, 4: 0.8}),
-                       sched])  # fmt: skip
+    df = pd.DataFrame([_trial("k2", 2, {1: 1.1, 4: 0.9}), _trial("k3", 3, {1: 1.3, 4: 0.8}), sched])
     points = serving_points(df)
     assert set(points.loc[points["schedule"], "trial_key"]) == {"sched"}
     best = best_k_per_batch(points).set_index("batch_size")

@@ -42,9 +42,13 @@ def _serve_sweep(store: ResultsStore, name: str, slope: float, seed: int) -> int
         m: dict[str, float] = {}
         for b in BS:
             s = _speedup(k, b, slope) + float(rng.normal(0, 0.005))
-            m |= {f"speedup/b{b}": s, f"tokens_per_s/b{b}": 10.0 * b * s,
-                  f"baseline.tokens_per_s/b{b}": 10.0 * b, f"num_speculative_tokens/b{b}": k,
-                  f"bench.acceptance_length/b{b}": 1.0 + 0.2 * k}  # fmt: skip
+            m |= {
+                f"speedup/b{b}": s,
+                f"tokens_per_s/b{b}": 10.0 * b * s,
+                f"baseline.tokens_per_s/b{b}": 10.0 * b,
+                f"num_speculative_tokens/b{b}": k,
+                f"bench.acceptance_length/b{b}": 1.0 + 0.2 * k,
+            }
         store.log_metrics(t.id, {"acceptance_length": 1.2, **m})
         store.mark_completed(t.id, 1.0)
     return sweep_id
@@ -135,8 +139,9 @@ def test_drafts_of_several_budgets_give_where_the_speedup_reaches_one(tmp_path: 
     for t in store.trials(sid):
         tokens = t.overrides["pretrain.tokens"]
         s = 0.6 if tokens == 0 else 0.3 * math.log10(tokens) - 0.35 + rng.normal(0, 0.01)
-        store.log_metrics(t.id, {"acceptance_length": 1.2, "speedup/b1": s,
-                                 "num_speculative_tokens/b1": 3.0})  # fmt: skip
+        store.log_metrics(
+            t.id, {"acceptance_length": 1.2, "speedup/b1": s, "num_speculative_tokens/b1": 3.0}
+        )
         store.mark_completed(t.id, 1.0)
     rep = fit_sweep(store, sid, "st", tmp_path / "runs" / "st" / "dashboard.html")
     text = "\n".join(rep.lines)
@@ -159,8 +164,11 @@ def test_trials_serving_other_drafts_are_never_pooled(tmp_path: Path) -> None:
     rows = []
     for sweep in ("a", "b"):
         for k in (1, 2):
-            raw = {"pretrain": {"tokens": 131072}, "draft": {"sweep": sweep},
-                   "serve": {"num_speculative_tokens": k}}  # fmt: skip
+            raw = {
+                "pretrain": {"tokens": 131072},
+                "draft": {"sweep": sweep},
+                "serve": {"num_speculative_tokens": k},
+            }
             cfg = ServeBenchConfig.model_validate(raw).model_dump(mode="json")
             over = {"draft.sweep": sweep, "serve.num_speculative_tokens": k}
             rows.append((f"{sweep}-k{k}", cfg, over))
