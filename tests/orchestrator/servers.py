@@ -31,7 +31,8 @@ def free_port() -> int:
 def mlflow_server(artifacts: Path, *, start_timeout_s: float = 180) -> Iterator[str]:
     """``mlflow server`` on a free port of 127.0.0.1 (only) with a PostgreSQL backend in its own
     schema and artifacts under ``artifacts``; yields its URI ``http://127.0.0.1:<port>`` once
-    ``/health`` answers, and stops it by its PID afterwards (SIGTERM; SIGKILL to its process
+    ``/health`` answers (its output in ``mlflow-server.log`` beside ``artifacts``, for a
+    failure's traceback), and stops it by its PID afterwards (SIGTERM; SIGKILL to its process
     group if it has not exited after 30 s); the schema is dropped.
 
     Skips the test when PostgreSQL is not reachable (:func:`tests.orchestrator.pg.fresh_schema`).
@@ -39,6 +40,7 @@ def mlflow_server(artifacts: Path, *, start_timeout_s: float = 180) -> Iterator[
     with fresh_schema("mlf") as (_schema, url):
         port = free_port()
         backend = url.replace("postgresql://", "postgresql+psycopg://")
+        log = (artifacts.parent / "mlflow-server.log").open("wb")
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "mlflow", "server",
@@ -46,8 +48,8 @@ def mlflow_server(artifacts: Path, *, start_timeout_s: float = 180) -> Iterator[
                 "--artifacts-destination", str(artifacts),
                 "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: uvicorn and job runners too
         )  # fmt: skip
         uri = f"http://127.0.0.1:{port}"
@@ -71,3 +73,4 @@ def mlflow_server(artifacts: Path, *, start_timeout_s: float = 180) -> Iterator[
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)  # the group the server leads, children too
                 proc.wait()
+            log.close()

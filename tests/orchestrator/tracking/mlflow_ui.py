@@ -6,8 +6,10 @@ web UI (headless Chromium). Used by the smoke sweep's test module
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,12 @@ LOOPBACK = (None, "127.0.0.1", "localhost", "::1")
 USER_PROBE = "/ajax-api/2.0/mlflow/users/current"
 """The UI asks the server for the logged-in user; a server without the auth app answers 404,
 which Chromium logs as a console error. That one loopback 404 comes from MLflow itself and is
-the only console error of the UI's own origin that the test tolerates."""
+one console error of the UI's own origin that the test tolerates."""
+
+ASSISTANT_PROBES = "/ajax-api/3.0/mlflow/assistant/"
+"""MLflow 3.18's assistant side panel (an optional chat feature, not this platform's runs)
+probes ``config`` and ``providers`` when a page opens; CI saw both answer 500 on 2026-12-07
+while every runs page rendered. Its failures are tolerated, with a warning naming them."""
 
 
 def api(uri: str, endpoint: str, body: dict[str, Any] | None = None) -> Any:
@@ -46,10 +53,15 @@ def flat(run: dict[str, Any], part: str) -> dict[str, Any]:
 def _unexpected_errors(log: PageLog, origin: str) -> list[str]:
     """Console errors and exceptions of the UI, less the ones it cannot avoid here: the 404 of
     :data:`USER_PROBE`, and failed loads of URLs off this machine (tests have no network, and
-    the UI's optional links to mlflow.org etc. cannot load; none were seen with MLflow 3.17)."""
+    the UI's optional links to mlflow.org etc. cannot load; none were seen with MLflow 3.17),
+    and failures of MLflow's own assistant panel (:data:`ASSISTANT_PROBES`)."""
     bad = list(log.page_errors)
     for e in log.console_errors:
         if e.url == origin + USER_PROBE and "404" in e.text:
+            continue
+        assistant = e.url.startswith(origin + ASSISTANT_PROBES)
+        if assistant and re.search(r"status of (404|5\d\d)", e.text):
+            warnings.warn(f"MLflow's assistant panel failed: {e}", stacklevel=2)
             continue
         host = urllib.parse.urlsplit(e.url).hostname
         if e.text.startswith("Failed to load resource: net::") and host not in LOOPBACK:
