@@ -201,6 +201,24 @@ def _depth_labels(layers: float, depth: Law | None, d0: int) -> list[str]:
     ]
 
 
+def _k_interval(k_r: np.ndarray, b: int, alpha: float) -> tuple[tuple[float, float], list[str]]:
+    """The interval of the planned k: the replicates' (``k_r[1:]``) discrete percentiles,
+    widened to hold the fit's own k (``k_r[0]``) when they leave it out, with a label saying
+    how many replicates chose another k (a plan on a knife edge between speculating or not)."""
+    k0 = float(k_r[0])
+    if k_r.size < 2:
+        return (k0, k0), []
+    lo, hi = _ci(k_r[1:], alpha, discrete=True)
+    if lo <= k0 <= hi:
+        return (lo, hi), []
+    other = float(np.mean(k_r[1:] != k0))
+    label = (
+        f"k at b = {b}: the fit says {k0:g}, {other:.0%} of the bootstrap replicates chose "
+        f"another k ({lo:g}..{hi:g}); the interval is widened to hold the fit's k"
+    )
+    return (min(lo, k0), max(hi, k0)), [label]
+
+
 def _ci(values: np.ndarray, alpha: float, *, discrete: bool = False) -> tuple[float, float]:
     """The replicates' (alpha/2, 1 - alpha/2) percentiles; ``discrete``: values the replicates
     took (k, layers: no interpolation between two integers)."""
@@ -381,7 +399,8 @@ def plan_serving(
         tps_r = np.where(off, ar, tps[rr, best])
         speed = tps_r / ar
         mix += share * speed
-        row_labels = list(labels)
+        k_ci, k_labels = _k_interval(k_r if n > 1 else k_r[:1], b, alpha)
+        row_labels = list(labels) + k_labels
         if b < lo_b or b > hi_b:
             row_labels.append(
                 f"extrapolated: batch size {b} is outside the decode sweep's measured "
@@ -398,7 +417,7 @@ def plan_serving(
                 "batch_size": b,
                 "share": share,
                 "k": int(k_r[0]),
-                "k_ci": _ci(k_r[1:], alpha, discrete=True) if n > 1 else (float(k_r[0]),) * 2,
+                "k_ci": k_ci,
                 "acceptance_length": float(tau_r[0]),
                 "acceptance_ci": _ci(tau_r[1:], alpha),
                 "tokens_per_s": float(tps_r[0]),

@@ -68,7 +68,8 @@ def factorial_with_axis(
 ) -> list[FactorEffect]:
     """The terms of the module's fit: each factor's main effect, each pair's interaction (named
     by :func:`interaction_name`), each factor's slope change (:func:`slope_name`, per doubling
-    of x), then the common slope ``log2(<x>)``; ``effect`` in y's unit, ``low``/``high`` the
+    of x), then ``log2(<x>)``, the reference variant's slope (every factor at its first level:
+    0/1 coding); ``effect`` in y's unit, ``low``/``high`` the
     levels compared (for a slope, per doubling).
 
     Args:

@@ -90,8 +90,12 @@ Name = Annotated[
     ),
 ]
 Draft = Annotated[
-    str,
-    typer.Option("--draft", help="draft path the serving snippets name (an `orchestrator export`)"),
+    str | None,
+    typer.Option(
+        "--draft",
+        help="draft path or hub id the serving snippets name (an `orchestrator export`; "
+        "default: <run-root>/<name>/draft, where to export the draft trained to the plan)",
+    ),
 ]
 Resamples = Annotated[
     int, typer.Option("--resamples", help="bootstrap replicates of the intervals")
@@ -110,7 +114,7 @@ def plan(
     holdout: Holdout = None,
     allow_mixed_targets: AllowMixedTargets = False,
     name: Name = None,
-    draft: Draft = "exported/draft",
+    draft: Draft = None,
     resamples: Resamples = 1000,
     run_root: RunRoot = Path("runs"),
     db_url: DbUrl = None,
@@ -140,7 +144,7 @@ def plan(
     mix = parse_batch_mix(batch_mix)
     check_budget(budget_hours)
     _check_numbers(min_gain=min_gain, prefix=prefix, holdout=holdout, resamples=resamples)
-    if not draft.strip():
+    if draft is not None and not draft.strip():
         raise OrchestratorError(
             "--draft must name the draft the snippets serve (a path or hub id). Fix: --draft "
             "exported/draft (after orchestrator export)"
@@ -209,7 +213,7 @@ def _run(
     opts: PlanOptions,
     *,
     name: str | None,
-    draft: str,
+    draft: str | None,
     run_root: Path,
     db_url: str | None,
     tracking_uri: str | None,
@@ -232,14 +236,16 @@ def _run(
             )
         _check_folder(run_root / plan_name, plan_name)
         tracker = open_tracker(tracking_uri or default_tracking_uri(run_root))
-        files = write_plan(run_root / plan_name, result, name=plan_name, draft=draft)
+        served = draft or str(run_root / plan_name / "draft")
+        files = write_plan(run_root / plan_name, result, name=plan_name, draft=served)
         run_id, replaced = log_plan(tracker, result, files, name=plan_name)
         index = write_run_index(store, run_root)
     finally:
         store.close()
     print_plan(
-        result, name=plan_name, files=files, index=index, mlflow_run=run_id, replaced=replaced
-    )
+        result, name=plan_name, files=files, index=index, mlflow_run=run_id, replaced=replaced,
+        export_to=None if draft else served,
+    )  # fmt: skip
 
 
 def _check_folder(folder: Path, name: str) -> None:

@@ -59,10 +59,7 @@ def vllm_config(rows: Sequence[Mapping[str, Any]], draft: str) -> dict[str, Any]
 
     ranges = batch_ranges([int(r["batch_size"]) for r in rows])
     by_b = {int(r["batch_size"]): int(r["k"]) for r in rows}
-    per = [
-        [lo, hi, max(0, by_b[b] - 1)]
-        for (lo, hi), b in zip(ranges, sorted(by_b), strict=True)
-    ]
+    per = [[lo, hi, max(0, by_b[b] - 1)] for (lo, hi), b in zip(ranges, sorted(by_b), strict=True)]
     top = max(k for _, _, k in per)
     if top == 0:
         return None

@@ -27,8 +27,10 @@ def print_plan(
     index: Path,
     mlflow_run: str,
     replaced: Sequence[str] = (),
+    export_to: str | None = None,
 ) -> None:
-    """Print the plan ``name`` (:func:`orchestrator.planning.plan.make_plan`'s data)."""
+    """Print the plan ``name`` (:func:`orchestrator.planning.plan.make_plan`'s data);
+    ``export_to``: the default draft path the snippets name, said where the plan speculates."""
     t, s, law = plan["training"], plan["serving"], plan["laws"]["tokens"]
     kinds = {"tokens": "token law", "depth": "depth law", "decode": "decode"}
     sweeps = ", ".join(f"{kinds.get(k, k)} sweep {v}" for k, v in plan["sweeps"].items() if v)
@@ -99,6 +101,11 @@ def print_plan(
     for label in plan["labels"]:
         _say(_label_line(label))
     _say(f"wrote {files['plan.html'].parent}/ ({', '.join(files)}); index {index}")
+    if export_to and any(r["k"] > 1 for r in s["rows"]):
+        _say(
+            f"the snippets serve the draft from {export_to}: train it to the plan, then "
+            f"orchestrator export {plan['sweeps']['tokens']} <trial> --format vllm --out {export_to}"
+        )
     if replaced:
         _say(
             f"replaced the earlier plan {name} (its MLflow run {', '.join(replaced)} deleted; "

@@ -496,3 +496,15 @@ def test_k_tokens_and_layers_intervals_are_values_the_replicates_took(tau_k: Tau
     law, training = _plan(0.05)
     ladder = {min(law.x) * 2**i for i in range(40)}
     assert set(training.tokens_ci) <= ladder, training.tokens_ci
+
+
+def test_a_fits_k_outside_its_replicates_widens_the_interval_and_says_so() -> None:
+    from analysis.plan import _k_interval
+
+    # the fit does not speculate (k 1), every replicate would at k 2: once "k 1 [2, 2]"
+    ci, labels = _k_interval(np.array([1.0, 2.0, 2.0, 2.0, 2.0]), 8, 0.05)
+    assert ci == (1.0, 2.0)
+    assert len(labels) == 1 and "the fit says 1, 100% of the bootstrap replicates" in labels[0]
+    ci, labels = _k_interval(np.array([2.0, 1.0, 2.0, 3.0, 2.0]), 8, 0.05)
+    assert ci == (1.0, 3.0) and labels == []
+    assert _k_interval(np.array([4.0]), 8, 0.05) == ((4.0, 4.0), [])

@@ -87,6 +87,8 @@ def test_a_slope_change_is_its_own_term() -> None:
     assert terms[slope_name("draft.fusion", X)].effect == pytest.approx(0.05, abs=0.01)
     s_ttt = terms[slope_name("train.ttt_steps", X)]
     assert s_ttt.ci[0] < 0 < s_ttt.ci[1]
+    # log2(x) is the reference variant's slope (every factor low), not the variants' mean 0.065
+    assert terms[f"log2({X})"].effect == pytest.approx(0.04, abs=0.01)
 
 
 def test_too_little_data_gives_no_terms() -> None:

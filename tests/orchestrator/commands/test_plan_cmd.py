@@ -58,10 +58,13 @@ def test_a_plan_writes_its_files_and_the_snippets_parse(root: Path) -> None:
         if line.startswith("python")
     ]  # fmt: skip
     assert len(launches) == 3
+    default_draft = str(folder.resolve() / "draft")  # no --draft: where to export it, said
     for line, row in zip(launches, plan["serving"]["rows"], strict=True):
         args = parser.parse_args(shlex.split(line)[3:])
         if row["k"] > 1:
             assert int(args.speculative_num_draft_tokens) == row["k"]
+            assert args.speculative_draft_model_path == default_draft
+            assert f"--format vllm --out {default_draft}" in "".join(res.output.split("\n"))
         else:
             assert args.speculative_algorithm is None  # no speculation at that batch range
     k_law = json.loads((folder / "k_law.json").read_text())
