@@ -104,7 +104,8 @@ def print_plan(
     if export_to and any(r["k"] > 1 for r in s["rows"]):
         _say(
             f"the snippets serve the draft from {export_to}: train it to the plan, then "
-            f"orchestrator export {plan['sweeps']['tokens']} <trial> --format vllm --out {export_to}"
+            f"orchestrator export {plan['sweeps']['tokens']} <trial> --format vllm "
+            f"--out {export_to}"
         )
     if replaced:
         _say(
