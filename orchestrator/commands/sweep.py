@@ -125,6 +125,19 @@ def submit(
         raise OrchestratorError(done.search.error)
     if done.design is not None and done.design.error:
         raise OrchestratorError(done.design.error)
+    if done.tally.failed:
+        out.print(
+            f"{done.tally.failed} trial(s) failed (recorded with their errors: orchestrator "
+            f"status {plan.spec.name}; a resubmit reruns them); exit code {FAILED_TRIALS_EXIT}",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(FAILED_TRIALS_EXIT)
+
+
+FAILED_TRIALS_EXIT = 3
+"""``submit``'s exit code when it ran every trial but some failed (as Ray Tune's
+``raise_on_failed_trial``): a script or CI sees the failure; the sweep's report was written."""
 
 
 def _dry_run(

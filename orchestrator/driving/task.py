@@ -75,6 +75,7 @@ def run_trial(
     )
     try:
         out.mkdir(parents=True, exist_ok=True)
+        (out / "traceback.txt").unlink(missing_ok=True)  # an earlier attempt's, now stale
         result = get_workload(workload).run(config, ctx)
     except Exception as exc:  # noqa: BLE001 - every trial error is recorded, the sweep goes on
         tb = traceback.format_exc()

@@ -11,6 +11,7 @@ no server or vLLM engine process outlives its trial.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -189,9 +190,32 @@ class VllmServer:
             os.killpg(pgid, signal.SIGKILL)
 
     def get(self, path: str, *, timeout_s: float = 30.0) -> str:
-        """GET ``path`` as text."""
-        with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
-            return str(r.read().decode())
+        """GET ``path`` as text.
+
+        Raises:
+            ServerError: an HTTP error, or the connection failed (:meth:`_lost`).
+        """
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
+                return str(r.read().decode())
+        except urllib.error.HTTPError as exc:
+            raise ServerError(f"GET {path}: HTTP {exc.code}: {exc.read().decode()[:500]}") from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            raise self._lost(f"GET {path}", exc) from None
+
+    def _lost(self, what: str, exc: BaseException) -> ServerError:
+        """A failed request said with the server's state: its exit code (waiting up to 5 s
+        for its guard to write it) and its log's tail."""
+        code = self._exited()
+        deadline = time.monotonic() + 5.0
+        while code is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            code = self._exited()
+        state = f"exited with code {code}" if code is not None else "is still running"
+        return ServerError(
+            f"{what} failed ({type(exc).__name__}: {exc}); the vLLM server {state}; its log "
+            f"({self.log_path}) ends:\n{tail(self.log_path)}"
+        )
 
     def post(self, path: str, body: dict[str, Any], *, timeout_s: float = 600.0) -> Any:
         """POST ``body`` as JSON to ``path``; the decoded JSON answer.
@@ -210,3 +234,5 @@ class VllmServer:
             raise ServerError(
                 f"POST {path}: HTTP {exc.code}: {exc.read().decode()[:500]}"
             ) from None
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            raise self._lost(f"POST {path}", exc) from None

@@ -5,8 +5,8 @@
 body printed to the log as ``body {json}``). Started as the "python" of a serving environment:
 ``fake_vllm.py -m vllm.entrypoints.openai.api_server --model M --host H --port P ...``.
 
-Behaviour switches (environment): FAKE_VLLM_MODE = ok | die | never_ready; FAKE_VLLM_DELAY
-seconds before /health answers 200.
+Behaviour switches (environment): FAKE_VLLM_MODE = ok | die | never_ready | die_on_request
+(exits with code 7 on a POST); FAKE_VLLM_DELAY seconds before /health answers 200.
 """
 
 import json
@@ -63,7 +63,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         if self.path == "/health":
-            ready = MODE == "ok" and time.monotonic() - START >= DELAY
+            ready = MODE in ("ok", "die_on_request") and time.monotonic() - START >= DELAY
             self._send(200 if ready else 503, "")
         elif self.path == "/metrics":
             self._send(200, metrics_text(), "text/plain")
@@ -72,6 +72,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if MODE == "die_on_request":  # killed mid-request: the client's connection drops
+            log_line("boom: the fake server died on a request")
+            os._exit(7)
         log_line("body " + json.dumps(body, sort_keys=True))
         n = int(body["max_tokens"])
         out = [(int(body["prompt"][-1]) + i) % 50 for i in range(1, n + 1)]

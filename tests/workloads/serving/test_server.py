@@ -57,6 +57,14 @@ def test_a_server_that_dies_fails_with_its_log_and_leaves_nothing(tmp_path: Path
     assert "boom: the fake server died" in str(err.value)
 
 
+def test_a_server_killed_mid_request_is_said_with_its_exit_code_and_log(tmp_path: Path) -> None:
+    with pytest.raises(ServerError) as err, _server(tmp_path, "die_on_request") as server:
+        greedy_pass(server, [[1, 2, 7]], max_new_tokens=6)
+    said = str(err.value)  # not a bare RemoteDisconnected
+    assert "POST /v1/completions failed" in said and "exited with code 7" in said, said
+    assert "boom: the fake server died on a request" in said
+
+
 def test_a_server_never_ready_is_killed_after_the_timeout(tmp_path: Path) -> None:
     server = _server(tmp_path, "never_ready", ready_timeout_s=3.0)
     with pytest.raises(ServerError, match="not ready after 3 s"):
