@@ -125,19 +125,25 @@ def submit(
         raise OrchestratorError(done.search.error)
     if done.design is not None and done.design.error:
         raise OrchestratorError(done.design.error)
-    if done.tally.failed:
-        out.print(
-            f"{done.tally.failed} trial(s) failed (recorded with their errors: orchestrator "
-            f"status {plan.spec.name}; a resubmit reruns them); exit code {FAILED_TRIALS_EXIT}",
-            markup=False,
-            highlight=False,
-        )
-        raise typer.Exit(FAILED_TRIALS_EXIT)
+    _exit_if_failed(done.tally.failed, plan.spec.name)
 
 
 FAILED_TRIALS_EXIT = 3
 """``submit``'s exit code when it ran every trial but some failed (as Ray Tune's
 ``raise_on_failed_trial``): a script or CI sees the failure; the sweep's report was written."""
+
+
+def _exit_if_failed(failed: int, name: str) -> None:
+    """Exit with :data:`FAILED_TRIALS_EXIT`, saying so, when ``failed`` trials of this run
+    failed."""
+    if failed:
+        out.print(
+            f"{failed} trial(s) failed (recorded with their errors: orchestrator status {name}; "
+            f"a resubmit reruns them); exit code {FAILED_TRIALS_EXIT}",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(FAILED_TRIALS_EXIT)
 
 
 def _dry_run(
@@ -344,6 +350,7 @@ def retry(
         out.print(f"sweep {sweep}: no {' or '.join(sorted(states))} trials; nothing to re-run.")
         return
     render.print_finished(done, retried=True)
+    _exit_if_failed(done.tally.failed, sweep)
 
 
 def cancel(
