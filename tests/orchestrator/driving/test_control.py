@@ -129,8 +129,9 @@ def test_errors_are_recorded_dying_workers_retried_and_retry_failed(tmp_path: Pa
     run_root = tmp_path / "run"
     path = spec(tmp_path, "failures", FAILURES)
     res = cli("submit", str(path), "--run-root", str(run_root))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-3000:]  # trials failed
     assert "2 completed, 0 already completed (skipped), 2 failed, 0 cancelled." in res.stdout
+    assert "2 trial(s) failed" in res.stdout and "exit code 3" in res.stdout
     t = trials(run_root, "failures")
     assert {k: v.state for k, v in t.items()} == {
         "ok": "completed",
@@ -157,7 +158,7 @@ def test_errors_are_recorded_dying_workers_retried_and_retry_failed(tmp_path: Pa
     assert "RuntimeError" in children[t["error"].key]["tags"]["specscale.error"]
 
     res = cli("retry", "failures", "--failed", "--run-root", str(run_root))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-3000:]  # they failed again
     assert "0 completed, 2 not selected (skipped), 2 failed, 0 cancelled." in res.stdout
     again = trials(run_root, "failures")
     assert {k: v.attempts for k, v in again.items()} == {
@@ -264,7 +265,7 @@ def test_python_errors_are_retried_only_when_asked(tmp_path: Path) -> None:
         "resources: {num_cpus: 1, max_retries: 2, retry_exceptions: true}\n"
     )
     res = cli("submit", str(spec(tmp_path, "asked", body)), "--run-root", str(run_root))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-3000:]  # its trial failed
     (trial,) = trials(run_root, "asked").values()
     assert trial.state == "failed" and "sleep trial failed on purpose" in (trial.error or "")
     assert [a["attempt"] for a in attempts_logged(run_root, "asked", trial.key)] == [1, 2, 3]
