@@ -60,10 +60,10 @@ lint: $(BIN)/.installed
 
 test: $(BIN)/.test-deps lint                             ## what CI runs (.ci/run)
 	-$(MAKE) serve-env || echo "serving environment not made: the vLLM tests skip (see above)"
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15    # 2 workers; a file stays on one
+	$(BIN)/pytest -q -rs -n 2 --dist loadfile --durations=15  # 2 workers; a file stays on one; -rs: why each skip
 
-test-slow: $(BIN)/.test-deps                             ## long end-to-end runs, not in CI
-	$(BIN)/pytest -q -m slow
+test-slow: $(BIN)/.test-deps serve-env                   ## long end-to-end runs, not in CI
+	$(BIN)/pytest -q -rs -m slow
 
 bench: $(BIN)/.installed                                 ## wall time and peak memory of the default sweep
 	$(BIN)/python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
