@@ -92,6 +92,9 @@ def submit(
 
     One driver runs a sweep at a time (orchestrator cancel stops it). A grid of more than
     10,000 trials needs --yes.
+
+    Exit code 0 when no trial failed (cancelled ones included), 3 when a trial failed (after the
+    report), 2 for bad input (nothing written).
     """
     quiet_env()
     loopback_ray(address)
@@ -125,25 +128,34 @@ def submit(
         raise OrchestratorError(done.search.error)
     if done.design is not None and done.design.error:
         raise OrchestratorError(done.design.error)
-    _exit_if_failed(done.tally.failed, plan.spec.name)
+    _exit_if_failed(done.tally.failed, plan.spec.name, run_root, search=done.search is not None)
 
 
 FAILED_TRIALS_EXIT = 3
-"""``submit``'s exit code when it ran every trial but some failed (as Ray Tune's
-``raise_on_failed_trial``): a script or CI sees the failure; the sweep's report was written."""
+"""The exit code of ``submit`` and ``retry`` when a trial they ran failed (as Ray Tune's
+``raise_on_failed_trial``): a script, CI or a Ray Job sees the failure; the sweep's report was
+written. Cancelled trials are not failures (exit 0)."""
 
 
-def _exit_if_failed(failed: int, name: str) -> None:
-    """Exit with :data:`FAILED_TRIALS_EXIT`, saying so, when ``failed`` trials of this run
-    failed."""
-    if failed:
-        out.print(
-            f"{failed} trial(s) failed (recorded with their errors: orchestrator status {name}; "
-            f"a resubmit reruns them); exit code {FAILED_TRIALS_EXIT}",
-            markup=False,
-            highlight=False,
-        )
-        raise typer.Exit(FAILED_TRIALS_EXIT)
+def _exit_if_failed(failed: int, name: str, run_root: Path, *, search: bool = False) -> None:
+    """Exit with :data:`FAILED_TRIALS_EXIT`, saying so and how to look and rerun, when
+    ``failed`` trials of this run failed; a search's failed trials were told to its study as
+    failed and are not rerun."""
+    if not failed:
+        return
+    root = "" if run_root == Path("runs") else f" --run-root {run_root}"
+    again = (
+        "the study counted them as failed; a search does not rerun them"
+        if search
+        else f"rerun them: orchestrator retry {name} --failed{root}"
+    )
+    out.print(
+        f"{failed} {'trial' if failed == 1 else 'trials'} failed (errors: orchestrator status "
+        f"{name}{root}; {again}); exit code {FAILED_TRIALS_EXIT}",
+        markup=False,
+        highlight=False,
+    )
+    raise typer.Exit(FAILED_TRIALS_EXIT)
 
 
 def _dry_run(
@@ -323,6 +335,8 @@ def retry(
 
     Completed and pending trials are left alone; each re-run keeps its trial row and MLflow
     child run (attempts go up). The sweep's law and dashboard are refreshed afterwards.
+
+    Exit code 3 when a re-run trial failed again (0 when none did; 2 for bad input).
     """
     quiet_env()
     loopback_ray(address)
@@ -350,7 +364,7 @@ def retry(
         out.print(f"sweep {sweep}: no {' or '.join(sorted(states))} trials; nothing to re-run.")
         return
     render.print_finished(done, retried=True)
-    _exit_if_failed(done.tally.failed, sweep)
+    _exit_if_failed(done.tally.failed, sweep, run_root)
 
 
 def cancel(
