@@ -132,7 +132,8 @@ def test_errors_are_recorded_dying_workers_retried_and_retry_failed(tmp_path: Pa
     assert res.returncode == 3, res.stdout[-3000:] + res.stderr[-3000:]  # trials failed
     assert "2 completed, 0 already completed (skipped), 2 failed, 0 cancelled." in res.stdout
     assert "2 trials failed" in res.stdout and "exit code 3" in res.stdout
-    assert f"orchestrator retry failures --failed --run-root {run_root}" in " ".join(res.stdout.split())
+    said = " ".join(res.stdout.split())
+    assert f"orchestrator retry failures --failed --run-root {run_root}" in said
     t = trials(run_root, "failures")
     assert {k: v.state for k, v in t.items()} == {
         "ok": "completed",
