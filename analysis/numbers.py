@@ -23,6 +23,11 @@ def defined(value: Any) -> bool:
         return False
 
 
+def plural(n: int, noun: str) -> str:
+    """``n`` and ``noun``, with an ``s`` unless ``n`` is 1: plural(1, "trial") -> "1 trial"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def fmt(value: Any, spec: str = ".4g") -> str:
     """``value`` formatted with ``spec`` (a :func:`format` spec, e.g. ``.3f``, ``d``, ``,.0f``),
     or :data:`NA` when it is undefined (see :func:`defined`)."""

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeE
 from rich.table import Table
 from rich.text import Text
 
-from analysis.numbers import fmt
+from analysis.numbers import fmt, plural
 from orchestrator.driving.events import (
     CostPredicted,
     Event,
@@ -87,7 +87,7 @@ class SweepConsole:
             f"MLflow {e.tracking_uri} (parent run {e.parent_run[:8]})"
         )
         if e.skipped and self.search_metric is None and not e.what.startswith("re-running"):
-            self._print(f"{e.skipped} trials already completed: skipped")
+            self._print(f"{plural(e.skipped, 'trial')} already completed: skipped")
         if e.lost_parent or e.restored:
             self._print(lost_runs_line(e))
         self.task = self.bar.add_task("trials", total=e.todo)

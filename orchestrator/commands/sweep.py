@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from analysis.numbers import plural
 from orchestrator.commands import render
 from orchestrator.commands.options import Address, DbUrl, RunRoot, TrackingUri, flag
 from orchestrator.commands.render import err, out
@@ -150,7 +151,7 @@ def _exit_if_failed(failed: int, name: str, run_root: Path, *, search: bool = Fa
         else f"rerun them: orchestrator retry {name} --failed{root}"
     )
     out.print(
-        f"{failed} {'trial' if failed == 1 else 'trials'} failed (errors: orchestrator status "
+        f"{plural(failed, 'trial')} failed (errors: orchestrator status "
         f"{name}{root}; {again}); exit code {FAILED_TRIALS_EXIT}",
         markup=False,
         highlight=False,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from analysis.numbers import plural
 from orchestrator.driving import guards, preflight, runner
 from orchestrator.driving.destinations import Destinations
 from orchestrator.driving.events import CostPredicted, Listener, SweepFinished, SweepOpened
@@ -259,7 +260,7 @@ def retry(
     tracker = Tracker(dest.tracking)
     runner.init_ray(dest.address)
     guards.check_cluster_storage(dest)  # before the lease and the parent run
-    what = f"re-running {len(chosen)} {' and '.join(sorted(states))} trials"
+    what = "re-running " + plural(len(chosen), f"{' and '.join(sorted(states))} trial")
     return _drive(
         store, tracker, spec, info.id, dest, listener, what, info.spec_path, None, {}, states
     )

@@ -463,7 +463,7 @@ def _explain(
         "missing": f"add {loc[-1]!r} there" if loc else "",
         "extra_forbidden": "rename or remove the key",
     }.get(e["type"]) or "correct the value there"
-    fix = "" if "Fix:" in msg else f" Fix: {fix}"  # a validator's own fix is the fix
+    fix = "" if "Fix:" in msg else f" Fix: {fix}."  # a validator's own fix is the fix
     return SpecError(
         f"{path}:{node.start_mark.line + 1}: {msg.rstrip('.')}.{fix} "
         f"See {example} for a commented example."

@@ -33,3 +33,11 @@ def test_gpu_hours_counts_and_seconds() -> None:
 def test_the_number_formats() -> None:
     assert fmt(3.0, "d") == "3" and fmt(float("inf")) == NA and fmt(True) == NA
     assert fmt_interval((1, 2), ".1f") == "[1.0, 2.0]" and fmt_interval((1, None)) == NA
+
+
+def test_plural_says_one_without_an_s() -> None:
+    from analysis.numbers import plural
+
+    assert plural(1, "trial") == "1 trial"
+    assert plural(0, "trial") == "0 trials"
+    assert plural(2, "failed trial") == "2 failed trials"
