@@ -399,7 +399,7 @@ def plan_serving(
         tps_r = np.where(off, ar, tps[rr, best])
         speed = tps_r / ar
         mix += share * speed
-        k_ci, k_labels = _k_interval(k_r if n > 1 else k_r[:1], b, alpha)
+        k_ci, k_labels = _k_interval(k_r, b, alpha)
         row_labels = list(labels) + k_labels
         if b < lo_b or b > hi_b:
             row_labels.append(

@@ -243,9 +243,14 @@ def _run(
     finally:
         store.close()
     print_plan(
-        result, name=plan_name, files=files, index=index, mlflow_run=run_id, replaced=replaced,
+        result,
+        name=plan_name,
+        files=files,
+        index=index,
+        mlflow_run=run_id,
+        replaced=replaced,
         export_to=None if draft else served,
-    )  # fmt: skip
+    )
 
 
 def _check_folder(folder: Path, name: str) -> None:

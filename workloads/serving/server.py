@@ -193,19 +193,20 @@ class VllmServer:
         """GET ``path`` as text.
 
         Raises:
-            ServerError: an HTTP error, or the connection failed (:meth:`_lost`).
+            ServerError: an HTTP error, or the connection failed (:meth:`_failed`).
         """
         try:
             with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
                 return str(r.read().decode())
-        except urllib.error.HTTPError as exc:
-            raise ServerError(f"GET {path}: HTTP {exc.code}: {exc.read().decode()[:500]}") from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            raise self._lost(f"GET {path}", exc) from None
+            raise self._failed(f"GET {path}", exc) from None
 
-    def _lost(self, what: str, exc: BaseException) -> ServerError:
-        """A failed request said with the server's state: its exit code (waiting up to 5 s
-        for its guard to write it) and its log's tail."""
+    def _failed(self, what: str, exc: BaseException) -> ServerError:
+        """A failed request: an HTTP error with the server's message, or a lost connection
+        said with the server's state: its exit code (waiting up to 5 s for its guard to write
+        it) and its log's tail."""
+        if isinstance(exc, urllib.error.HTTPError):
+            return ServerError(f"{what}: HTTP {exc.code}: {exc.read().decode()[:500]}")
         code = self._exited()
         deadline = time.monotonic() + 5.0
         while code is None and time.monotonic() < deadline:
@@ -221,7 +222,7 @@ class VllmServer:
         """POST ``body`` as JSON to ``path``; the decoded JSON answer.
 
         Raises:
-            ServerError: an HTTP error (with the server's message).
+            ServerError: an HTTP error (with the server's message), or the connection failed.
         """
         req = urllib.request.Request(
             self.url + path, data=json.dumps(body).encode(),
@@ -230,9 +231,5 @@ class VllmServer:
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as r:
                 return json.loads(r.read().decode())
-        except urllib.error.HTTPError as exc:
-            raise ServerError(
-                f"POST {path}: HTTP {exc.code}: {exc.read().decode()[:500]}"
-            ) from None
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-            raise self._lost(f"POST {path}", exc) from None
+            raise self._failed(f"POST {path}", exc) from None
