@@ -51,6 +51,9 @@ def mlflow_server(artifacts: Path, *, start_timeout_s: float = 180) -> Iterator[
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: uvicorn and job runners too
+            # no job runner: MLflow 3.18's eight huey consumers poll their queues all along
+            # (~20% of a core) for jobs (online scorers) this platform never submits
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         )  # fmt: skip
         uri = f"http://127.0.0.1:{port}"
         try:
@@ -74,3 +77,34 @@ def mlflow_server(artifacts: Path, *, start_timeout_s: float = 180) -> Iterator[
                 os.killpg(proc.pid, signal.SIGKILL)  # the group the server leads, children too
                 proc.wait()
             log.close()
+
+
+@contextmanager
+def shared_ray(num_cpus: int = 2) -> Iterator[str]:
+    """A one-node Ray cluster on 127.0.0.1 (``num_cpus`` CPUs, no dashboard) for the CLI tests
+    of one test process: yields its address (``127.0.0.1:<port>``) for ``--address`` or
+    ``RAY_ADDRESS``; shut down (its processes stopped by Ray) afterwards.
+
+    A CLI driver attached to it skips starting and stopping a local Ray of its own (~8 s of a
+    quiet 2-core machine per command). What it changes for the driver: the cluster path's
+    checks (every node sees the run root; a trial's size is not checked against this machine),
+    so tests of the local-Ray refusals and of a local Ray's own processes do not use it.
+    The drivers need ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: without it ``ray.init`` rewrites
+    ``127.0.0.1`` to the machine's network address, where this cluster does not listen.
+    """
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": num_cpus,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            # the node agent's HTTP port defaults to 52365: another test's Ray would collide
+            "dashboard_agent_listen_port": free_port(),
+        },
+    )
+    try:
+        yield cluster.address
+    finally:
+        cluster.shutdown()
