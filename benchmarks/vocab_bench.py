@@ -8,7 +8,7 @@ real pretraining rows' most frequent tokens, for each draft vocabulary size N (0
 Medians over repeats, interleaved across sizes so drift hits all equally. Acceptance length
 for the same sizes comes from ``sweeps/vocab.yaml``.
 
-    python benchmarks/vocab_bench.py --sizes 0 2048 8192 --threads 2
+    python -m benchmarks.vocab_bench --sizes 0 2048 8192 --threads 2
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 from typing import cast
 
 import torch
 
+from benchmarks import harness
 from workloads.data import read_sharegpt, split_conversations
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import DraftArch, DraftModel
@@ -37,8 +37,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path("runs/cache"))
+    harness.add_threads(ap)
+    harness.add_cache(ap, "--cache")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     target = load_target(DEFAULT_TARGET, cache_dir=args.cache)
