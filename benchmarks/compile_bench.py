@@ -35,7 +35,7 @@ import torch
 from transformers import PreTrainedModel, StaticCache
 
 from benchmarks import harness
-from workloads.models.target import DEFAULT_TARGET, load_target
+from workloads.models.target import DEFAULT_TARGET
 
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(ids [1, n], positions [n]) -> logits [1, n, V]"""
@@ -245,8 +245,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
-    torch.set_num_threads(args.threads)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache_dir)
+    target = harness.target(args.threads, args.cache_dir)
     modes = ["eager", "compiled"] + (["compiled-unfrozen"] if args.unfrozen else [])
     modes += ["onednn"] if args.onednn else []
     print(

@@ -57,11 +57,11 @@ from benchmarks import harness  # noqa: E402
 from workloads.config import CorpusSource  # noqa: E402
 from workloads.data import iter_pretrain_documents  # noqa: E402
 from workloads.data.shards import WORK, StreamRows, corpus_rows, corpus_tokens  # noqa: E402
-from workloads.models.draft import DraftArch, DraftModel  # noqa: E402
+from workloads.models.draft import DraftModel  # noqa: E402
 from workloads.models.target import Target, load_target  # noqa: E402
 from workloads.training.feature_cache import CacheStats, ensure_features  # noqa: E402
 from workloads.training.features import tokenizer_fingerprint  # noqa: E402
-from workloads.training.loop import StageLog, StageSettings, train_stage  # noqa: E402
+from workloads.training.loop import StageLog, train_stage  # noqa: E402
 from workloads.training.online_features import OnlineFeatures  # noqa: E402
 
 PARTS = ("cache", "tokenize", "online", "equal")
@@ -188,28 +188,13 @@ def _write_corpus(path: Path, megabytes: float, *, lines: bool = False) -> dict[
     return {"documents": docs, "bytes": size}
 
 
-def _draft(target: PreTrainedModel, vocab: int | None = None, seed: int = 0) -> DraftModel:
-    torch.manual_seed(seed)
-    arch = DraftArch.from_target(target.config, layers=1, output_norm=True)
-    emb, head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
-    assert isinstance(emb, torch.Tensor) and isinstance(head, torch.Tensor)
-    keep = None if vocab is None else torch.arange(vocab)
-    return DraftModel(arch, embed_weight=emb, lm_head_weight=head, draft_to_target=keep)
+def _draft(target: PreTrainedModel, vocab: int) -> DraftModel:
+    """A fresh 1-layer draft whose vocabulary is the target's first ``vocab`` ids."""
+    return harness.fresh_draft(target, keep=torch.arange(vocab))
 
 
-def _settings(batch: int, epochs: int = 1, noise: float = 0.0) -> StageSettings:
-    return StageSettings(
-        epochs=epochs,
-        batch_size=batch,
-        lr=3e-3,
-        warmup_steps=2,
-        weight_decay=0.0,
-        grad_clip=0.5,
-        w_reg=1.0,
-        w_cls=0.1,
-        seed=0,
-        feature_noise=noise,
-    )
+RECIPE = {"lr": 3e-3, "warmup_steps": 2}
+"""the draft's training settings besides :func:`benchmarks.harness.stage_settings`'"""
 
 
 # --- 1. cache build ---------------------------------------------------------------------------
@@ -358,7 +343,7 @@ def _online_child(spec: dict[str, Any]) -> dict[str, Any]:
         rss_train.append(_rss_kib())
 
     t0 = time.perf_counter()
-    log = train_stage(draft, feats, _settings(batch), on_step=sample)
+    log = train_stage(draft, feats, harness.stage_settings(batch, **RECIPE), on_step=sample)
     seconds = time.perf_counter() - t0
     return {
         "budget": int(spec["budget"]),
@@ -434,7 +419,7 @@ def bench_equal(target: Target, args: argparse.Namespace, work: Path) -> dict[st
         manifest={"target": "tiny-random", "seq_len": args.seq_len},
     )
     online = OnlineFeatures(rows, target.model)
-    s = _settings(batch=4, epochs=2, noise=0.2)
+    s = harness.stage_settings(4, epochs=2, feature_noise=0.2, **RECIPE)
     logs: list[StageLog] = [
         train_stage(_draft(target.model, args.draft_vocab), f, s) for f in (cached, online)
     ]

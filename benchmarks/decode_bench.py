@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import psutil
-import torch
 
 from benchmarks import harness
 from workloads.data import chat_prompt_ids, load_prompt_sets
@@ -60,7 +59,7 @@ from workloads.engine.tree_decode import (
     reserve,
 )
 from workloads.models.draft import DraftModel
-from workloads.models.target import DEFAULT_TARGET, Target, load_target
+from workloads.models.target import DEFAULT_TARGET, Target
 
 QUICK_KS = ([8, 16, 32], [4, 8, 16])
 """--quick: the k measured at b = 1 and at the batched size (the best k of past runs and a
@@ -543,9 +542,8 @@ def _inputs(args: argparse.Namespace) -> Inputs:
 
 def run(args: argparse.Namespace, inputs: Inputs) -> dict[str, Any]:
     """Parts 1-4 (1-2 with ``--quick``); prints each table and the summary line."""
-    torch.set_num_threads(args.threads)
     engine = Engine(compile=args.compile, oracle_accept=args.oracle_accept, seed=args.seed)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache_dir)
+    target = harness.target(args.threads, args.cache_dir)
     prompts = [chat_prompt_ids(target.tokenizer, t) for t in inputs.texts]
     n, b = args.max_new_tokens, args.batch
     ks1, ksb = QUICK_KS if args.quick else FULL_KS

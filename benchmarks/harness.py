@@ -1,5 +1,6 @@
 """What the benchmarks share: their command lines (one-line refusals, the usual options), JSON
-output, timing, the results store of a run root, ShareGPT prompts and the vLLM trial.
+output, timing, the results store of a run root, the target, a fresh draft and its training
+settings, ShareGPT prompts and the vLLM trial.
 
 Every benchmark is a module of this package, run from the repository root as
 ``python -m benchmarks.<name> ...``. This module imports only the standard library (the GPU
@@ -25,7 +26,10 @@ if TYPE_CHECKING:
 
     from orchestrator.store.results import ResultsStore
     from orchestrator.store.rows import SweepInfo
+    from workloads.models.draft import DraftModel
+    from workloads.models.target import Target
     from workloads.serving.config import ServeBenchConfig
+    from workloads.training.loop import StageSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 """the repository root (the working directory of the subprocesses a benchmark starts)"""
@@ -164,7 +168,43 @@ def sweep_metrics(store: ResultsStore, name: str) -> tuple[SweepInfo, pd.DataFra
     return info, df[df["state"] == "completed"]
 
 
-# -- data -----------------------------------------------------------------------------------
+# -- models and data ------------------------------------------------------------------------
+
+
+def target(threads: int, cache_dir: Path, name: str | None = None) -> Target:
+    """Torch on ``threads`` CPU threads, then the target ``name`` (default: the platform's,
+    SmolLM2-135M-Instruct) loaded from ``cache_dir``, float32."""
+    import torch
+
+    from workloads.models.target import DEFAULT_TARGET, load_target
+
+    torch.set_num_threads(threads)
+    return load_target(name or DEFAULT_TARGET, cache_dir=cache_dir)
+
+
+def fresh_draft(model: Any, layers: int = 1, keep: Any = None, seed: int = 0) -> DraftModel:
+    """A random-weight draft of ``layers`` decoder layers (output norm on) drawn after
+    ``torch.manual_seed(seed)``, sharing the target ``model``'s embedding and LM head; ``keep``:
+    its vocabulary's target ids (``draft_to_target``; None: the whole vocabulary)."""
+    import torch
+
+    from workloads.models.draft import DraftArch, DraftModel
+
+    torch.manual_seed(seed)
+    arch = DraftArch.from_target(model.config, layers=layers, output_norm=True)
+    emb, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    assert isinstance(emb, torch.Tensor) and isinstance(head, torch.Tensor)
+    return DraftModel(arch, embed_weight=emb, lm_head_weight=head, draft_to_target=keep)
+
+
+def stage_settings(batch_size: int, **changes: Any) -> StageSettings:
+    """One epoch of draft training at ``batch_size`` rows: lr 1e-3, no warm-up or weight decay,
+    gradient clip 0.5, EAGLE's loss weights (1.0, 0.1), seed 0; ``changes`` override them."""
+    from workloads.training.loop import StageSettings
+
+    fields: dict[str, Any] = dict(epochs=1, lr=1e-3, warmup_steps=0, weight_decay=0.0, seed=0)
+    fields |= {"grad_clip": 0.5, "w_reg": 1.0, "w_cls": 0.1} | changes
+    return StageSettings(batch_size=batch_size, **fields)
 
 
 def sft_prompts(tokenizer: Any, conversations: list[Any], n: int, max_len: int) -> list[list[int]]:

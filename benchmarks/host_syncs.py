@@ -11,6 +11,7 @@ included, spread over the cycles) and where they came from::
 
 from __future__ import annotations
 
+import argparse
 import collections
 
 import torch
@@ -22,7 +23,8 @@ from workloads.engine.tree_decode import TreeShape, generate
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8], [9] * 11, [3, 1], [2] * 6, [7, 8], [5], [6, 6, 6]]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     target = tiny_target()
     draft = tiny_draft(target)
     shape = TreeShape(depth=3, topk=2, num_draft_tokens=6)

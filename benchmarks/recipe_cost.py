@@ -18,18 +18,15 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from typing import cast
 
 import torch
 
 from benchmarks import harness
 from workloads.data import PackedRows, read_sharegpt, split_conversations
 from workloads.engine.ar_decode import ar_generate
-from workloads.models.draft import DraftArch, DraftModel
-from workloads.models.target import DEFAULT_TARGET, load_target
 from workloads.training import rows as _rows
 from workloads.training.features import target_hidden
-from workloads.training.loop import StageSettings, draft_loss, input_noise, make_optimizer
+from workloads.training.loop import draft_loss, input_noise, make_optimizer
 
 
 def main() -> None:
@@ -44,8 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.rows < 1 or args.seq_len < 16 or args.repeats < 1 or args.regen_prompts < 1:
         ap.error("--rows, --repeats and --regen-prompts must be >= 1, --seq-len >= 16")
-    torch.set_num_threads(args.threads)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache)
+    target = harness.target(args.threads, args.cache)
     model, tok = target.model, target.tokenizer
     splits = split_conversations(read_sharegpt()[0])
     mix = {"sharegpt": 0.8, "stdlib": 0.2}
@@ -71,16 +67,8 @@ def main() -> None:
     hidden = {
         p: target_hidden(model, r.input_ids, r.position_ids, args.rows) for p, r in rows.items()
     }
-    torch.manual_seed(0)
-    arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
-    draft = DraftModel(
-        arch,
-        embed_weight=cast(torch.Tensor, model.get_input_embeddings().weight),
-        lm_head_weight=cast(torch.Tensor, model.get_output_embeddings().weight),
-    )
-    s = StageSettings(epochs=1, batch_size=args.rows, lr=1e-3, warmup_steps=0, weight_decay=0.0,
-                      grad_clip=0.5, w_reg=1.0, w_cls=0.1, seed=0)  # fmt: skip
-    opt = make_optimizer(draft, s)
+    draft = harness.fresh_draft(model)
+    opt = make_optimizer(draft, harness.stage_settings(args.rows))
     gen = torch.Generator().manual_seed(0)
 
     def step(packing: str, noise: float) -> None:

@@ -37,14 +37,12 @@ def main(argv: list[str]) -> int:
     from workloads.config import TargetConfig
     from workloads.data.sharegpt import read_sharegpt, split_conversations
     from workloads.engine.ar_decode import ar_generate
-    from workloads.models.target import load_target
     from workloads.serving.bench import SERVED_NAME, served_target_path
     from workloads.serving.env import find_env
     from workloads.serving.server import VllmServer
 
-    torch.set_num_threads(a.threads)
     env = find_env("auto")
-    target = load_target("smollm2-135m-instruct", cache_dir=a.cache_dir)
+    target = harness.target(a.threads, a.cache_dir, "smollm2-135m-instruct")
     sft = split_conversations(read_sharegpt()[0])["sft"]
     prompts = harness.sft_prompts(target.tokenizer, sft[: 4 * a.prompts], a.prompts, 512)
     eos = target.eos_token_ids
