@@ -45,7 +45,7 @@ import pandas as pd
 from analysis.break_even import Crossing, crossing_budget, end_to_end_break_even
 from analysis.laws import LogLinearFit, fit_log_linear
 from benchmarks import harness
-from orchestrator.errors import OrchestratorError
+from orchestrator import OrchestratorError
 from orchestrator.store.access import find_sweep
 from orchestrator.store.results import ResultsStore, TrialInfo
 
