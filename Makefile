@@ -66,16 +66,16 @@ test-slow: $(BIN)/.test-deps serve-env                   ## long end-to-end runs
 	$(BIN)/pytest -q -rs -m slow
 
 bench: $(BIN)/.installed                                 ## wall time and peak memory of the default sweep
-	$(BIN)/python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
+	$(BIN)/python -m benchmarks.sweep_bench sweeps/tokens.yaml --out runs-bench
 
 bench-decode: $(BIN)/.installed                          ## the decoding engine vs HF generate and its AR loop (ARGS=--quick: < 3 min)
-	$(BIN)/python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best $(ARGS)
+	$(BIN)/python -m benchmarks.decode_bench --prompts ../shared/data/specbench --draft best $(ARGS)
 
 bench-serve: $(BIN)/.installed serve-env               ## vLLM with/without the draft vs this engine (after `make run`)
-	$(BIN)/python benchmarks/serve_bench.py --run-root runs $(ARGS)
+	$(BIN)/python -m benchmarks.serve_bench --run-root runs $(ARGS)
 
 bench-report: $(BIN)/.installed                          ## fits with bootstrap + dashboards for 1,000 trials
-	$(BIN)/python benchmarks/report_bench.py --trials 1000
+	$(BIN)/python -m benchmarks.report_bench --trials 1000
 
 clean:
 	rm -rf runs runs-smoke runs-bench runs-diag runs-serve

@@ -26,33 +26,28 @@ whose acceptance is not measured as the law's (another tree, or a vLLM chain) is
 the k with the lowest tau* at each b. ``--out`` writes the rows as JSON. A missing sweep, one
 with no completed trials, or a law with fewer than 3 budgets exits 2 with one line.
 
-    python benchmarks/break_even_budget.py --run-root runs --law gemma-tokens \\
+    python -m benchmarks.break_even_budget --run-root runs --law gemma-tokens \\
         --decode gemma-oracle gemma-batch --serve serve-gemma serve-gemma-k --out be.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+import pandas as pd
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from analysis.break_even import Crossing, crossing_budget, end_to_end_break_even  # noqa: E402
-from analysis.laws import LogLinearFit, fit_log_linear  # noqa: E402
-from orchestrator.errors import OrchestratorError  # noqa: E402
-from orchestrator.store.access import find_sweep, open_store  # noqa: E402
-from orchestrator.store.results import ResultsStore, TrialInfo  # noqa: E402
+from analysis.break_even import Crossing, crossing_budget, end_to_end_break_even
+from analysis.laws import LogLinearFit, fit_log_linear
+from benchmarks import harness
+from orchestrator import OrchestratorError
+from orchestrator.store.access import find_sweep
+from orchestrator.store.results import ResultsStore, TrialInfo
 
 X, Y = "pretrain.tokens", "acceptance_length"
 THIS, VLLM = "this engine", "vLLM"
@@ -81,7 +76,7 @@ class Law:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--run-root", type=Path, default=Path("runs"), help="run root (default: runs)")
+    harness.add_run_root(p, "run root (default: runs)")
     p.add_argument("--db-url", default=None, help="results DB URL instead of the run root's")
     p.add_argument(
         "--law", default="gemma-tokens",
@@ -93,7 +88,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--serve", nargs="*", default=[], help="serve_bench sweeps (vLLM) (default: none)"
     )
     p.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (default 0.05)")
-    p.add_argument("--out", type=Path, default=None, help="write the rows to this JSON file")
+    harness.add_out(p, None, "write the rows to this JSON file")
     a = p.parse_args(argv)
     if not 0 < a.alpha < 1:
         raise Refused(f"--alpha {a.alpha} is not in (0, 1). Example: --alpha 0.05")
@@ -350,35 +345,16 @@ def report_lines(law: Law, rows: list[dict[str, Any]], alpha: float) -> list[str
     return [*head, "", *body, "", *notes]
 
 
-def _plain(value: Any) -> Any:
-    """JSON-safe: NaN and infinities as None, numpy scalars as Python, Crossing as a dict."""
-    if isinstance(value, Crossing):
-        return value.to_dict()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the report; 0, or 2 with one line on stderr for a refusal."""
     try:
         a = parse(argv)
-        store = open_store(a.run_root, a.db_url, must_exist=True)
-        try:
+        with harness.results(a.run_root, a.db_url, must_exist=True) as store:
             law = read_law(store, a.law, a.alpha)
             measured = [r for name in a.decode for r in decode_rows(store, name, law)]
             measured += [r for name in a.serve for r in serve_rows(store, name, law)]
-        finally:
-            store.close()
     except (Refused, OrchestratorError) as exc:
-        print(f"break_even_budget: {exc}", file=sys.stderr)
-        return 2
+        return harness.refusal("break_even_budget", str(exc))
     rows = finish(_pool(measured), law, a.alpha)
     if a.law in a.serve:
         print(
@@ -387,11 +363,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     print("\n".join(report_lines(law, rows, a.alpha)))
-    if a.out is not None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        data = {"law": law.fit.to_dict(), "law_sweep": law.sweep, "law_tree": law.tree,
-                "alpha": a.alpha, "rows": rows}  # fmt: skip
-        a.out.write_text(json.dumps(_plain(data), indent=1, allow_nan=False) + "\n")
+    if a.out is not None:  # NaN and infinities as null, each crossing as a dict
+        data = {"law": law.fit, "law_sweep": law.sweep, "law_tree": law.tree, "alpha": a.alpha}
+        harness.write_json(a.out, data | {"rows": rows})
         print(f"wrote {a.out}")
     return 0
 

@@ -12,7 +12,7 @@ signed and absolute error, and the curve's last check (the end of SFT, on
 prompt). A checkpoint during pretraining has had no SFT and no decayed learning rate, so the
 two laws need not agree: the report says by how much they differ, never which is right.
 
-    python benchmarks/checkpoint_law.py --run-root R
+    python -m benchmarks.checkpoint_law --run-root R
         [--curves eagle3-curves --budgets eagle3-factorial]
 """
 
@@ -20,25 +20,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analysis.laws import LogLinearFit, fit_log_linear
+from benchmarks import harness
 from orchestrator.store.results import ResultsStore
 from workloads.result import CHECK_TOKENS, CHECK_Y
 
 X, Y = "pretrain.tokens", "acceptance_length"
-
-
-def _frame(store: ResultsStore, name: str) -> tuple[int, pd.DataFrame]:
-    info = store.get_sweep(name)
-    if info is None:
-        sys.exit(f"no sweep {name!r} in the DB; run `orchestrator submit` for it first")
-    df = store.metrics_frame(info.id)
-    return info.id, df[df["state"] == "completed"]
 
 
 def _ci(f: LogLinearFit) -> str:
@@ -47,9 +38,9 @@ def _ci(f: LogLinearFit) -> str:
 
 def compare(store: ResultsStore, curves: str, budgets: str) -> list[str]:
     """The report's lines (see the module docstring)."""
-    cid, cdf = _frame(store, curves)
-    _, bdf = _frame(store, budgets)
-    trials = {t.key: t for t in store.trials(cid)}
+    curves_info, cdf = harness.sweep_metrics(store, curves)
+    _, bdf = harness.sweep_metrics(store, budgets)
+    trials = {t.key: t for t in store.trials(curves_info.id)}
     lines = []
     for _, row in cdf.iterrows():
         variant = str(row.get("variant", "-"))
@@ -85,12 +76,12 @@ def compare(store: ResultsStore, curves: str, budgets: str) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run-root", type=Path, required=True)
+    harness.add_run_root(ap, default=None, required=True)
     ap.add_argument("--curves", default="eagle3-curves")
     ap.add_argument("--budgets", default="eagle3-factorial")
     a = ap.parse_args()
-    store = ResultsStore.sqlite_under(a.run_root)
-    print("\n".join(compare(store, a.curves, a.budgets)))
+    with harness.results(a.run_root) as store:
+        print("\n".join(compare(store, a.curves, a.budgets)))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ all n positions are computed. Times: the median of ``--reps`` calls after two wa
 modes interleaved call by call. Also prints compile seconds, compiled over eager and the largest
 logit difference from the first mode; ``--json FILE`` writes them.
 
-    python benchmarks/compile_bench.py --json runs/compile_bench.json
+    python -m benchmarks.compile_bench --json runs/compile_bench.json
 """
 
 from __future__ import annotations
@@ -25,33 +25,20 @@ from __future__ import annotations
 import argparse
 import copy
 import inspect
-import json
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
+from transformers import PreTrainedModel, StaticCache
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
-
-from transformers import PreTrainedModel, StaticCache  # noqa: E402
-
-from workloads.models.target import DEFAULT_TARGET, load_target  # noqa: E402
+from benchmarks import harness
+from workloads.models.target import DEFAULT_TARGET
 
 Forward = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(ids [1, n], positions [n]) -> logits [1, n, V]"""
-
-
-class _Parser(argparse.ArgumentParser):
-    """Errors in one line (``compile_bench: error: ...``), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"compile_bench: error: {message}\n")
 
 
 def _forward(model: PreTrainedModel, cache: StaticCache) -> Forward:
@@ -233,17 +220,17 @@ def _report(res: dict[str, Any], ns: list[int]) -> None:
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    ap = _Parser(description=__doc__.split("\n\n")[0])
+    ap = harness.parser("compile_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--prefix", type=int, default=256, help="tokens already in the cache")
     ap.add_argument("--ns", default="1,2,4,8", help="new tokens per forward (must include 1)")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per mode and n")
-    ap.add_argument("--threads", type=int, default=2)
+    harness.add_threads(ap)
     ap.add_argument("--unfrozen", action="store_true", help="also inductor without freezing")
     ap.add_argument(
         "--onednn", action="store_true", help="also eager with oneDNN-prepacked linears"
     )
-    ap.add_argument("--cache-dir", type=Path, default=Path("runs/cache"))
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    harness.add_cache(ap)
+    harness.add_json(ap)
     args = ap.parse_args(argv)
     try:
         args.ns = sorted({int(x) for x in args.ns.split(",") if x.strip()})
@@ -258,8 +245,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(sys.argv[1:] if argv is None else argv)
-    torch.set_num_threads(args.threads)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache_dir)
+    target = harness.target(args.threads, args.cache_dir)
     modes = ["eager", "compiled"] + (["compiled-unfrozen"] if args.unfrozen else [])
     modes += ["onednn"] if args.onednn else []
     print(
@@ -269,10 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     res = measure(target.model, prefix=args.prefix, ns=args.ns, reps=args.reps, modes=modes)
     _report(res, args.ns)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps({"settings": vars(args) | {"modes": modes}} | res, indent=1, default=str)
-        )
+        harness.write_json(args.json, {"settings": vars(args) | {"modes": modes}} | res)
     return 0
 
 

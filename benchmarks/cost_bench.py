@@ -15,7 +15,7 @@ totals (serial seconds, the sweep's wall time from its first start to its last f
 each predicted wall time, the mean absolute error per trial), and the goals: per trial within
 25% and the total within 15% when calibrated.
 
-    python benchmarks/cost_bench.py --calibrate /tmp/costroot --spec sweeps/tokens.yaml \
+    python -m benchmarks.cost_bench --calibrate /tmp/costroot --spec sweeps/tokens.yaml \
         --measured runs [--sweep tokens] [--cache-dir DIR] [--any-hardware] [--json out.json]
 
 ``--any-hardware`` calibrates on trials that recorded no hardware (older trials) or other
@@ -25,14 +25,13 @@ hardware too; by default only trials with this machine's ``hardware.id`` count.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from analysis.numbers import duration
+from benchmarks import harness
 from orchestrator.cost.model import Predictor, SweepCost, predictor
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import load_spec
@@ -150,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweep", help="the sweep's name there (default: the spec's name)")
     ap.add_argument("--cache-dir", type=Path, help="cache the prediction sees (default: empty)")
     ap.add_argument("--any-hardware", action="store_true", help="do not match hardware.id")
-    ap.add_argument("--json", type=Path, help="write the comparison here too")
+    harness.add_json(ap)
     args = ap.parse_args(argv)
     spec = load_spec(args.spec)
     trials = [(t.key, t.config) for t in expand(spec)]
@@ -175,14 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         out["totals"][f"{name}_wall_s"] = p.wall_s
     report(out, preds, pred, span)
     if args.json:
-        args.json.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
+        harness.write_json(args.json, out)
     return 0
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return str(value)
 
 
 if __name__ == "__main__":

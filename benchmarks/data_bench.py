@@ -27,7 +27,7 @@ Times are wall-clock (the load average is printed). Prints a table per part and 
 ratios; ``--out`` writes everything as JSON. Exit code 0 whether or not a target is met (the
 ``checks`` say), 2 for bad arguments.
 
-    python benchmarks/data_bench.py --out runs-bench/data_bench.json
+    python -m benchmarks.data_bench --out runs-bench/data_bench.json
 """
 
 from __future__ import annotations
@@ -46,21 +46,22 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"  # before tokenizers is imported: 1 process = 1 core
 
 import torch  # noqa: E402
 from transformers import PreTrainedModel  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from workloads.config import CorpusSource  # noqa: E402
 from workloads.data import iter_pretrain_documents  # noqa: E402
 from workloads.data.shards import WORK, StreamRows, corpus_rows, corpus_tokens  # noqa: E402
-from workloads.models.draft import DraftArch, DraftModel  # noqa: E402
+from workloads.models.draft import DraftModel  # noqa: E402
 from workloads.models.target import Target, load_target  # noqa: E402
 from workloads.training.feature_cache import CacheStats, ensure_features  # noqa: E402
 from workloads.training.features import tokenizer_fingerprint  # noqa: E402
-from workloads.training.loop import StageLog, StageSettings, train_stage  # noqa: E402
+from workloads.training.loop import StageLog, train_stage  # noqa: E402
 from workloads.training.online_features import OnlineFeatures  # noqa: E402
 
 PARTS = ("cache", "tokenize", "online", "equal")
@@ -86,16 +87,9 @@ _TINY = {
 """the tiny target's config.json (vocabulary: the builtin tokenizer's 49,152 ids)"""
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``data_bench: error: ...``), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"data_bench: error: {message}\n")
-
-
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    ap = _Parser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, help="write the results as JSON here")
+    ap = harness.parser("data_bench", description=__doc__.split("\n\n")[0])
+    harness.add_out(ap, None, "write the results as JSON here")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, about a minute)")
     ap.add_argument(
         "--parts",
@@ -118,18 +112,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--draft-vocab", type=int, default=256, help="draft vocabulary (online and equality runs)"
     )
-    ap.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch threads (1: on a busy 2-core machine, 2 threads make the tiny "
-        "models' small ops many times slower)",
-    )
-    ap.add_argument(
-        "--cache",
-        type=Path,
-        default=Path("runs/cache"),
-        help="where the builtin tokenizer is kept (read once from the GGUF)",
+    slow = "2 threads make the tiny models' small ops many times slower"
+    harness.add_threads(ap, 1, f"torch threads (1: on a busy 2-core machine, {slow})")
+    harness.add_cache(
+        ap, "--cache", "where the builtin tokenizer is kept (read once from the GGUF)"
     )
     ap.add_argument(
         "--work-dir", type=Path, help="scratch folder (default a temporary one, removed at the end)"
@@ -202,28 +188,13 @@ def _write_corpus(path: Path, megabytes: float, *, lines: bool = False) -> dict[
     return {"documents": docs, "bytes": size}
 
 
-def _draft(target: PreTrainedModel, vocab: int | None = None, seed: int = 0) -> DraftModel:
-    torch.manual_seed(seed)
-    arch = DraftArch.from_target(target.config, layers=1, output_norm=True)
-    emb, head = target.get_input_embeddings().weight, target.get_output_embeddings().weight
-    assert isinstance(emb, torch.Tensor) and isinstance(head, torch.Tensor)
-    keep = None if vocab is None else torch.arange(vocab)
-    return DraftModel(arch, embed_weight=emb, lm_head_weight=head, draft_to_target=keep)
+def _draft(target: PreTrainedModel, vocab: int) -> DraftModel:
+    """A fresh 1-layer draft whose vocabulary is the target's first ``vocab`` ids."""
+    return harness.fresh_draft(target, keep=torch.arange(vocab))
 
 
-def _settings(batch: int, epochs: int = 1, noise: float = 0.0) -> StageSettings:
-    return StageSettings(
-        epochs=epochs,
-        batch_size=batch,
-        lr=3e-3,
-        warmup_steps=2,
-        weight_decay=0.0,
-        grad_clip=0.5,
-        w_reg=1.0,
-        w_cls=0.1,
-        seed=0,
-        feature_noise=noise,
-    )
+RECIPE = {"lr": 3e-3, "warmup_steps": 2}
+"""the draft's training settings besides :func:`benchmarks.harness.stage_settings`'"""
 
 
 # --- 1. cache build ---------------------------------------------------------------------------
@@ -372,7 +343,7 @@ def _online_child(spec: dict[str, Any]) -> dict[str, Any]:
         rss_train.append(_rss_kib())
 
     t0 = time.perf_counter()
-    log = train_stage(draft, feats, _settings(batch), on_step=sample)
+    log = train_stage(draft, feats, harness.stage_settings(batch, **RECIPE), on_step=sample)
     seconds = time.perf_counter() - t0
     return {
         "budget": int(spec["budget"]),
@@ -404,15 +375,15 @@ def bench_online(args: argparse.Namespace, work: Path, corpus: Path) -> list[dic
             "budget": budget,
             "seq_len": args.online_seq_len,
             "batch": args.online_batch,
-            "work": str(work),
+            "work": str(work.resolve()),
             "cache": str(args.cache.resolve()),
-            "corpus": str(corpus),
-            "tokens": str(work / "tokens-online"),
+            "corpus": str(corpus.resolve()),
+            "tokens": str((work / "tokens-online").resolve()),
             "draft_vocab": args.draft_vocab,
             "threads": args.threads,
         }
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--online-child", json.dumps(spec)]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        cmd = [sys.executable, "-m", "benchmarks.data_bench", "--online-child", json.dumps(spec)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=harness.ROOT)
         if done.returncode != 0:
             raise RuntimeError(f"online run for {budget:,} tokens failed:\n{done.stderr[-3000:]}")
         out.append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -448,7 +419,7 @@ def bench_equal(target: Target, args: argparse.Namespace, work: Path) -> dict[st
         manifest={"target": "tiny-random", "seq_len": args.seq_len},
     )
     online = OnlineFeatures(rows, target.model)
-    s = _settings(batch=4, epochs=2, noise=0.2)
+    s = harness.stage_settings(4, epochs=2, feature_noise=0.2, **RECIPE)
     logs: list[StageLog] = [
         train_stage(_draft(target.model, args.draft_vocab), f, s) for f in (cached, online)
     ]
@@ -655,8 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     _report(res)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(res, indent=1))
+        harness.write_json(args.out, res)
         print(f"\nwrote {args.out}")
     return 0
 

@@ -24,47 +24,42 @@ timed cycle (must be 0). ``--json FILE`` writes every figure.
 ``--compile`` sets parts 1-2's step mode (``graphs`` needs CUDA). Bad arguments: one line on
 stderr, exit code 2.
 
-    python benchmarks/decode_bench.py --prompts ../shared/data/specbench --draft best
-    python benchmarks/decode_bench.py --quick
-    python benchmarks/decode_bench.py --draft best --run-root /tmp/perf/runs --memory-prompts 0
+    python -m benchmarks.decode_bench --prompts ../shared/data/specbench --draft best
+    python -m benchmarks.decode_bench --quick
+    python -m benchmarks.decode_bench --draft best --run-root /tmp/perf/runs --memory-prompts 0
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import psutil
-import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
-
-from workloads.data import chat_prompt_ids, load_prompt_sets  # noqa: E402
-from workloads.decode_bench import find_trial_draft  # noqa: E402
-from workloads.engine.ar_decode import ar_generate  # noqa: E402
-from workloads.engine.ar_decode import reserve as reserve_ar  # noqa: E402
-from workloads.engine.hf_baseline import hf_generate  # noqa: E402
-from workloads.engine.oracle_draft import OracleDraft  # noqa: E402
-from workloads.engine.steps import Steps  # noqa: E402
-from workloads.engine.tree_decode import (  # noqa: E402
+from benchmarks import harness
+from workloads.data import chat_prompt_ids, load_prompt_sets
+from workloads.decode_bench import find_trial_draft
+from workloads.engine.ar_decode import ar_generate
+from workloads.engine.ar_decode import reserve as reserve_ar
+from workloads.engine.hf_baseline import hf_generate
+from workloads.engine.oracle_draft import OracleDraft
+from workloads.engine.steps import Steps
+from workloads.engine.tree_decode import (
     BatchResult,
     Draft,
     TreeShape,
     generate,
     reserve,
 )
-from workloads.models.draft import DraftModel  # noqa: E402
-from workloads.models.target import DEFAULT_TARGET, Target, load_target  # noqa: E402
+from workloads.models.draft import DraftModel
+from workloads.models.target import DEFAULT_TARGET, Target
 
 QUICK_KS = ([8, 16, 32], [4, 8, 16])
 """--quick: the k measured at b = 1 and at the batched size (the best k of past runs and a
@@ -78,13 +73,6 @@ TRAINED_KS = [2, 3, 4, 6, 8]
 
 WARMUP_TOKENS = 8
 """new tokens of each method's untimed first call (compiling happens there)"""
-
-
-class _Parser(argparse.ArgumentParser):
-    """Errors in one line (``decode_bench: error: ...``), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"decode_bench: error: {message}\n")
 
 
 @dataclass(frozen=True)
@@ -431,7 +419,7 @@ def summary(
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    ap = _Parser(description=__doc__.split("\n")[0])
+    ap = harness.parser("decode_bench", description=__doc__.split("\n")[0])
     ap.add_argument(
         "--prompts",
         default="../shared/data/specbench",
@@ -442,12 +430,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--batch", type=int, default=8, help="b of part 2")
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
+    harness.add_threads(ap)
     ap.add_argument(
         "--draft", default="best", help="trained draft folder, 'best' (runs/tokens) or 'none'"
     )
-    ap.add_argument("--run-root", type=Path, default=Path("runs"))
-    ap.add_argument("--cache-dir", type=Path, default=Path("runs/cache"))
+    harness.add_run_root(ap)
+    harness.add_cache(ap)
     ap.add_argument("--memory-prompts", type=int, default=100, help="part 4 (0: skip it)")
     ap.add_argument("--quick", action="store_true", help="parts 1-2 only, fewer k (< 3 min)")
     ap.add_argument(
@@ -469,7 +457,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
         "--trained-only", action="store_true", help="part 3 only (and 4), HF as reference"
     )
     ap.add_argument("--seed", type=int, default=0, help="seed of the oracle's draws")
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    harness.add_json(ap)
     args = ap.parse_args(argv)
     if args.num_prompts < 1 or args.max_new_tokens < 1 or args.threads < 1 or args.batch < 2:
         ap.error(
@@ -554,9 +542,8 @@ def _inputs(args: argparse.Namespace) -> Inputs:
 
 def run(args: argparse.Namespace, inputs: Inputs) -> dict[str, Any]:
     """Parts 1-4 (1-2 with ``--quick``); prints each table and the summary line."""
-    torch.set_num_threads(args.threads)
     engine = Engine(compile=args.compile, oracle_accept=args.oracle_accept, seed=args.seed)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache_dir)
+    target = harness.target(args.threads, args.cache_dir)
     prompts = [chat_prompt_ids(target.tokenizer, t) for t in inputs.texts]
     n, b = args.max_new_tokens, args.batch
     ks1, ksb = QUICK_KS if args.quick else FULL_KS
@@ -632,21 +619,9 @@ def run(args: argparse.Namespace, inputs: Inputs) -> dict[str, Any]:
             f"(k={s['b1_best_k']:.0f}, bookkeeping {s['b1_bookkeeping_share']:.0%}); oracle "
             f"b={b} {s['batched_ratio_over_ar']:.2f}x batched AR (k={s['batched_best_k']:.0f})"
         )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_no_nan(out), indent=1))
+    if args.json:  # NaN (undefined: e.g. HF generate's acceptance length) as null
+        harness.write_json(args.json, out)
     return out
-
-
-def _no_nan(x: Any) -> Any:
-    """NaN (undefined: e.g. HF generate's acceptance length) as null: JSON has no NaN."""
-    if isinstance(x, float) and x != x:
-        return None
-    if isinstance(x, dict):
-        return {k: _no_nan(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_no_nan(v) for v in x]
-    return x
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -655,8 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         inputs = _inputs(args)
     except ValueError as e:
-        print(f"decode_bench: error: {e}", file=sys.stderr)
-        return 2
+        return harness.refusal("decode_bench", f"error: {e}")
     run(args, inputs)
     return 0
 

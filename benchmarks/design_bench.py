@@ -11,7 +11,7 @@ until its HC3 slope half-width first reaches the grid's final one with >= 4 dist
 a fraction of the grid's (median, IQR), trials, the share that reached it and the CI's coverage
 of A, and the cheapest design that could (:func:`best_possible`). Figures: docs/design.md.
 
-    python benchmarks/design_bench.py [--reps 200] [--seeds 4] [--costs exact|estimated]
+    python -m benchmarks.design_bench [--reps 200] [--seeds 4] [--costs exact|estimated]
         [--slots 1] [--design-seeds N] [--max-tokens 1048576] [--quick]
 """
 
@@ -21,18 +21,14 @@ import argparse
 import itertools
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from analysis.design import Candidate, Point, propose, slope_half_width  # noqa: E402
+from analysis.design import Candidate, Point, propose, slope_half_width
 
 A = 0.1372
 """slope, acceptance length per decade of tokens (docs/results.md, issue 23 cold run)"""

@@ -13,8 +13,10 @@ Needs only torch, transformers, numpy, safetensors and filelock (not pydantic, R
 SQLAlchemy or Optuna): it imports only ``benchmarks/gpu/`` and the ``workloads`` modules that
 need none of those.
 
-    python benchmarks/gpu_check.py train --out gpu_check.json
-    python benchmarks/gpu_check.py decode --out gpu_check_decode.json
+    python -m benchmarks.gpu_check train --out gpu_check.json
+    python -m benchmarks.gpu_check decode --out gpu_check_decode.json
+
+(from the repository root: it needs no install, only the folder).
 """
 
 from __future__ import annotations
@@ -23,32 +25,19 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
-
-from benchmarks.gpu.common import T0  # noqa: E402, F401  (first: the budget counts from here)
+from benchmarks.gpu.common import T0  # noqa: F401  (first: the budget counts from here)
 
 # isort: split
 import torch  # noqa: E402
 
+from benchmarks import harness  # noqa: E402
 from benchmarks.gpu import decode_check, train_check  # noqa: E402
 
 
-class _Parser(argparse.ArgumentParser):
-    """Errors in one line (``gpu_check: error: ...``), exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"gpu_check: error: {message}\n")
-
-
 def _args(argv: list[str]) -> argparse.Namespace:
-    ap = _Parser(description=__doc__.split("\n\n")[0])
-    common = _Parser(add_help=False)
+    ap = harness.parser("gpu_check", description=__doc__.split("\n\n")[0])
+    common = harness.parser("gpu_check", add_help=False)
     common.add_argument("--out", type=Path, help="the JSON (default $OUT/gpu_check.json if $OUT)")
     common.add_argument("--tiny", action="store_true", help="a tiny shape (implied without CUDA)")
     common.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")

@@ -6,27 +6,25 @@ random Llama target and a 1-layer random draft, tree depth 3, topk 2, 6 verified
 at b = 1 and b = 8, temperature 0 and 0.8. Prints the count per cycle (the prompt phase's
 included, spread over the cycles) and where they came from::
 
-    python benchmarks/host_syncs.py
+    python -m benchmarks.host_syncs
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.workloads.gpu_rules import HostSyncs  # noqa: E402
-from tests.workloads.tiny import tiny_draft, tiny_target  # noqa: E402
-from workloads.engine.tree_decode import TreeShape, generate  # noqa: E402
+from tests.workloads.gpu_rules import HostSyncs
+from tests.workloads.tiny import tiny_draft, tiny_target
+from workloads.engine.tree_decode import TreeShape, generate
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8], [9] * 11, [3, 1], [2] * 6, [7, 8], [5], [6, 6, 6]]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     target = tiny_target()
     draft = tiny_draft(target)
     shape = TreeShape(depth=3, topk=2, num_draft_tokens=6)

@@ -13,7 +13,7 @@ prints its maximum, 99.9th percentile and the argmax flips seen, per target and 
 near-tie rule's constants (``NEAR_TIE_ULPS`` in ``workloads/training/evaluation.py``) come from
 these figures.
 
-    python benchmarks/near_tie_rounding.py --targets smollm2-135m-instruct gemma-3-270m \
+    python -m benchmarks.near_tie_rounding --targets smollm2-135m-instruct gemma-3-270m \
         --dtypes float32 bfloat16 --prompts 8 --new-tokens 48
 """
 
@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from benchmarks import harness
 from workloads.data import chat_prompt_ids, load_prompt_sets
 from workloads.models.target import load_target
 from workloads.training.evaluation import greedy_reference
@@ -100,9 +101,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="prompts (round robin over sets)")
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--chunk", type=int, default=8, help="tokens per verify-like forward")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path("runs/cache"))
-    ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here too")
+    harness.add_threads(ap)
+    harness.add_cache(ap, "--cache")
+    harness.add_out(ap, None, "write the rows as JSON here too")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sets = load_prompt_sets(SPECBENCH, n=args.prompts)
@@ -115,7 +116,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+        harness.write_json(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ bootstrap, the roofline per (b, k)) and, separately, the CLI end to end twice (f
 run, index): the first run measures this CPU's roofline profile, the second reads it. Prints
 the trial count and the times.
 
-    python benchmarks/plan_bench.py            # 1,000 trials
+    python -m benchmarks.plan_bench            # 1,000 trials
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from orchestrator.planning.plan import PlanOptions, make_plan  # noqa: E402
-from tests.orchestrator.plan_synthetic import PROFILE, build_db  # noqa: E402
+from benchmarks.harness import ROOT
+from orchestrator.planning.plan import PlanOptions, make_plan
+from tests.orchestrator.plan_synthetic import PROFILE, build_db
 
 
 def main(argv: list[str] | None = None) -> int:

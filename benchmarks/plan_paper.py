@@ -10,22 +10,17 @@ token law's prediction at the paper grid's budgets (1B..100B tokens, ``sweeps/pa
 and the pretraining tokens the plan recommends with the training hours it costs for that target.
 Every figure is labelled: the laws were measured on a 135M target on a CPU.
 
-    python benchmarks/plan_paper.py --run-root runs
+    python -m benchmarks.plan_paper --run-root runs
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from analysis.budget_effect import budget_effect  # noqa: E402
-from orchestrator.planning.plan import PlanOptions, make_plan  # noqa: E402
-from orchestrator.store.results import ResultsStore  # noqa: E402
-from workloads.roofline import eq4_paper, get_profile, k_opt, load_model_shape  # noqa: E402
+from analysis.budget_effect import budget_effect
+from benchmarks import harness
+from orchestrator.planning.plan import PlanOptions, make_plan
+from workloads.roofline import eq4_paper, get_profile, k_opt, load_model_shape
 
 SHAPES = ("llama-3-8b", "qwen2.5-72b")
 HARDWARE = ("h100", "h200", "h800")
@@ -36,12 +31,11 @@ PAPER_PREFIX = 10240
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run-root", type=Path, default=Path("runs"))
+    harness.add_run_root(ap)
     ap.add_argument("--resamples", type=int, default=300)
     ap.add_argument("--prefix", type=int, default=PAPER_PREFIX, help="tokens in each KV cache")
     args = ap.parse_args(argv)
-    store = ResultsStore.sqlite_under(args.run_root)
-    try:
+    with harness.results(args.run_root) as store:
         first = None
         for shape in SHAPES:
             for hw_name in HARDWARE:
@@ -58,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
                 _print_plan(plan, shape, hw_name, args.prefix)
         assert first is not None
         _print_budgets(first)
-    finally:
-        store.close()
     return 0
 
 

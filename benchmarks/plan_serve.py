@@ -18,7 +18,7 @@ The plan's speedup is over its roofline's autoregressive step in this platform's
 ``<out>/plan_serve.json``.
 
     orchestrator plan --run-root runs          # after `make run` and a decode sweep
-    python benchmarks/plan_serve.py --run-root runs --plan plan-tokens --k 3
+    python -m benchmarks.plan_serve --run-root runs --plan plan-tokens --k 3
 """
 
 from __future__ import annotations
@@ -28,20 +28,14 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-
-def _die(msg: str) -> NoReturn:
-    print(f"plan_serve: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+from benchmarks import harness
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--run-root", type=Path, default=Path("runs"), help="where the plan was made")
+    harness.add_run_root(p, "where the plan was made")
     p.add_argument("--plan", default="plan-tokens", help="the plan's name (default: plan-tokens)")
     p.add_argument("--sweep", default=None, help="the draft_train sweep (default: the plan's)")
     p.add_argument("--tokens", type=int, default=131072, help="pretraining budget of the draft")
@@ -50,14 +44,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--num-prompts", type=int, default=8, help="prompts (default 8)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per request")
     p.add_argument("--eager", action="store_true", help="vLLM --enforce-eager (faster start)")
-    p.add_argument("--out", type=Path, default=Path("runs-serve/plan"), help="output folder")
+    harness.add_out(p, Path("runs-serve/plan"), "output folder")
     a = p.parse_args(argv)
     if a.k < 1 or a.num_prompts < 1 or a.max_new_tokens < 1:
-        _die("--k, --num-prompts and --max-new-tokens must be >= 1")
+        harness.refuse("plan_serve", "--k, --num-prompts and --max-new-tokens must be >= 1")
     folder = a.run_root / a.plan
     for name in ("plan.json", "vllm_speculative_config.json"):
         if not (folder / name).is_file():
-            _die(f"no {folder / name}. Fix: orchestrator plan --run-root {a.run_root} first")
+            harness.refuse(
+                "plan_serve",
+                f"no {folder / name}. Fix: orchestrator plan --run-root {a.run_root} first",
+            )
     return a
 
 
@@ -80,7 +77,6 @@ def _num(x: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     a = parse(argv)
-    from workloads.serving import bench
     from workloads.serving.config import ServeBenchConfig
 
     folder = a.run_root / a.plan
@@ -95,24 +91,23 @@ def main(argv: list[str]) -> int:
     }  # fmt: skip
     serve = {"batch_sizes": bs, "max_new_tokens": a.max_new_tokens, "enforce_eager": a.eager}
     fixed = ServeBenchConfig(**base, serve=serve | {"num_speculative_tokens": a.k})
-    root = a.run_root.resolve()
-    try:
-        bench.find_served_draft(fixed, root)
-    except ValueError as exc:
-        _die(str(exc))
+    harness.served_draft("plan_serve", fixed, a.run_root)
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    cache = a.run_root / "cache"
-    m_fixed = bench.run(fixed, cache_dir=cache, out_dir=a.out / f"k{a.k}", run_root=root,
-                        progress=print).metrics  # fmt: skip
+    m_fixed = harness.serve(fixed, a.run_root, a.out / f"k{a.k}")
     m_plan: dict[str, float] = {}
     if snippet is not None:
         sched = [tuple(r) for r in snippet["num_speculative_tokens_per_batch_size"]]
-        cfg = ServeBenchConfig(**base, serve=serve | {
-            "num_speculative_tokens": snippet["num_speculative_tokens"], "schedule": sched,
-            "compare_engine": False})  # fmt: skip  its own plain server: speedups in one run
-        m_plan = bench.run(cfg, cache_dir=cache, out_dir=a.out / "plan", run_root=root,
-                           progress=print).metrics  # fmt: skip
+        cfg = ServeBenchConfig(
+            **base,
+            serve=serve
+            | {
+                "num_speculative_tokens": snippet["num_speculative_tokens"],
+                "schedule": sched,
+                "compare_engine": False,
+            },
+        )  # fmt: skip  its own plain server: speedups in one run
+        m_plan = harness.serve(cfg, a.run_root, a.out / "plan")
     rows = []
     for b in bs:
         p, plain = pred[b], m_fixed[f"baseline.tokens_per_s/b{b}"]
@@ -145,7 +140,7 @@ def main(argv: list[str]) -> int:
         "plan_served": m_plan,
         "wall_s": time.perf_counter() - t0,
     }
-    (a.out / "plan_serve.json").write_text(json.dumps(out, indent=1, default=str))
+    harness.write_json(a.out / "plan_serve.json", out)
     print(f"wrote {a.out / 'plan_serve.json'} ({out['wall_s']:.0f} s)")
     return 0
 

@@ -10,38 +10,23 @@ with the most document boundaries among the first 16x as many), in one process:
   batch size the recipe uses (16) against one prompt at a time (the same loop at b = 1).
 Medians over repeats, interleaved so that drift hits every variant alike.
 
-    python benchmarks/recipe_cost.py --threads 2
+    python -m benchmarks.recipe_cost --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import cast
 
 import torch
 
-from workloads.data import PackedRows, chat_prompt_ids, read_sharegpt, split_conversations
+from benchmarks import harness
+from workloads.data import PackedRows, read_sharegpt, split_conversations
 from workloads.engine.ar_decode import ar_generate
-from workloads.models.draft import DraftArch, DraftModel
-from workloads.models.target import DEFAULT_TARGET, load_target
 from workloads.training import rows as _rows
 from workloads.training.features import target_hidden
-from workloads.training.loop import StageSettings, draft_loss, input_noise, make_optimizer
-
-
-def _median_ms(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for r in range(repeats + 1):  # round 0 warms up
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            if r:
-                times[k].append(1000 * (time.perf_counter() - t0))
-    return {k: statistics.median(v) for k, v in times.items()}
+from workloads.training.loop import draft_loss, input_noise, make_optimizer
 
 
 def main() -> None:
@@ -51,13 +36,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--regen-prompts", type=int, default=16)
     ap.add_argument("--regen-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path("runs/cache"))
+    harness.add_threads(ap)
+    harness.add_cache(ap, "--cache")
     args = ap.parse_args()
     if args.rows < 1 or args.seq_len < 16 or args.repeats < 1 or args.regen_prompts < 1:
         ap.error("--rows, --repeats and --regen-prompts must be >= 1, --seq-len >= 16")
-    torch.set_num_threads(args.threads)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache)
+    target = harness.target(args.threads, args.cache)
     model, tok = target.model, target.tokenizer
     splits = split_conversations(read_sharegpt()[0])
     mix = {"sharegpt": 0.8, "stdlib": 0.2}
@@ -79,20 +63,12 @@ def main() -> None:
         r = rows[packing]
         return lambda: target_hidden(model, r.input_ids, r.position_ids, args.rows)
 
-    feats = _median_ms({p: features(p) for p in rows}, args.repeats)
+    feats = harness.median_ms({p: features(p) for p in rows}, args.repeats)
     hidden = {
         p: target_hidden(model, r.input_ids, r.position_ids, args.rows) for p, r in rows.items()
     }
-    torch.manual_seed(0)
-    arch = DraftArch.from_target(model.config, layers=1, output_norm=True)
-    draft = DraftModel(
-        arch,
-        embed_weight=cast(torch.Tensor, model.get_input_embeddings().weight),
-        lm_head_weight=cast(torch.Tensor, model.get_output_embeddings().weight),
-    )
-    s = StageSettings(epochs=1, batch_size=args.rows, lr=1e-3, warmup_steps=0, weight_decay=0.0,
-                      grad_clip=0.5, w_reg=1.0, w_cls=0.1, seed=0)  # fmt: skip
-    opt = make_optimizer(draft, s)
+    draft = harness.fresh_draft(model)
+    opt = make_optimizer(draft, harness.stage_settings(args.rows))
     gen = torch.Generator().manual_seed(0)
 
     def step(packing: str, noise: float) -> None:
@@ -106,7 +82,7 @@ def main() -> None:
         loss.backward()
         opt.step()
 
-    train = _median_ms(
+    train = harness.median_ms(
         {
             "joined": lambda: step("joined", 0.0),
             "isolated": lambda: step("isolated", 0.0),
@@ -114,8 +90,7 @@ def main() -> None:
         },
         args.repeats,
     )
-    prompts = [chat_prompt_ids(tok, c.first_user_text) for c in splits["sft"]]
-    prompts = [p for p in prompts if len(p) <= 256][: args.regen_prompts]
+    prompts = harness.sft_prompts(tok, splits["sft"], args.regen_prompts, 256)
     eos = target.eos_token_ids
 
     def regen(batch: int) -> tuple[int, float]:

@@ -7,20 +7,18 @@ The same first-turn prompts of the SFT split (chat template applied, token ids),
 ``with start-up``, added), and how many replies are identical token for token (the rest: the
 position of the first difference). Writes ``<out>/regen_bench.json``.
 
-    python benchmarks/regen_bench.py --prompts 32 --max-new-tokens 128
+    python -m benchmarks.regen_bench --prompts 32 --max-new-tokens 128
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks import harness
 
 
 def main(argv: list[str]) -> int:
@@ -28,30 +26,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("--prompts", type=int, default=32, help="SFT prompts (default 32)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per reply at most")
     p.add_argument("--batch-size", type=int, default=16, help="AR batch = vLLM concurrency")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (vLLM computes on 1)")
-    p.add_argument("--cache-dir", type=Path, default=Path("runs/cache"), help="converted target")
-    p.add_argument("--out", type=Path, default=Path("runs-serve/regen"), help="output folder")
+    harness.add_threads(p, 1, "torch threads (vLLM computes on 1)")
+    harness.add_cache(p, help="converted target")
+    harness.add_out(p, Path("runs-serve/regen"), "output folder")
     a = p.parse_args(argv)
     if min(a.prompts, a.max_new_tokens, a.batch_size, a.threads) < 1:
-        print("regen_bench: every number must be >= 1", file=sys.stderr)
-        return 2
+        return harness.refusal("regen_bench", "every number must be >= 1")
     import torch
 
     from workloads.config import TargetConfig
-    from workloads.data import chat_prompt_ids
     from workloads.data.sharegpt import read_sharegpt, split_conversations
     from workloads.engine.ar_decode import ar_generate
-    from workloads.models.target import load_target
     from workloads.serving.bench import SERVED_NAME, served_target_path
     from workloads.serving.env import find_env
     from workloads.serving.server import VllmServer
 
-    torch.set_num_threads(a.threads)
     env = find_env("auto")
-    target = load_target("smollm2-135m-instruct", cache_dir=a.cache_dir)
+    target = harness.target(a.threads, a.cache_dir, "smollm2-135m-instruct")
     sft = split_conversations(read_sharegpt()[0])["sft"]
-    prompts = [chat_prompt_ids(target.tokenizer, c.first_user_text) for c in sft[: 4 * a.prompts]]
-    prompts = [x for x in prompts if len(x) <= 512][: a.prompts]
+    prompts = harness.sft_prompts(target.tokenizer, sft[: 4 * a.prompts], a.prompts, 512)
     eos = target.eos_token_ids
 
     t0, ours = time.perf_counter(), []
@@ -96,8 +89,7 @@ def main(argv: list[str]) -> int:
         "vllm_tokens_per_s_with_startup": n_vllm / (vllm_s + server.startup_s),
         "identical_replies": same, "first_difference_at": first_diff,
     }  # fmt: skip
-    print(json.dumps(out, indent=1))
-    (a.out / "regen_bench.json").write_text(json.dumps(out, indent=1))
+    harness.write_json(a.out / "regen_bench.json", out, echo=True)
     return 0
 
 

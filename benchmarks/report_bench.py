@@ -11,7 +11,7 @@ CPU's measured peak FLOP/s and bandwidth, so the roofline is drawn), for timing 
 the DB is not timed; the report is timed end to end, in process, after one warm-up run on a
 small DB (imports of plotly, statsmodels, scipy are not counted).
 
-    python benchmarks/report_bench.py [--trials 1000] [--steps 100] [--keep DIR]
+    python -m benchmarks.report_bench [--trials 1000] [--steps 100] [--keep DIR]
 """
 
 from __future__ import annotations

@@ -7,28 +7,24 @@ of seeds (the goal is <= 1.3x), the summed pretraining wall seconds, the sweep's
 (first trial start to last trial end), the feature-cache hit rate, and the acceptance length
 per budget (mean over seeds) side by side with the difference.
 
-    python benchmarks/schedule_compare.py --run-root runs [--cosine tokens --wsd tokens-wsd]
+    python -m benchmarks.schedule_compare --run-root runs [--cosine tokens --wsd tokens-wsd]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 import pandas as pd
 
+from benchmarks import harness
 from orchestrator.store.results import ResultsStore
 
 
 def arm(store: ResultsStore, name: str) -> tuple[pd.DataFrame, dict[str, float]]:
     """The completed trials of sweep ``name`` and its totals."""
-    info = store.get_sweep(name)
-    if info is None:
-        sys.exit(f"no sweep {name!r} in the DB; run `orchestrator submit` for it first")
-    df = store.metrics_frame(info.id)
-    done = df[df["state"] == "completed"].copy()
+    info, df = harness.sweep_metrics(store, name)
+    done = df.copy()
     trials = [t for t in store.trials(info.id) if t.state == "completed"]
     starts = [t.started_at for t in trials if t.started_at]
     ends = [t.finished_at for t in trials if t.finished_at]
@@ -55,15 +51,15 @@ def arm(store: ResultsStore, name: str) -> tuple[pd.DataFrame, dict[str, float]]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--run-root", type=Path, default=Path("runs"))
+    harness.add_run_root(ap)
     ap.add_argument("--cosine", default="tokens", help="sweep trained with schedule cosine")
     ap.add_argument("--wsd", default="tokens-wsd", help="the same grid with schedule wsd-fork")
     args = ap.parse_args()
-    store = ResultsStore.sqlite_under(args.run_root)
     frames, rows = {}, []
-    for label, name in (("cosine", args.cosine), ("wsd-fork", args.wsd)):
-        frames[label], totals = arm(store, name)
-        rows.append({"arm": label, "sweep": name, **totals})
+    with harness.results(args.run_root) as store:
+        for label, name in (("cosine", args.cosine), ("wsd-fork", args.wsd)):
+            frames[label], totals = arm(store, name)
+            rows.append({"arm": label, "sweep": name, **totals})
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     per = {
         label: f.groupby("pretrain.tokens")["acceptance_length"].agg(["mean", "std", "count"])

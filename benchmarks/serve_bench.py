@@ -13,31 +13,24 @@ HF ``generate``, in one run on this machine.
 Prints one table (engine, b, tokens/s, speedup over the same engine without speculation, ratio
 to vLLM without speculation at that b) and writes ``<out>/serve_bench.json``.
 
-    python benchmarks/serve_bench.py --run-root runs                  # the 131K draft of `make run`
-    python benchmarks/serve_bench.py --run-root runs --tokens 8192 --batch-sizes 1,4
+    python -m benchmarks.serve_bench --run-root runs                  # the 131K draft of `make run`
+    python -m benchmarks.serve_bench --run-root runs --tokens 8192 --batch-sizes 1,4
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-
-def _die(msg: str) -> NoReturn:
-    print(f"serve_bench: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+from benchmarks import harness
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--run-root", type=Path, default=Path("runs"), help="where `make run` wrote")
+    harness.add_run_root(p, "where `make run` wrote")
     p.add_argument("--sweep", default="tokens", help="the draft_train sweep (default: tokens)")
     p.add_argument("--tokens", type=int, default=131072, help="pretraining budget of the draft")
     p.add_argument("--seed", type=int, default=0, help="seed of the draft_train trial")
@@ -45,15 +38,20 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--num-prompts", type=int, default=16, help="prompts (default 16)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per request")
     p.add_argument("--k", type=int, default=3, help="draft tokens per step, K (default 3)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads of this engine")
-    p.add_argument("--out", type=Path, default=Path("runs-serve/bench"), help="output folder")
+    harness.add_threads(p, 1, "torch threads of this engine")
+    harness.add_out(p, Path("runs-serve/bench"), "output folder")
     a = p.parse_args(argv)
     try:
         a.batch_sizes = sorted({int(b) for b in a.batch_sizes.split(",")})
     except ValueError:
-        _die(f"--batch-sizes {a.batch_sizes!r} is not a comma-separated list of integers")
+        harness.refuse(
+            "serve_bench",
+            f"--batch-sizes {a.batch_sizes!r} is not a comma-separated list of integers",
+        )
     if min(a.batch_sizes) < 1 or a.num_prompts < 1 or a.k < 1 or a.threads < 1:
-        _die("--batch-sizes, --num-prompts, --k and --threads must be >= 1")
+        harness.refuse(
+            "serve_bench", "--batch-sizes, --num-prompts, --k and --threads must be >= 1"
+        )
     return a
 
 
@@ -92,7 +90,6 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     import torch
 
-    from workloads.serving import bench
     from workloads.serving.config import ServeBenchConfig
 
     torch.set_num_threads(args.threads)
@@ -104,14 +101,10 @@ def main(argv: list[str]) -> int:
                "num_speculative_tokens": args.k},
         prompts={"num_prompts": args.num_prompts},
     )  # fmt: skip
-    try:
-        folder = bench.find_served_draft(cfg, args.run_root.resolve())
-    except ValueError as exc:
-        _die(str(exc))
+    folder = harness.served_draft("serve_bench", cfg, args.run_root)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    served = bench.run(cfg, cache_dir=args.run_root / "cache", out_dir=args.out / "vllm",
-                       run_root=args.run_root.resolve(), progress=print).metrics  # fmt: skip
+    served = harness.serve(cfg, args.run_root, args.out / "vllm")
     rows: list[dict[str, Any]] = []
     for b in args.batch_sizes:
         rows.append({"engine": "vLLM, no draft", "b": b,
@@ -140,7 +133,7 @@ def main(argv: list[str]) -> int:
               f"{r['tokens_per_s'] / plain[r['b']]:14.2f}")  # fmt: skip
     out = {"args": {k: str(v) for k, v in vars(args).items()}, "served": served, "rows": rows,
            "wall_s": time.perf_counter() - t0}  # fmt: skip
-    (args.out / "serve_bench.json").write_text(json.dumps(out, indent=1, default=str))
+    harness.write_json(args.out / "serve_bench.json", out)
     print(f"wrote {args.out / 'serve_bench.json'} ({out['wall_s']:.0f} s)")
     return 0
 

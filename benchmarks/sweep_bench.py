@@ -9,14 +9,13 @@ by the trials. Also the machine's idle CPU over the run (``idle_core_s``: core-s
 used, from ``psutil.cpu_times``; ``busy_cores``: the mean cores in use); run it alone, since
 other work on the machine counts as busy.
 
-    python benchmarks/sweep_bench.py sweeps/tokens.yaml --out runs-bench
+    python -m benchmarks.sweep_bench sweeps/tokens.yaml --out runs-bench
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import shutil
 import subprocess
 import sys
@@ -26,8 +25,8 @@ from pathlib import Path
 
 import psutil
 
+from benchmarks import harness
 from orchestrator.spec.sweep import load_spec
-from orchestrator.store.results import ResultsStore
 
 
 def _pids(proc: psutil.Process) -> set[int]:
@@ -98,21 +97,20 @@ def run_once(spec: Path, run_root: Path, cache_dir: Path) -> dict[str, float]:
 
 def phases(run_root: Path, sweep: str) -> dict[str, float]:
     """Sum of per-trial wall seconds per phase, from the results DB."""
-    store = ResultsStore.sqlite_under(run_root)
-    info = store.get_sweep(sweep)
-    assert info is not None
-    df = store.metrics_frame(info.id)
+    with harness.results(run_root) as store:
+        info = store.get_sweep(sweep)
+        assert info is not None
+        df = store.metrics_frame(info.id)
     cols = [c for c in df.columns if c.startswith("wall_s/")]
     out = {c: float(df[c].sum()) for c in cols}
     out["trials"] = len(df)
-    store.close()
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spec", type=Path)
-    ap.add_argument("--out", type=Path, default=Path("runs-bench"))
+    harness.add_out(ap, Path("runs-bench"), "the run roots (cold, warm) and bench.json")
     ap.add_argument("--cold-only", action="store_true", help="skip the warm-cache rerun")
     ap.add_argument(
         "--warm-only",
@@ -135,10 +133,8 @@ def main() -> None:
         t0 = time.perf_counter()
         again = run_once(args.spec, args.out / "warm", cache)  # resubmit: every trial completed
         result["resubmit"] = again | {"wall_s": time.perf_counter() - t0}
-    print(json.dumps(result, indent=2))
-    (args.out / f"bench{'-warm' if args.warm_only else ''}.json").write_text(
-        json.dumps(result, indent=2)
-    )
+    path = args.out / f"bench{'-warm' if args.warm_only else ''}.json"
+    harness.write_json(path, result, indent=2, echo=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ real pretraining rows' most frequent tokens, for each draft vocabulary size N (0
 Medians over repeats, interleaved across sizes so drift hits all equally. Acceptance length
 for the same sizes comes from ``sweeps/vocab.yaml``.
 
-    python benchmarks/vocab_bench.py --sizes 0 2048 8192 --threads 2
+    python -m benchmarks.vocab_bench --sizes 0 2048 8192 --threads 2
 """
 
 from __future__ import annotations
@@ -16,18 +16,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
-from typing import cast
 
 import torch
 
+from benchmarks import harness
 from workloads.data import read_sharegpt, split_conversations
 from workloads.engine.step_cost import measure_step_cost
-from workloads.models.draft import DraftArch, DraftModel
-from workloads.models.target import DEFAULT_TARGET, load_target
 from workloads.training import rows as _rows
 from workloads.training.features import target_hidden
-from workloads.training.loop import StageSettings, draft_loss, make_optimizer
+from workloads.training.loop import draft_loss, make_optimizer
 
 
 def main() -> None:
@@ -37,11 +34,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=2)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cache", type=Path, default=Path("runs/cache"))
+    harness.add_threads(ap)
+    harness.add_cache(ap, "--cache")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    target = load_target(DEFAULT_TARGET, cache_dir=args.cache)
+    target = harness.target(args.threads, args.cache)
     model = target.model
     convs, _ = read_sharegpt()
     rows = _rows.pretrain_rows(
@@ -53,18 +49,11 @@ def main() -> None:
     vocab = model.config.vocab_size
     counts = torch.bincount(ids.flatten(), minlength=vocab)
     order = torch.argsort(-counts * vocab + torch.arange(vocab))
-    s = StageSettings(epochs=1, batch_size=args.batch_size, lr=1e-3, warmup_steps=0,
-                      weight_decay=0.0, grad_clip=0.5, w_reg=1.0, w_cls=0.1, seed=0)  # fmt: skip
+    s = harness.stage_settings(args.batch_size)
     drafts = {}
     for n in args.sizes:
-        torch.manual_seed(0)
-        arch = DraftArch.from_target(model.config, layers=args.layers, output_norm=True)
-        drafts[n] = DraftModel(
-            arch,
-            embed_weight=cast(torch.Tensor, model.get_input_embeddings().weight),
-            lm_head_weight=cast(torch.Tensor, model.get_output_embeddings().weight),
-            draft_to_target=None if n == 0 else order[:n].sort().values,
-        )
+        keep = None if n == 0 else order[:n].sort().values
+        drafts[n] = harness.fresh_draft(model, args.layers, keep)
     opts = {n: make_optimizer(d, s) for n, d in drafts.items()}
     train_ms: dict[int, list[float]] = {n: [] for n in drafts}
     decode_ms: dict[int, list[float]] = {n: [] for n in drafts}

@@ -2,12 +2,13 @@
 
 Every fenced shell block (```sh, ```bash, ```shell, ```console) of README.md and docs/*.md is
 split into commands (``\\`` continuations joined, ``#`` comments dropped), and so is every inline
-code span that starts like a command (``orchestrator ``, ``make ``, ``python benchmarks/``):
+code span that starts like a command (``orchestrator ``, ``make ``, ``python -m benchmarks.``):
 
 - ``orchestrator <cmd> ...``: ``<cmd>`` is a command of :data:`orchestrator.cli.app` and every
   ``--option`` the line uses is in that command's ``--help`` (typer's CliRunner, no Ray);
 - ``make <target>``: the target is in the Makefile;
-- ``python benchmarks/X.py ...``: the script exists and declares every ``--option`` used;
+- ``python -m benchmarks.X ...``: ``benchmarks/X.py`` exists and it (or the harness it shares,
+  ``benchmarks/harness.py``) declares every ``--option`` used;
 - a path under ``sweeps/`` or ``benchmarks/`` named in a command exists;
 - anything else in a shell block must be in :data:`ALLOWED` with the reason it is not run here.
 
@@ -55,7 +56,7 @@ ALLOWED = {
 }
 """commands that are neither orchestrator, make nor a benchmark -> why they are not checked here"""
 
-COMMAND_START = ("orchestrator ", "make ", "python benchmarks/")
+COMMAND_START = ("orchestrator ", "make ", "python -m benchmarks.")
 """inline code spans that start like this are commands and are checked too"""
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -185,11 +186,14 @@ def _check_make(cmd: Command, words: list[str]) -> None:
 
 
 def _check_benchmark(cmd: Command, words: list[str]) -> None:
-    script = ROOT / words[1]
-    assert script.is_file(), f"{cmd}: {words[1]} does not exist"
+    script = ROOT / (words[2].replace(".", "/") + ".py")
+    assert script.is_file(), f"{cmd}: {words[2]} has no {_rel(script)}"
     source = script.read_text(encoding="utf-8")
-    missing = [o for o in _OPTION.findall(" ".join(words[2:])) if f'"{o}"' not in source]
-    assert not missing, f"{cmd}: {words[1]} declares no {missing}"
+    if "harness." in source:
+        source += (ROOT / "benchmarks" / "harness.py").read_text(encoding="utf-8")
+    used = set(_OPTION.findall(" ".join(words[3:]))) - {"--help"}  # argparse's own
+    missing = sorted(o for o in used if f'"{o}"' not in source)
+    assert not missing, f"{cmd}: {words[2]} declares no {missing}"
 
 
 def check_command(cmd: Command) -> None:
@@ -202,7 +206,7 @@ def check_command(cmd: Command) -> None:
         _check_orchestrator(cmd, words)
     elif words[0] == "make":
         _check_make(cmd, words)
-    elif words[0] == "python" and len(words) > 1 and words[1].startswith("benchmarks/"):
+    elif words[:2] == ["python", "-m"] and len(words) > 2 and words[2].startswith("benchmarks."):
         _check_benchmark(cmd, words)
     else:
         text = " ".join(words)

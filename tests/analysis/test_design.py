@@ -4,12 +4,8 @@ benchmark's quick run."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pandas as pd
@@ -345,21 +341,10 @@ def test_bad_candidates_raise() -> None:
 
 # -- the benchmark ------------------------------------------------------------------------
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "design_bench.py"
-
-
-def _bench() -> ModuleType:
-    if "design_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("design_bench", BENCH)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["design_bench"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["design_bench"]
-
 
 def test_benchmark_quick_run_prints_every_design() -> None:
-    bench = _bench()
+    from benchmarks import design_bench as bench
+
     lines: list[str] = []
     result = bench.main(["--quick", "--reps", "5"], out=lines.append)
     text = "\n".join(lines)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,10 @@ import numpy as np
 import pytest
 
 from analysis.break_even import crossing_budget
+from benchmarks.break_even_budget import main, read_law
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import parse_spec
 from orchestrator.store.results import ResultsStore
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-try:
-    from break_even_budget import main, read_law
-finally:
-    sys.path.remove(str(ROOT / "benchmarks"))
 
 TOKENS = """name: tokens
 workload: draft_train

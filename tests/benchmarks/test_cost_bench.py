@@ -3,29 +3,16 @@ other's measured trials (same seconds law: the calibrated error is ~0), modelled
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from benchmarks import cost_bench
 from orchestrator.store.results import ResultsStore
 from tests.orchestrator.cost.test_model import _record, _spec
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "cost_bench.py"
-
-
-def _load() -> ModuleType:
-    if "cost_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("cost_bench", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["cost_bench"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["cost_bench"]
 
 
 def test_calibrated_on_one_root_and_compared_with_another(
@@ -40,7 +27,7 @@ def test_calibrated_on_one_root_and_compared_with_another(
     _record(store, spec)
     store.close()
     out_json = tmp_path / "cmp.json"
-    rc = _load().main(
+    rc = cost_bench.main(
         ["--calibrate", str(calib), "--spec", str(tmp_path / "tok.yaml"), "--measured",
          str(measured), "--json", str(out_json)]
     )  # fmt: skip
@@ -61,7 +48,7 @@ def test_calibrated_on_one_root_and_compared_with_another(
 
 def test_a_missing_root_is_named(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="no results DB"):
-        _load().main(
+        cost_bench.main(
             ["--calibrate", str(tmp_path / "none"), "--spec", "sweeps/smoke-tokens.yaml",
              "--measured", str(tmp_path / "none")]
         )  # fmt: skip

@@ -3,29 +3,16 @@ cached, and one online-memory run in this process) and its argument errors."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 
+from benchmarks import data_bench
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "data_bench.py"
-
-
-def _load() -> ModuleType:
-    """The script as a module (once per process; dataclasses need it in sys.modules)."""
-    if "data_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("data_bench", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["data_bench"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["data_bench"]
 
 
 @pytest.fixture
@@ -40,7 +27,7 @@ def _threads() -> Iterator[None]:
 def test_quick_run_measures_every_part(
     tmp_path: Path, cache_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    db, out, work = _load(), tmp_path / "bench.json", tmp_path / "work"
+    db, out, work = data_bench, tmp_path / "bench.json", tmp_path / "work"
     argv = ["--quick", "--parts", "cache", "tokenize", "equal", "--chunks", "2", "4",
             "--corpus-mb", "0.05", "--cache", str(cache_dir), "--work-dir", str(work),
             "--out", str(out)]  # fmt: skip
@@ -88,7 +75,7 @@ def test_bad_arguments_are_one_line_and_exit_2(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
-        _load().main(argv)
+        data_bench.main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("data_bench: error: ") and err.count("\n") == 1 and says in err

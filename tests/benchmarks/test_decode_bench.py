@@ -6,45 +6,30 @@ in the first (untimed) call, none late, none after it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 from transformers import LlamaConfig
 
+from benchmarks import decode_bench
 from tests.workloads.tiny import tiny_draft
 from workloads.models.target import Target, random_model
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "decode_bench.py"
-
-
-def _load() -> ModuleType:
-    """The script as a module (once per process; dataclasses need it in sys.modules)."""
-    if "decode_bench_script" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("decode_bench_script", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["decode_bench_script"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["decode_bench_script"]
 
 
 def _one_line_exit_2(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str], *, raises: bool = True
 ) -> None:
-    mod = _load()
     if raises:
         with pytest.raises(SystemExit) as exc:
-            mod.main(argv)
+            decode_bench.main(argv)
         code = exc.value.code
     else:
-        code = mod.main(argv)
+        code = decode_bench.main(argv)
     assert code == 2
     err = capsys.readouterr().err
     assert err.startswith("decode_bench: error: ") and err.count("\n") == 1, err
@@ -111,17 +96,16 @@ def test_a_missing_trained_draft_names_the_fix(
 
 
 def test_quick_skips_the_trained_draft_and_memory_parts() -> None:
-    args = _load()._args(["--quick"])
+    args = decode_bench._args(["--quick"])
     assert args.quick and args.draft == "none" and args.memory_prompts == 0
 
 
 def test_nothing_measured_is_nan_not_a_division_by_zero() -> None:
-    mod = _load()
-    row = mod.Tally().row()
+    row = decode_bench.Tally().row()
     assert math.isnan(row["tokens_per_s"]) and math.isnan(row["ms_per_cycle"])
     assert row["mismatches"] == 0.0
     with pytest.raises(ValueError, match="no batch of 8"):
-        mod.oracle_batched(None, [[1, 2]] * 4, [[3]] * 4, 4, 8, [2])
+        decode_bench.oracle_batched(None, [[1, 2]] * 4, [[3]] * 4, 4, 8, [2])
 
 
 def test_summary_picks_the_best_k_of_each_part() -> None:
@@ -130,7 +114,7 @@ def test_summary_picks_the_best_k_of_each_part() -> None:
 
     b1 = {"HF generate": r(10), "engine AR": r(11), "oracle k=4": r(50), "oracle k=8": r(80, 0.06)}
     b8 = {"engine AR b=8": r(40), "oracle b=8 k=4": r(100), "oracle b=8 k=8": r(90)}
-    s = _load().summary(b1, b8, 8)
+    s = decode_bench.summary(b1, b8, 8)
     assert s["b1_ratio_over_hf"] == 8.0 and s["b1_best_k"] == 8.0
     assert s["b1_bookkeeping_share"] == 0.06
     assert s["batched_ratio_over_ar"] == 2.5 and s["batched_best_k"] == 4.0
@@ -151,15 +135,14 @@ def _tiny_target() -> tuple[Target, list[list[int]]]:
 
 
 def test_oracle_parts_on_a_tiny_random_target_equal_hf_greedy() -> None:
-    mod = _load()
     target, prompts = _tiny_target()
-    rows, refs = mod.oracle_b1(target, prompts, 6, [2, 4])
+    rows, refs = decode_bench.oracle_b1(target, prompts, 6, [2, 4])
     assert set(rows) == {"HF generate", "engine AR", "oracle k=2", "oracle k=4"}
     assert all(r["mismatches"] == 0 for r in rows.values())
     assert rows["oracle k=4"]["acceptance_length"] > 1.5  # the oracle knows the continuation
-    rows_b = mod.oracle_batched(target, prompts, refs, 6, 2, [2, 4])
+    rows_b = decode_bench.oracle_batched(target, prompts, refs, 6, 2, [2, 4])
     assert all(r["mismatches"] == 0 for r in rows_b.values())
-    s = mod.summary(rows, rows_b, 2)
+    s = decode_bench.summary(rows, rows_b, 2)
     assert all(math.isfinite(v) and v > 0 for v in s.values()), s
 
 
@@ -167,16 +150,17 @@ def test_compiled_parts_compile_each_shape_once_before_the_timers() -> None:
     """Issue 22: one Steps per method, caches reserved before the first call: under compile
     every shape is compiled in the untimed warm-up, none late and none after it; part 3 has
     the AR loop and the draft eager and compiled side by side, all equal to HF greedy."""
-    mod = _load()
     torch._dynamo.reset()
     target, prompts = _tiny_target()
-    engine = mod.Engine(compile="compile", backend="eager")
-    rows, refs = mod.oracle_b1(target, prompts, 6, [2, 4], engine)
+    engine = decode_bench.Engine(compile="compile", backend="eager")
+    rows, refs = decode_bench.oracle_b1(target, prompts, 6, [2, 4], engine)
     assert all(r["mismatches"] == 0 and r["late"] == 0 for r in rows.values()), rows
     assert rows["engine AR"]["compiles"] >= 1 and rows["oracle k=4"]["compiles"] >= 1
     assert all(r["compiles_after_warmup"] == 0 for r in rows.values()), rows
     draft = tiny_draft(target.model)
-    rows_t = mod.trained(target, draft, prompts, refs, 6, [2, 4], ["none", "compile"], engine)
+    rows_t = decode_bench.trained(
+        target, draft, prompts, refs, 6, [2, 4], ["none", "compile"], engine
+    )
     assert set(rows_t) == {
         "HF generate", "engine AR", "engine AR compiled", "trained k=2", "trained k=4",
         "trained k=2 compiled", "trained k=4 compiled",
@@ -189,5 +173,5 @@ def test_compiled_parts_compile_each_shape_once_before_the_timers() -> None:
     assert rows_t["trained k=2 compiled"]["compiles"] == 3
     assert rows_t["trained k=4 compiled"]["compiles"] == 1
     assert rows_t["trained k=4 compiled"]["acceptance_length"] >= 1.0
-    s = mod.trained_summary(rows_t)
+    s = decode_bench.trained_summary(rows_t)
     assert s["mismatches"] == 0 and s["late"] == 0 and s["best"].startswith("trained k=")

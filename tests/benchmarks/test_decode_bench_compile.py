@@ -5,28 +5,12 @@ compiled path on a tiny model (slow: inductor compiles for a minute or more); th
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 import torch
 from transformers import LlamaConfig, PreTrainedModel, StaticCache
 
+from benchmarks import compile_bench
 from workloads.models.target import random_model
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "compile_bench.py"
-
-
-def _load() -> ModuleType:
-    if "compile_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("compile_bench", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["compile_bench"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["compile_bench"]
 
 
 def _tiny() -> PreTrainedModel:
@@ -38,33 +22,33 @@ def _tiny() -> PreTrainedModel:
 
 
 def test_each_repetition_sees_the_same_prefix() -> None:
-    mod, model = _load(), _tiny()
+    model = _tiny()
     ids = torch.randint(0, 100, (1, 20), generator=torch.Generator().manual_seed(0))
     cache = StaticCache(config=model.config, max_cache_len=20)
     with torch.no_grad():
         full = model(input_ids=ids).logits[:, 16:]
-        fwd = mod._forward(model, cache)
+        fwd = compile_bench._forward(model, cache)
         fwd(ids[:, :16], torch.arange(16))
         for _ in range(3):  # without the rewind the second call would write past the end
             out = fwd(ids[:, 16:], torch.arange(16, 20))
-            mod._rewind(cache, 16)
+            compile_bench._rewind(cache, 16)
             torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-5)
 
 
 def test_measure_gives_ratios_to_the_ar_step() -> None:
-    res = _load().measure(_tiny(), prefix=16, ns=[1, 2, 4], reps=2, modes=["eager"])
+    res = compile_bench.measure(_tiny(), prefix=16, ns=[1, 2, 4], reps=2, modes=["eager"])
     s = res["seconds"]["eager"]
     assert set(s) == {1, 2, 4} and all(v > 0 for v in s.values())
     assert res["ratio_to_ar"]["eager"][1] == 1.0
     assert res["ratio_to_ar"]["eager"][4] == pytest.approx(s[4] / s[1])
     assert res["compiled_over_eager"] == {}
     with pytest.raises(ValueError, match="must include 1"):
-        _load().measure(_tiny(), prefix=16, ns=[2, 4], reps=2, modes=["eager"])
+        compile_bench.measure(_tiny(), prefix=16, ns=[2, 4], reps=2, modes=["eager"])
 
 
 @pytest.mark.slow
 def test_the_compiled_forward_with_frozen_weights_equals_eager() -> None:
-    res = _load().measure(_tiny(), prefix=16, ns=[1, 2], reps=2, modes=["eager", "compiled"])
+    res = compile_bench.measure(_tiny(), prefix=16, ns=[1, 2], reps=2, modes=["eager", "compiled"])
     diffs = res["max_abs_logit_diff_vs_first_mode"]["compiled"]
     assert max(diffs.values()) < 1e-4, diffs
     assert set(res["compiled_over_eager"]["compiled"]) == {1, 2}
@@ -72,14 +56,18 @@ def test_the_compiled_forward_with_frozen_weights_equals_eager() -> None:
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN")
 def test_the_onednn_mode_equals_eager_and_leaves_the_model_alone() -> None:
-    mod, model = _load(), _tiny()
-    res = mod.measure(model, prefix=16, ns=[1, 2, 4], reps=2, modes=["eager", "onednn"])
+    model = _tiny()
+    res = compile_bench.measure(model, prefix=16, ns=[1, 2, 4], reps=2, modes=["eager", "onednn"])
     diffs = res["max_abs_logit_diff_vs_first_mode"]["onednn"]
     assert max(diffs.values()) < 1e-4, diffs
     assert set(res["compiled_over_eager"]["onednn"]) == {1, 2, 4}
-    assert all(type(m) is not mod.OneDNNLinear for m in model.modules())  # a copy was patched
-    twin = mod.onednn_copy(model)
-    assert sum(type(m) is mod.OneDNNLinear for m in twin.modules()) == 2 * 7 + 1  # + the head
+    assert all(
+        type(m) is not compile_bench.OneDNNLinear for m in model.modules()
+    )  # a copy was patched
+    twin = compile_bench.onednn_copy(model)
+    assert (
+        sum(type(m) is compile_bench.OneDNNLinear for m in twin.modules()) == 2 * 7 + 1
+    )  # + the head
 
 
 @pytest.mark.parametrize(
@@ -95,7 +83,7 @@ def test_bad_arguments_are_one_line_and_exit_2(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exc:
-        _load().main(argv)
+        compile_bench.main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("compile_bench: error: ") and err.count("\n") == 1 and says in err

@@ -17,8 +17,9 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks import gpu_check
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 
 ABSENT_ON_THE_GPU_MACHINE = (
     "pydantic", "pydantic_core", "ray", "mlflow", "sqlalchemy", "alembic", "optuna", "datasets",
@@ -26,25 +27,14 @@ ABSENT_ON_THE_GPU_MACHINE = (
 )  # fmt: skip
 
 # A module set to None in sys.modules is absent to both `import` (ModuleNotFoundError) and
-# importlib.util.find_spec (None), as on a machine without it; the script then runs as __main__.
+# importlib.util.find_spec (None), as on a machine without it; the check then runs as
+# `python -m benchmarks.gpu_check` does, from the repository root.
 _RUN_WITHOUT = """
 import runpy, sys
 for name in {names!r}:
     sys.modules[name] = None
-sys.argv = [{script!r}, *sys.argv[1:]]
-runpy.run_path({script!r}, run_name="__main__")
+runpy.run_module("benchmarks.gpu_check", run_name="__main__", alter_sys=True)
 """
-
-
-def _load() -> ModuleType:
-    """The script as a module (once per process; dataclasses need it in sys.modules)."""
-    if "gpu_check" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["gpu_check"] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["gpu_check"]
 
 
 def _part(name: str) -> ModuleType:
@@ -55,9 +45,9 @@ def _part(name: str) -> ModuleType:
 
 def test_train_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
-    code = _RUN_WITHOUT.format(names=ABSENT_ON_THE_GPU_MACHINE, script=str(SCRIPT))
+    code = _RUN_WITHOUT.format(names=ABSENT_ON_THE_GPU_MACHINE)
     cmd = [sys.executable, "-c", code, "train", "--device", "cpu", "--out", str(out)]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["device_type"] == "cpu" and res["tiny"] and "pending" in res["note"]
@@ -80,9 +70,10 @@ def test_train_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> N
 
 
 def test_train_draws_feature_noise_in_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    mod = _load()
     training = sys.modules["workloads.training.loop"]
-    args = mod._args(["train", "--device", "cpu", "--tiny", "--steps", "1", "--seq-len", "16"])
+    args = gpu_check._args(
+        ["train", "--device", "cpu", "--tiny", "--steps", "1", "--seq-len", "16"]
+    )
     draws: list[tuple[int, ...]] = []
     real = training.input_noise
 
@@ -121,11 +112,10 @@ def test_step_flops_count_target_draft_and_head() -> None:
 def test_bad_arguments_are_one_line_and_exit_2(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    mod = _load()
-    if argv[-1] == "cuda" and mod.torch.cuda.is_available():
+    if argv[-1] == "cuda" and gpu_check.torch.cuda.is_available():
         pytest.skip("a CUDA GPU is present")
     with pytest.raises(SystemExit) as exc:
-        mod.main(argv)
+        gpu_check.main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu_check: error: ") and err.count("\n") == 1 and says in err
@@ -136,7 +126,7 @@ def test_bad_arguments_are_one_line_and_exit_2(
 
 def test_decode_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> None:
     out = tmp_path / "gpu_check.json"
-    code = _RUN_WITHOUT.format(names=ABSENT_ON_THE_GPU_MACHINE, script=str(SCRIPT))
+    code = _RUN_WITHOUT.format(names=ABSENT_ON_THE_GPU_MACHINE)
     cmd = [
         sys.executable, "-c", code, "decode", "--device", "cpu", "--out", str(out),
         "--batches", "1,2", "--ks", "2,8", "--prompt-len", "8", "--max-new-tokens", "8",
@@ -145,7 +135,7 @@ def test_decode_runs_on_the_cpu_without_the_cluster_packages(tmp_path: Path) -> 
         # without code generation (inductor takes minutes on a CPU)
         "--modes", "none,graphs,compile", "--no-capture", "--compile-backend", "eager",
     ]  # fmt: skip
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
     res = json.loads(out.read_text())
     assert res["check"] == "decode" and res["device_type"] == "cpu" and res["tiny"]
@@ -231,12 +221,12 @@ def test_the_trained_shape_draft_keeps_its_fp32_buffers_beside_a_bf16_target() -
 
 
 def test_compile_cells_are_skipped_with_a_note_when_the_budget_is_short() -> None:
-    mod, cells, part = _load(), _part("cells"), _part("modes")
+    cells, part = _part("cells"), _part("modes")
     now = time.perf_counter
 
     def modes(names: str, seconds: float) -> list[str]:
-        args = mod._args(["decode", "--device", "cpu", "--modes", names])
-        run = cells.Run(args, None, mod.torch.device("cpu"), 4096, [[1, 2, 3]] * 4)
+        args = gpu_check._args(["decode", "--device", "cpu", "--modes", names])
+        run = cells.Run(args, None, gpu_check.torch.device("cpu"), 4096, [[1, 2, 3]] * 4)
         result: dict = {"modes": {"by_mode": {}}, "errors": [], "tracebacks": [], "batches": []}
         part.run_modes(run, None, result, {}, now() + seconds)  # no model: nothing may run
         assert result["tracebacks"] == []
@@ -253,7 +243,7 @@ def test_compile_cells_are_skipped_with_a_note_when_the_budget_is_short() -> Non
     assert f"need about {part.COMPILE_FLOOR_S[True, True]:.0f} s" in said[0]
     assert "Fix: --budget-s" in said[0]
     # inside a group: the oracle's cell needs about the AR loop's compile time
-    args = mod._args(["decode", "--device", "cpu"])
+    args = gpu_check._args(["decode", "--device", "cpu"])
     assert args.compile_backend == "inductor" and args.budget_s == 180.0
     assert args.modes == ["none", "compile"]  # graphs needs CUDA
     clock = part._ModeClock(args, now() + 30.0, [("compile", 1)], True)
@@ -331,9 +321,8 @@ def test_best_k_is_read_beside_k_opt_and_auto() -> None:
 def test_decode_bad_arguments_are_one_line_and_exit_2(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    mod = _load()
     with pytest.raises(SystemExit) as exc:
-        mod.main(argv)
+        gpu_check.main(argv)
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu_check: error: ") and err.count("\n") == 1 and says in err

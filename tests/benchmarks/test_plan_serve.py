@@ -1,4 +1,4 @@
-"""benchmarks/plan_serve.py: a run root without the plan exits 2 with one line naming the
+"""python -m benchmarks.plan_serve: a run root without the plan exits 2 with one line naming the
 command that makes it, writing nothing; the plan's rows are read per b with the speedup at the
 served K (the measurement itself runs the serve_bench workload, tests/workloads/serving)."""
 
@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.plan_serve import predicted
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "plan_serve.py"
 
 
 def test_a_run_root_without_the_plan_says_what_to_run(tmp_path: Path) -> None:
     res = subprocess.run(
-        [sys.executable, str(SCRIPT), "--run-root", str(tmp_path), "--out", str(tmp_path / "o")],
-        capture_output=True, text=True, check=False,
+        [sys.executable, "-m", "benchmarks.plan_serve", "--run-root", str(tmp_path), "--out",
+         str(tmp_path / "o")],
+        capture_output=True, text=True, check=False, cwd=ROOT,
     )  # fmt: skip
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and "Fix: orchestrator plan --run-root" in res.stderr
@@ -25,11 +27,6 @@ def test_a_run_root_without_the_plan_says_what_to_run(tmp_path: Path) -> None:
 
 
 def test_predicted_reads_each_rows_plan_and_the_speedup_at_the_served_k() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from plan_serve import predicted
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
     rows = [
         {"batch_size": 1, "k": 1, "speedup": 1.0, "speedup_ci": [1.0, 1.0],
          "speedup_by_k": {"2": 0.9, "4": 0.7}},

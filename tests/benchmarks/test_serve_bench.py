@@ -1,4 +1,4 @@
-"""benchmarks/serve_bench.py: bad arguments and a run root without the draft exit 2 with one
+"""python -m benchmarks.serve_bench: bad arguments and a run root without the draft exit 2 with one
 line; the measurement itself runs the serve_bench workload (tests/workloads/serving)."""
 
 from __future__ import annotations
@@ -7,12 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_bench.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "benchmarks.serve_bench", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
     )
 
 

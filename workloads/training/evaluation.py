@@ -49,7 +49,7 @@ NEAR_TIE_ULPS: dict[str, float] = {"bfloat16": 7, "float16": 8, "float32": 46, "
 """the near-tie threshold per dtype, in units of its spacing at the top logit: twice the largest
 change of the top-2 gap measured between a forward of 8 tokens over a KV cache (a verify step)
 and one token at a time (the greedy reference), on 8 spec-bench prompts x 48 greedy tokens of
-SmolLM2-135M and Gemma-3-270M on a CPU (``python benchmarks/near_tie_rounding.py``,
+SmolLM2-135M and Gemma-3-270M on a CPU (``python -m benchmarks.near_tie_rounding``,
 2026-12-07): bfloat16 3.5 and 2.0 spacings (argmax flips only at gaps of 0-2), float16 4.0
 (SmolLM2; Gemma-3 overflows float16, NaN logits, and is refused at load), float32 23 and 17
 (under NEAR_TIE: float32's floor rules). TF32 was not measured (no GPU): its 16 is the earlier
