@@ -123,9 +123,7 @@ def ray_address() -> Iterator[str]:
 
 
 @pytest.fixture(autouse=True)
-def _drivers_share_one_ray(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _drivers_share_one_ray(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The drivers these tests start attach to :func:`ray_address` (``RAY_ADDRESS``), except
     those of a test marked ``local_ray``: the product's default path, a local Ray per driver."""
     if "local_ray" not in request.keywords:
