@@ -58,12 +58,11 @@ from workloads.engine.oracle_draft import OracleDraft  # noqa: E402
 from workloads.engine.steps import Steps  # noqa: E402
 from workloads.engine.tree_decode import (  # noqa: E402
     BatchResult,
-    Draft,
     TreeShape,
     generate,
     reserve,
 )
-from workloads.models.draft import DraftModel  # noqa: E402
+from workloads.models.draft import Draft, DraftModel  # noqa: E402
 from workloads.models.target import DEFAULT_TARGET, Target, load_target  # noqa: E402
 
 QUICK_KS = ([8, 16, 32], [4, 8, 16])

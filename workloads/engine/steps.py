@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from workloads.models.draft import Draft
 from workloads.models.fusion import body_features, last_layer
 from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask, layer_masks
 from workloads.models.target import input_device
@@ -109,8 +110,7 @@ class Steps:
 
     Args:
         target: the target causal LM.
-        draft: the draft (``__call__``, ``logits``, ``draft_to_target``; optional
-            ``top_candidates(hidden, k)`` and ``capturable``); None for the autoregressive loop
+        draft: the draft (:class:`~workloads.models.draft.Draft`); None for the autoregressive loop
             (``verify`` only). Replace it with :meth:`set_draft`.
         mode: ``none`` | ``compile`` | ``graphs`` (module doc).
         backend: the ``torch.compile`` backend (``eager`` in tests: counts graphs, no codegen).
@@ -124,7 +124,7 @@ class Steps:
     def __init__(
         self,
         target: PreTrainedModel,
-        draft: Any | None,
+        draft: Draft | None,
         mode: str = "none",
         *,
         backend: str | Callable[..., Any] = "inductor",
@@ -183,7 +183,7 @@ class Steps:
 
         return counted
 
-    def set_draft(self, draft: Any | None) -> None:
+    def set_draft(self, draft: Draft | None) -> None:
         """Use ``draft`` from now on (a per-batch oracle); its steps are compiled or captured
         again only if it is another capturable draft."""
         if getattr(self, "_draft_obj", None) is draft and draft is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import torch
 from transformers import PreTrainedModel
@@ -43,34 +43,10 @@ from workloads.engine.batch import (
 )
 from workloads.engine.steps import StepPlan, Steps
 from workloads.engine.tree import DraftTree, accept_greedy, accept_sampling, max_nodes
+from workloads.models.draft import Draft
 from workloads.models.kv_cache import RaggedStaticCache, additive_mask
 
 Compile = Literal["none", "graphs", "compile"]
-
-
-class Draft(Protocol):
-    """What the engine needs from a draft (:class:`~workloads.models.draft.DraftModel`).
-
-    Its layers take the engine's :class:`~workloads.models.kv_cache.RaggedStaticCache` as ``cache``
-    (they call its ``update`` only) and an additive mask [B, 1, T, W]. Optional:
-    ``top_candidates(hidden, k)`` (the k best children without a full-vocabulary pass, see
-    :meth:`workloads.engine.steps.Steps.top_candidates`) and ``capturable = False`` (a step not
-    worth compiling or capturing: the oracle's table lookup).
-    """
-
-    draft_to_target: torch.Tensor
-
-    def __call__(
-        self,
-        hidden: torch.Tensor,
-        next_ids: torch.Tensor,
-        position_ids: torch.Tensor,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        cache: RaggedStaticCache | None = None,
-    ) -> torch.Tensor: ...
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True, kw_only=True)
