@@ -43,10 +43,12 @@ from analysis.throughput import (
 from dashboards._html import (
     Section,
     Table,
+    frame_rows,
     greedy_check,
     plot_text,
     random_weight_trials,
     shown,
+    trials_table,
     write_page,
 )
 from dashboards.review_tables import paper_table
@@ -663,14 +665,11 @@ def _trial_table(trials: pd.DataFrame) -> Table | None:
     taken = set(first) | set(knobs) | set(metrics) | {"error"}
     rest = [c for c in trials.columns if c not in taken]
     columns = first + knobs + metrics + rest + (["error"] if "error" in trials.columns else [])
-    rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
-    css = ["error" if c == "error" else "" for c in columns]
-    return Table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
+    return trials_table(trials, columns)
 
 
 def _frame_table(frame: pd.DataFrame) -> Table:
-    rows = [[_cell(v) for v in row] for row in frame.itertuples(index=False)]
-    return Table([str(c) for c in frame.columns], rows)
+    return Table([str(c) for c in frame.columns], frame_rows(frame))
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -699,13 +698,3 @@ def _nan_to_none(values: np.ndarray) -> list[Any]:
     if arr.ndim == 2:
         return [_nan_to_none(row) for row in arr]
     return [float(v) if math.isfinite(v) else None for v in arr]
-
-
-def _cell(value: object) -> object:
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is pd.NA:  # a nullable number left undefined: shown as n/a, like NaN
-        return math.nan
-    if value is pd.NaT:
-        return None
-    return value
