@@ -14,14 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
-from analysis._json import dataclass_dict
+from analysis.fit import Fit, points, r_squared
 
 MIN_DISTINCT_X = 3
 """Fewest distinct x values a fit needs (two points always fit a line exactly)."""
@@ -30,9 +29,9 @@ CONSTANT_RTOL = 1e-12
 """a response whose range is at most this fraction of its largest magnitude is constant"""
 
 
-@dataclass(frozen=True)
-class LogLinearFit:
-    """An OLS fit of ``y = a*log_base(x) + b`` with its uncertainty.
+@dataclass(frozen=True, kw_only=True)
+class LogLinearFit(Fit):
+    """An OLS fit of ``y = a*log_base(x) + b`` with its uncertainty (a :class:`Fit`).
 
     Standard errors HC3 (MacKinnon & White 1985), intervals t-based with ``df_resid`` degrees
     of freedom. When ``status != "ok"`` (fewer than 3 distinct x, or a refused constant
@@ -46,8 +45,6 @@ class LogLinearFit:
     """column of the regressor, e.g. "pretrain.tokens" (in the column's own unit)"""
     y_name: str
     """column of the response, e.g. "acceptance_length" (tokens per cycle)"""
-    form: str
-    """the law as text, e.g. "acceptance_length = a*log10(pretrain.tokens) + b" """
     log_base: int
     """10 or 2"""
     a: float
@@ -58,20 +55,8 @@ class LogLinearFit:
     """(lo, hi) confidence interval of a at level 1 - alpha"""
     b_ci: tuple[float, float]
     """(lo, hi) confidence interval of b at level 1 - alpha"""
-    r2: float
-    """coefficient of determination"""
     r2_adj: float
     """adjusted R², ``1 - (1 - r2)*(n - 1)/(n - 2)``"""
-    n: int
-    """rows used in the fit"""
-    x: tuple[float, ...]
-    """x values used, in the column's unit"""
-    y: tuple[float, ...]
-    """y values used"""
-    residuals: tuple[float, ...]
-    """y - fitted, same order as x and y"""
-    status: str
-    """ "ok", or why there is no fit"""
     excluded: int
     """rows dropped because x <= 0 or x or y is not finite"""
     cov: tuple[tuple[float, float], tuple[float, float]]
@@ -80,8 +65,6 @@ class LogLinearFit:
     """residual degrees of freedom (n - 2)"""
     scale: float = math.nan
     """residual variance ``sum(residuals**2) / df_resid`` (y units squared)"""
-    alpha: float = 0.05
-    """significance level of a_ci and b_ci"""
     cov_type: str = "HC3"
     """covariance estimator of a_ci, b_ci and cov (statsmodels ``cov_type``)"""
     weights: str = "none"
@@ -91,15 +74,6 @@ class LogLinearFit:
     def a_se(self) -> float:
         """Standard error of a (``cov_type``)."""
         return math.sqrt(self.cov[0][0]) if self.cov[0][0] >= 0 else math.nan
-
-    @property
-    def ok(self) -> bool:
-        """True when the fit has coefficients."""
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
-        return dataclass_dict(self)
 
     def predict(
         self, x_values: Iterable[float], alpha: float = 0.05, n_obs: int = 1
@@ -223,12 +197,9 @@ def fit_log_linear(
         b=b,
         a_ci=(float(ci[1, 0]), float(ci[1, 1])),
         b_ci=(float(ci[0, 0]), float(ci[0, 1])),
-        r2=(r2 := _r2(ys, resid)),
+        r2=(r2 := r_squared(ys, resid)),
         r2_adj=1.0 - (1.0 - r2) * (len(xs) - 1) / model.df_resid,
-        n=len(xs),
-        x=tuple(float(v) for v in xs),
-        y=tuple(float(v) for v in ys),
-        residuals=tuple(float(v) for v in resid),
+        **points(xs, ys, resid),
         status="ok",
         excluded=excluded,
         cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
@@ -282,14 +253,6 @@ def baseline_summary(df: pd.DataFrame, x: str, y: str) -> dict[str, float | int]
     return {"mean": mean, "std": std, "n": n}
 
 
-def _r2(ys: np.ndarray, resid: np.ndarray) -> float:
-    ss_res = float(np.sum(resid**2))
-    ss_tot = float(np.sum((ys - ys.mean()) ** 2))
-    if ss_tot == 0.0:
-        return 1.0 if ss_res == 0.0 else math.nan
-    return 1.0 - ss_res / ss_tot
-
-
 def _empty_fit(
     law: str,
     x: str,
@@ -315,10 +278,7 @@ def _empty_fit(
         b_ci=(nan, nan),
         r2=nan,
         r2_adj=nan,
-        n=len(xs),
-        x=tuple(float(v) for v in xs),
-        y=tuple(float(v) for v in ys),
-        residuals=tuple(nan for _ in xs),
+        **points(xs, ys, None),
         status=status,
         excluded=excluded,
         cov=((nan, nan), (nan, nan)),

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.eq4 import PAPER_K_OPT, Eq4Fit, KOptFit
 from analysis.laws import LogLinearFit
 from analysis.numbers import fmt
 from analysis.paper import compare_with_paper
@@ -31,9 +32,6 @@ from analysis.throughput import (
     BEST_COLUMNS,
     KNOBS,
     METRICS,
-    PAPER_K_OPT,
-    Eq4Fit,
-    KOptFit,
     RooflineData,
     auto_vs_best,
     compare_k_opt,
@@ -90,7 +88,7 @@ def write_decode_dashboard(
     ``error`` column; see :mod:`analysis.throughput`); ``best`` is
     :func:`analysis.throughput.best_per_batch` of it; ``peak_fit`` is
     :func:`analysis.throughput.fit_peak_throughput` (Scylla Thm 1.3, tokens/s vs log2 b) and
-    ``k_fit`` :func:`analysis.throughput.fit_k_opt` (Eq. 4). ``roofline`` carries the
+    ``k_fit`` :func:`analysis.eq4.fit_k_opt` (Eq. 4). ``roofline`` carries the
     roofline's I(b, k), I_crit and k_opt(b) for the local hardware; when it is None those
     figures are replaced by a note. Only completed trials are plotted; every trial is listed.
     ``description`` is the sweep's spec ``description`` (shown, escaped, under the heading).

@@ -399,7 +399,7 @@ def write_sweep_k_law(
     """Write ``<folder>/k_law.json`` for ``k_law: sweep:<sweep>`` trials and return its path.
 
     ``folder`` is the sweep's folder under the run root; ``eq4`` is the sweep's Eq. 4 fit as
-    plain data (``analysis.throughput.Eq4Fit.to_dict()``: status, A, B, C, x, y, r2, ...),
+    plain data (``analysis.eq4.Eq4Fit.to_dict()``: status, A, B, C, x, y, r2, ...),
     written even when its status is not ok (readers then refuse it, quoting the status);
     ``target`` names the model the sweep decoded; a ``condition`` key in ``eq4`` (e.g.
     ``"temperature=0"``) says which of a sweep's conditions was fitted. Raises ``OSError`` when
