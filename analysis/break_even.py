@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pandas as pd
 from scipy import stats
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 from analysis.laws import LogLinearFit, fit_log_linear
 
 __all__ = ["STATUSES", "Crossing", "batch_crossing", "crossing_budget", "end_to_end_break_even"]
@@ -55,7 +54,7 @@ _NOTES = {
 
 
 @dataclass(frozen=True)
-class Crossing:
+class Crossing(JsonRecord):
     """The budget T* where a token law's mean line reaches a break-even tau*, with its set.
 
     Log units are ``log_base`` of tokens (the law's regressor); a set end that does not exist
@@ -117,10 +116,6 @@ class Crossing:
             return False
         x = math.log(tokens) / math.log(self.log_base)
         return qa * x * x + qb * x + qc <= 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
-        return dataclass_dict(self)
 
 
 def end_to_end_break_even(acceptance_length: float, speedup: float) -> float:

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 
 Points = Sequence[float] | np.ndarray
 """values of n points, shape (n,)"""
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fit:
+class Fit(JsonRecord):
     """A law fitted to (x, y) points. When ``status != "ok"`` the coefficients, their intervals
     and ``r2`` are NaN; the points stay."""
 
@@ -47,10 +47,6 @@ class Fit:
     def ok(self) -> bool:
         """True when the fit has coefficients."""
         return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
-        return dataclass_dict(self)
 
 
 def points(xs: Points, ys: Points, resid: Points | None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -166,14 +167,15 @@ def fit_log_linear(
     keep = np.isfinite(xs) & np.isfinite(ys) & (xs > 0) & np.isfinite(vs) & (vs >= 0)
     xs, ys, vs = xs[keep], ys[keep], vs[keep]
     excluded = int((~keep).sum())
-    form = law_form(x, y, log_base)
+    head: dict[str, Any] = {"law": law, "x_name": x, "y_name": y, "log_base": log_base}
+    head |= {"form": law_form(x, y, log_base), "excluded": excluded, "alpha": alpha}
     distinct = len(np.unique(xs))
     if distinct < MIN_DISTINCT_X:
         status = f"not enough points: need >= {MIN_DISTINCT_X} distinct x values, got {distinct}"
-        return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
+        return _empty_fit(head, xs, ys, status)
     if not allow_constant and constant_response(ys):
         status = no_variation_status(y, ys)
-        return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
+        return _empty_fit(head, xs, ys, status)
     lx = np.log(xs) / math.log(log_base)
     if variance is None:
         model = sm.OLS(ys, sm.add_constant(lx)).fit(cov_type="HC3", use_t=True)
@@ -188,11 +190,7 @@ def fit_log_linear(
     ci = np.asarray(model.conf_int(alpha))
     cov = np.asarray(model.cov_params())[::-1, ::-1]
     return LogLinearFit(
-        law=law,
-        x_name=x,
-        y_name=y,
-        form=form,
-        log_base=log_base,
+        **head,
         a=a,
         b=b,
         a_ci=(float(ci[1, 0]), float(ci[1, 1])),
@@ -201,11 +199,9 @@ def fit_log_linear(
         r2_adj=1.0 - (1.0 - r2) * (len(xs) - 1) / model.df_resid,
         **points(xs, ys, resid),
         status="ok",
-        excluded=excluded,
         cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
         df_resid=float(model.df_resid),
         scale=float(model.scale if variance is None else np.sum(resid**2) / model.df_resid),
-        alpha=alpha,
         weights="none" if variance is None else f"1/{variance}",
     )
 
@@ -253,25 +249,12 @@ def baseline_summary(df: pd.DataFrame, x: str, y: str) -> dict[str, float | int]
     return {"mean": mean, "std": std, "n": n}
 
 
-def _empty_fit(
-    law: str,
-    x: str,
-    y: str,
-    form: str,
-    log_base: int,
-    xs: np.ndarray,
-    ys: np.ndarray,
-    status: str,
-    excluded: int,
-    alpha: float,
-) -> LogLinearFit:
+def _empty_fit(head: dict[str, Any], xs: np.ndarray, ys: np.ndarray, status: str) -> LogLinearFit:
+    """A fit with no coefficients (``status`` says why) of the points ``xs``, ``ys``; ``head``
+    the fit's law, names, form, base, exclusions and level."""
     nan = math.nan
     return LogLinearFit(
-        law=law,
-        x_name=x,
-        y_name=y,
-        form=form,
-        log_base=log_base,
+        **head,
         a=nan,
         b=nan,
         a_ci=(nan, nan),
@@ -280,8 +263,6 @@ def _empty_fit(
         r2_adj=nan,
         **points(xs, ys, None),
         status=status,
-        excluded=excluded,
         cov=((nan, nan), (nan, nan)),
         df_resid=nan,
-        alpha=alpha,
     )
