@@ -3,10 +3,10 @@
 Figures (:mod:`dashboards.decode_figures`): the throughput surface (b x k, tokens/s), speedup
 over autoregressive decoding per b, peak throughput vs log2 b with the Thm 1.3 fit and its band,
 the measured best k vs b next to the roofline's k_opt(b) and the Eq. 4 fit, and the roofline
-itself (arithmetic intensity I(b, k) vs k with I_crit). Tables: best configuration per b, the fits, measured vs predicted k,
-and every trial with its error text. ``num_draft_tokens: auto`` trials get a section of their
-own beside the best fixed k per b (:func:`analysis.throughput.auto_vs_best`); the fixed-k
-figures and fits leave them out.
+itself (arithmetic intensity I(b, k) vs k with I_crit). Tables: best configuration per b, the
+fits, measured vs predicted k, and every trial with its error text. ``num_draft_tokens: auto``
+trials get a section of their own beside the best fixed k per b
+(:func:`analysis.throughput.auto_vs_best`); the fixed-k figures and fits leave them out.
 
 Reads tables and fits only (never models); plotly.js is inlined once, so the page works offline.
 """
