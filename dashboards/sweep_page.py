@@ -337,10 +337,15 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
         return None
     x_of = dict(zip(trials.get("trial_key", []), _numeric(trials, x), strict=False))
     strides = {  # long series are averaged down: each point covers <stage>/series_stride steps
-        stage: dict(zip(trials.get("trial_key", []), _numeric(trials, f"{stage}/series_stride"),
-                        strict=False))
+        stage: dict(
+            zip(
+                trials.get("trial_key", []),
+                _numeric(trials, f"{stage}/series_stride"),
+                strict=False,
+            )
+        )
         for stage in ("pretrain", "sft")
-    }  # fmt: skip
+    }
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels)
     palette = qualitative.Plotly
     colour = {k: palette[i % len(palette)] for i, k in enumerate(curves)}  # same in every panel

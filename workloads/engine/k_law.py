@@ -190,8 +190,12 @@ def make_k_law(
     if k_max < decode.k_max:
         log.info(
             "num_draft_tokens auto: k capped at %d, the nodes of a tree of depth %d and topk %d "
-            "(decode.k_max %d)", k_max, decode.depth, decode.topk, decode.k_max,
-        )  # fmt: skip
+            "(decode.k_max %d)",
+            k_max,
+            decode.depth,
+            decode.topk,
+            decode.k_max,
+        )
     if decode.k_law == "roofline":
         hw = resolve_hardware(decode.hardware, device=device, dtype=dtype, cache_dir=cache_dir)
         return roofline_k_law(shape_of(model_config), hw, context_len=context_len, k_max=k_max)

@@ -147,9 +147,15 @@ class Steps:
         """target layers the draft fuses (its ``arch.fusion_layers``), read by the verify step"""
 
         def verify(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any) -> Any:
-            h = body_features(target.model, self.fusion_layers, input_ids=ids, position_ids=pos,
-                              attention_mask=layer_masks(target.config, mask, pos),
-                              use_cache=True, **{CACHE_KW: cache})  # fmt: skip
+            h = body_features(
+                target.model,
+                self.fusion_layers,
+                input_ids=ids,
+                position_ids=pos,
+                attention_mask=layer_masks(target.config, mask, pos),
+                use_cache=True,
+                **{CACHE_KW: cache},
+            )
             return h, target.lm_head(last_layer(h, len(self.fusion_layers)))
 
         self._verify_eager: Step = verify
@@ -199,8 +205,9 @@ class Steps:
         self._top: Step = getattr(draft, "top_candidates", None) or self._top_of_logits
         draft_fwd: Step = _no_draft if draft is None else draft
 
-        def draft_step(h: torch.Tensor, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
-                       cache: Any) -> Any:  # fmt: skip
+        def draft_step(
+            h: torch.Tensor, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any
+        ) -> Any:
             return draft_fwd(h, x, pos, attention_mask=mask, cache=cache)
 
         self.draft_eager: Step = draft_step  # the prompt phase: its lengths vary by batch
@@ -452,8 +459,10 @@ class Graphed:
                 self.stats.fallbacks[f"{self.name} {key[:-2]}"] = reason
                 log.warning(
                     "CUDA graph capture of the %s step failed for shapes %s; it runs eagerly: %s",
-                    self.name, key[:-2], reason,
-                )  # fmt: skip
+                    self.name,
+                    key[:-2],
+                    reason,
+                )
                 return self.fn(*tensors, cache)
             self.stats.captures += 1
         graph, static, out = self.graphs[key]

@@ -239,8 +239,9 @@ class _ChunkBuilder:
         hi = min(lo + self.rows_per_chunk, self.rows.rows)
         part = self.rows.packed(torch.arange(lo, hi))
         stats.rows_packed += hi - lo
-        hidden = target_hidden(self.target_model, part.input_ids, part.position_ids, self.batch,
-                               layers=self.layers)  # fmt: skip
+        hidden = target_hidden(
+            self.target_model, part.input_ids, part.position_ids, self.batch, layers=self.layers
+        )
         stats.target_rows += hi - lo
         raw = save(
             {
