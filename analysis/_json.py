@@ -25,3 +25,11 @@ def json_safe(value: Any) -> Any:
 def dataclass_dict(obj: Any) -> dict[str, Any]:
     """A dataclass instance as a JSON-safe dict (see :func:`json_safe`)."""
     return {k: json_safe(v) for k, v in asdict(obj).items()}
+
+
+class JsonRecord:
+    """A result dataclass with plain JSON-safe data: :meth:`to_dict`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
+        return dataclass_dict(self)

@@ -12,18 +12,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 
 N_RESAMPLES = 2000
 """default number of resamples (the issue asks for at least 1000)"""
 
 
 @dataclass(frozen=True)
-class BootstrapCI:
+class BootstrapCI(JsonRecord):
     """Percentile bootstrap intervals of the slope a and intercept b (y units)."""
 
     a_ci: tuple[float, float]
@@ -34,10 +33,6 @@ class BootstrapCI:
     """resamples with at least two distinct x (the others have no slope and are dropped)"""
     seed: int
     alpha: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (NaN becomes None)."""
-        return dataclass_dict(self)
 
 
 def bootstrap_log_linear(

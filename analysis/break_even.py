@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
 import pandas as pd
 from scipy import stats
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 from analysis.laws import LogLinearFit, fit_log_linear
 
 __all__ = ["STATUSES", "Crossing", "batch_crossing", "crossing_budget", "end_to_end_break_even"]
@@ -55,7 +54,7 @@ _NOTES = {
 
 
 @dataclass(frozen=True)
-class Crossing:
+class Crossing(JsonRecord):
     """The budget T* where a token law's mean line reaches a break-even tau*, with its set.
 
     Log units are ``log_base`` of tokens (the law's regressor); a set end that does not exist
@@ -117,10 +116,6 @@ class Crossing:
             return False
         x = math.log(tokens) / math.log(self.log_base)
         return qa * x * x + qb * x + qc <= 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
-        return dataclass_dict(self)
 
 
 def end_to_end_break_even(acceptance_length: float, speedup: float) -> float:
@@ -190,12 +185,7 @@ def crossing_budget(
     xs = [v for v in fit.x if v > 0]
     measured = (min(xs), max(xs)) if xs else (math.nan, math.nan)
     nan = math.nan
-    blank = Crossing(
-        tau_star=float(tau_star), tau_star_var=tau_star_var, log_base=fit.log_base, budget=nan,
-        budget_lo=nan, budget_hi=nan, log_budget=nan, log_lo=nan, log_hi=nan, status="no fit",
-        region="-", extrapolated=False, measured=measured, alpha=alpha, t=nan,
-        quadratic=(nan, nan, nan), gap=(nan, nan), note="",
-    )  # fmt: skip
+    blank = _no_set(float(tau_star), tau_star_var, fit.log_base, measured, alpha)
     if not (fit.ok and fit.df_resid > 0 and math.isfinite(fit.a) and xs):
         why = fit.status if not fit.ok else "no residual degrees of freedom"
         return _with(blank, "no fit", why=why)
@@ -219,15 +209,50 @@ def crossing_budget(
         status = "already"
     else:
         status = "ok"
-    found = Crossing(
-        tau_star=float(tau_star), tau_star_var=tau_star_var, log_base=fit.log_base,
+    found = replace(
+        blank,
         budget=_power(fit.log_base, x_star),
-        budget_lo=_power(fit.log_base, lo), budget_hi=_power(fit.log_base, hi),
-        log_budget=x_star, log_lo=lo, log_hi=hi, status=status, region=region,
+        budget_lo=_power(fit.log_base, lo),
+        budget_hi=_power(fit.log_base, hi),
+        log_budget=x_star,
+        log_lo=lo,
+        log_hi=hi,
+        status=status,
+        region=region,
         extrapolated=not (math.isnan(x_star) or x_min <= x_star <= x_max),
-        measured=measured, alpha=alpha, t=t, quadratic=(qa, qb, qc), gap=gap, note="",
-    )  # fmt: skip
+        t=t,
+        quadratic=(qa, qb, qc),
+        gap=gap,
+    )
     return _with(found, status, region=_region_text(region, gap, fit.log_base))
+
+
+def _no_set(
+    tau_star: float, tau_star_var: float, log_base: int, measured: tuple[float, float], alpha: float
+) -> Crossing:
+    """A crossing of ``tau_star`` with no budget and no set: every number NaN, region "-",
+    status "no fit" (:func:`_with` gives the status and its note)."""
+    nan = math.nan
+    return Crossing(
+        tau_star=tau_star,
+        tau_star_var=tau_star_var,
+        log_base=log_base,
+        budget=nan,
+        budget_lo=nan,
+        budget_hi=nan,
+        log_budget=nan,
+        log_lo=nan,
+        log_hi=nan,
+        status="no fit",
+        region="-",
+        extrapolated=False,
+        measured=measured,
+        alpha=alpha,
+        t=nan,
+        quadratic=(nan, nan, nan),
+        gap=(nan, nan),
+        note="",
+    )
 
 
 def batch_crossing(best: pd.DataFrame, *, alpha: float = 0.05) -> tuple[LogLinearFit, Crossing]:

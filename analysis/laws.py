@@ -21,7 +21,7 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import stats
 
-from analysis._json import dataclass_dict
+from analysis.fit import Fit, points, r_squared
 
 MIN_DISTINCT_X = 3
 """Fewest distinct x values a fit needs (two points always fit a line exactly)."""
@@ -30,9 +30,9 @@ CONSTANT_RTOL = 1e-12
 """a response whose range is at most this fraction of its largest magnitude is constant"""
 
 
-@dataclass(frozen=True)
-class LogLinearFit:
-    """An OLS fit of ``y = a*log_base(x) + b`` with its uncertainty.
+@dataclass(frozen=True, kw_only=True)
+class LogLinearFit(Fit):
+    """An OLS fit of ``y = a*log_base(x) + b`` with its uncertainty (a :class:`Fit`).
 
     Standard errors HC3 (MacKinnon & White 1985), intervals t-based with ``df_resid`` degrees
     of freedom. When ``status != "ok"`` (fewer than 3 distinct x, or a refused constant
@@ -46,8 +46,6 @@ class LogLinearFit:
     """column of the regressor, e.g. "pretrain.tokens" (in the column's own unit)"""
     y_name: str
     """column of the response, e.g. "acceptance_length" (tokens per cycle)"""
-    form: str
-    """the law as text, e.g. "acceptance_length = a*log10(pretrain.tokens) + b" """
     log_base: int
     """10 or 2"""
     a: float
@@ -58,20 +56,8 @@ class LogLinearFit:
     """(lo, hi) confidence interval of a at level 1 - alpha"""
     b_ci: tuple[float, float]
     """(lo, hi) confidence interval of b at level 1 - alpha"""
-    r2: float
-    """coefficient of determination"""
     r2_adj: float
     """adjusted R², ``1 - (1 - r2)*(n - 1)/(n - 2)``"""
-    n: int
-    """rows used in the fit"""
-    x: tuple[float, ...]
-    """x values used, in the column's unit"""
-    y: tuple[float, ...]
-    """y values used"""
-    residuals: tuple[float, ...]
-    """y - fitted, same order as x and y"""
-    status: str
-    """ "ok", or why there is no fit"""
     excluded: int
     """rows dropped because x <= 0 or x or y is not finite"""
     cov: tuple[tuple[float, float], tuple[float, float]]
@@ -80,8 +66,6 @@ class LogLinearFit:
     """residual degrees of freedom (n - 2)"""
     scale: float = math.nan
     """residual variance ``sum(residuals**2) / df_resid`` (y units squared)"""
-    alpha: float = 0.05
-    """significance level of a_ci and b_ci"""
     cov_type: str = "HC3"
     """covariance estimator of a_ci, b_ci and cov (statsmodels ``cov_type``)"""
     weights: str = "none"
@@ -91,15 +75,6 @@ class LogLinearFit:
     def a_se(self) -> float:
         """Standard error of a (``cov_type``)."""
         return math.sqrt(self.cov[0][0]) if self.cov[0][0] >= 0 else math.nan
-
-    @property
-    def ok(self) -> bool:
-        """True when the fit has coefficients."""
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe data: tuples become lists, NaN and infinities become None."""
-        return dataclass_dict(self)
 
     def predict(
         self, x_values: Iterable[float], alpha: float = 0.05, n_obs: int = 1
@@ -192,14 +167,15 @@ def fit_log_linear(
     keep = np.isfinite(xs) & np.isfinite(ys) & (xs > 0) & np.isfinite(vs) & (vs >= 0)
     xs, ys, vs = xs[keep], ys[keep], vs[keep]
     excluded = int((~keep).sum())
-    form = law_form(x, y, log_base)
+    head: dict[str, Any] = {"law": law, "x_name": x, "y_name": y, "log_base": log_base}
+    head |= {"form": law_form(x, y, log_base), "excluded": excluded, "alpha": alpha}
     distinct = len(np.unique(xs))
     if distinct < MIN_DISTINCT_X:
         status = f"not enough points: need >= {MIN_DISTINCT_X} distinct x values, got {distinct}"
-        return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
+        return _empty_fit(head, xs, ys, status)
     if not allow_constant and constant_response(ys):
         status = no_variation_status(y, ys)
-        return _empty_fit(law, x, y, form, log_base, xs, ys, status, excluded, alpha)
+        return _empty_fit(head, xs, ys, status)
     lx = np.log(xs) / math.log(log_base)
     if variance is None:
         model = sm.OLS(ys, sm.add_constant(lx)).fit(cov_type="HC3", use_t=True)
@@ -214,27 +190,18 @@ def fit_log_linear(
     ci = np.asarray(model.conf_int(alpha))
     cov = np.asarray(model.cov_params())[::-1, ::-1]
     return LogLinearFit(
-        law=law,
-        x_name=x,
-        y_name=y,
-        form=form,
-        log_base=log_base,
+        **head,
         a=a,
         b=b,
         a_ci=(float(ci[1, 0]), float(ci[1, 1])),
         b_ci=(float(ci[0, 0]), float(ci[0, 1])),
-        r2=(r2 := _r2(ys, resid)),
+        r2=(r2 := r_squared(ys, resid)),
         r2_adj=1.0 - (1.0 - r2) * (len(xs) - 1) / model.df_resid,
-        n=len(xs),
-        x=tuple(float(v) for v in xs),
-        y=tuple(float(v) for v in ys),
-        residuals=tuple(float(v) for v in resid),
+        **points(xs, ys, resid),
         status="ok",
-        excluded=excluded,
         cov=((float(cov[0, 0]), float(cov[0, 1])), (float(cov[1, 0]), float(cov[1, 1]))),
         df_resid=float(model.df_resid),
         scale=float(model.scale if variance is None else np.sum(resid**2) / model.df_resid),
-        alpha=alpha,
         weights="none" if variance is None else f"1/{variance}",
     )
 
@@ -282,46 +249,20 @@ def baseline_summary(df: pd.DataFrame, x: str, y: str) -> dict[str, float | int]
     return {"mean": mean, "std": std, "n": n}
 
 
-def _r2(ys: np.ndarray, resid: np.ndarray) -> float:
-    ss_res = float(np.sum(resid**2))
-    ss_tot = float(np.sum((ys - ys.mean()) ** 2))
-    if ss_tot == 0.0:
-        return 1.0 if ss_res == 0.0 else math.nan
-    return 1.0 - ss_res / ss_tot
-
-
-def _empty_fit(
-    law: str,
-    x: str,
-    y: str,
-    form: str,
-    log_base: int,
-    xs: np.ndarray,
-    ys: np.ndarray,
-    status: str,
-    excluded: int,
-    alpha: float,
-) -> LogLinearFit:
+def _empty_fit(head: dict[str, Any], xs: np.ndarray, ys: np.ndarray, status: str) -> LogLinearFit:
+    """A fit with no coefficients (``status`` says why) of the points ``xs``, ``ys``; ``head``
+    the fit's law, names, form, base, exclusions and level."""
     nan = math.nan
     return LogLinearFit(
-        law=law,
-        x_name=x,
-        y_name=y,
-        form=form,
-        log_base=log_base,
+        **head,
         a=nan,
         b=nan,
         a_ci=(nan, nan),
         b_ci=(nan, nan),
         r2=nan,
         r2_adj=nan,
-        n=len(xs),
-        x=tuple(float(v) for v in xs),
-        y=tuple(float(v) for v in ys),
-        residuals=tuple(nan for _ in xs),
+        **points(xs, ys, None),
         status=status,
-        excluded=excluded,
         cov=((nan, nan), (nan, nan)),
         df_resid=nan,
-        alpha=alpha,
     )

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 
 if TYPE_CHECKING:
     from analysis.laws import LogLinearFit
@@ -56,7 +56,7 @@ intercept is ``b - 9*a``, the slope unchanged.
 
 
 @dataclass(frozen=True)
-class PaperComparison:
+class PaperComparison(JsonRecord):
     """Our fitted slope beside the paper's (same law, same log base).
 
     ``paper_b_ours`` is the paper's b in our x unit: ``b - a*log_base(x_scale)``.
@@ -82,10 +82,6 @@ class PaperComparison:
     boot_ci: tuple[float, float] | None
     """our a's bootstrap interval, when one was computed"""
     boot_covers_paper: bool | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (NaN becomes None)."""
-        return dataclass_dict(self)
 
 
 def compare_with_paper(

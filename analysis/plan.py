@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 from analysis.bootstrap import bootstrap_coefficients
 from analysis.tau_k import TauKFit
 
@@ -116,7 +116,7 @@ def fit_law(
 
 
 @dataclass
-class TrainingPlan:
+class TrainingPlan(JsonRecord):
     """The recommended pretraining tokens and draft depth, and why."""
 
     tokens: float
@@ -141,9 +141,6 @@ class TrainingPlan:
     min_gain: float = math.nan
     budget_hours: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclass_dict(self)
-
 
 @dataclass(frozen=True)
 class ServingInputs:
@@ -162,7 +159,7 @@ class ServingInputs:
 
 
 @dataclass
-class ServingPlan:
+class ServingPlan(JsonRecord):
     """k per batch size with the predicted acceptance, throughput and speedup."""
 
     rows: list[dict[str, Any]]
@@ -176,9 +173,6 @@ class ServingPlan:
     tau_k: dict[str, Any]
     """the tau(k) fits (:meth:`TauKFit.summary`)"""
     labels: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclass_dict(self)
 
 
 def tokens_labels(tokens: float, law: Law) -> list[str]:

@@ -13,12 +13,11 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import optimize
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 from analysis.laws import constant_response, no_variation_status
 
 MIN_POINTS = 4
@@ -26,7 +25,7 @@ MIN_POINTS = 4
 
 
 @dataclass(frozen=True)
-class SaturatingFit:
+class SaturatingFit(JsonRecord):
     """``y = c - A*(x/x0)**(-alpha)``; ``x0`` (the smallest x) keeps the fit well scaled, so the
     raw-unit coefficient is ``A*x0**alpha``."""
 
@@ -54,13 +53,9 @@ class SaturatingFit:
         """The fitted curve at ``x`` (x units)."""
         return saturating(np.asarray(x, dtype=float) / self.x0, self.c, self.A, self.alpha)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (NaN becomes None)."""
-        return dataclass_dict(self)
-
 
 @dataclass(frozen=True)
-class FormComparison:
+class FormComparison(JsonRecord):
     """AIC of the log-linear law and of the saturating form on the same trials."""
 
     aic_log_linear: float
@@ -69,10 +64,6 @@ class FormComparison:
     """aic_saturating - aic_log_linear (negative favours saturating)"""
     preferred: str
     """ "log-linear", "saturating", "no clear preference" (|delta| < 2) or "n/a" """
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (NaN becomes None)."""
-        return dataclass_dict(self)
 
 
 def saturating(u: np.ndarray, c: float, a: float, alpha: float) -> np.ndarray:

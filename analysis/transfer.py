@@ -216,9 +216,20 @@ def factor_slope_difference(
     if float(fit.ssr) <= EXACT_RTOL * max(1.0, float(np.sum((ys - ys.mean()) ** 2))):
         status = "exact fit: the trials leave no residual variation, so no interval"
         return FactorSlopeDifference(
-            labels, x, y, log_base, slopes, (nan2, nan2), diff, nan2, nan, float(fit.df_resid), n,
-            status, alpha,
-        )  # fmt: skip
+            labels,
+            x,
+            y,
+            log_base,
+            slopes,
+            (nan2, nan2),
+            diff,
+            nan2,
+            nan,
+            float(fit.df_resid),
+            n,
+            status,
+            alpha,
+        )
     ci = np.asarray(fit.conf_int(alpha))
     # B's slope a + s: its variance var(a) + var(s) + 2 cov(a, s), the same t quantile
     contrast = fit.t_test(np.array([[0.0, 1.0, 0.0, 1.0]]))

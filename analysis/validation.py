@@ -10,19 +10,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 from statsmodels.stats.outliers_influence import OLSInfluence
 
-from analysis._json import dataclass_dict
+from analysis._json import JsonRecord
 from analysis.laws import MIN_DISTINCT_X, constant_response, fit_log_linear, no_variation_status
 
 
 @dataclass(frozen=True)
-class Extrapolation:
+class Extrapolation(JsonRecord):
     """A fit on every x below the largest, predicting the mean y at the largest x."""
 
     x_heldout: float
@@ -45,13 +44,9 @@ class Extrapolation:
     """observed within [pred_lo, pred_hi]; None when there is no prediction (no verdict)"""
     status: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (NaN becomes None)."""
-        return dataclass_dict(self)
-
 
 @dataclass(frozen=True)
-class LeaveOneOut:
+class LeaveOneOut(JsonRecord):
     """Leave-one-out prediction errors over the fitted trials (y units)."""
 
     n: int
@@ -59,10 +54,6 @@ class LeaveOneOut:
     mae: float
     max_abs: float
     status: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (NaN becomes None)."""
-        return dataclass_dict(self)
 
 
 def extrapolate_largest(

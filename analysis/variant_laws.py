@@ -118,7 +118,7 @@ def factorial_with_axis(
             ci=(float(ci.loc[name, 0]), float(ci.loc[name, 1])),
             p=float(fit.pvalues[name]) if math.isfinite(fit.pvalues[name]) else math.nan,
             n=len(ys),
-        )  # fmt: skip
+        )
         for name in cols
     ]
 

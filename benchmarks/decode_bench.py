@@ -53,12 +53,11 @@ from workloads.engine.oracle_draft import OracleDraft
 from workloads.engine.steps import Steps
 from workloads.engine.tree_decode import (
     BatchResult,
-    Draft,
     TreeShape,
     generate,
     reserve,
 )
-from workloads.models.draft import DraftModel
+from workloads.models.draft import Draft, DraftModel
 from workloads.models.target import DEFAULT_TARGET, Target
 
 QUICK_KS = ([8, 16, 32], [4, 8, 16])

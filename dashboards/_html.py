@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
@@ -83,6 +85,31 @@ def cell_text(value: Any, *, missing: str = NA) -> Any:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_plain(v) for v in value) + "]"
     return str(value)
+
+
+def frame_rows(frame: Any) -> list[list[Any]]:
+    """The rows of a pandas frame as plain values for a :class:`Table`: numpy scalars as Python
+    ones, ``pd.NA`` (a nullable number left undefined) as NaN, shown ``n/a``, and ``pd.NaT`` as
+    None, shown empty."""
+    return [[_table_value(v) for v in row] for row in frame.itertuples(index=False)]
+
+
+def trials_table(trials: Any, columns: Sequence[Any]) -> Table:
+    """A page's sortable trials table (id ``trials``) of ``columns`` of the trial frame
+    ``trials``, an ``error`` column drawn as text."""
+    css = ["error" if c == "error" else "" for c in columns]
+    rows = frame_rows(trials[list(columns)])
+    return Table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
+
+
+def _table_value(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is pd.NA:
+        return math.nan
+    if value is pd.NaT:
+        return None
+    return value
 
 
 def shown(value: Any) -> Any:

@@ -59,11 +59,13 @@ def agreement_figure(done: pd.DataFrame, x: str = "pretrain.tokens") -> go.Figur
     if len(flagged):
         fig.add_trace(
             go.Scatter(
-                x=xs[flagged.index], y=numeric(flagged, "acceptance_length"), mode="markers",
+                x=xs[flagged.index],
+                y=numeric(flagged, "acceptance_length"),
+                mode="markers",
                 marker={"symbol": "x", "size": 14, "color": "red"},
                 name=f"CIs disjoint ({len(flagged)}): see docs/serving.md, which acceptance length",
             )
-        )  # fmt: skip
+        )
     fig.update_layout(
         title={
             "text": "train-to-serve agreement: the same draft, prompts and K in both engines",

@@ -28,6 +28,7 @@ from dashboards._html import (
     plot_text,
     random_weight_trials,
     shown,
+    trials_table,
     write_page,
 )
 from dashboards.review_tables import fit_numbers, paper_table, review_table
@@ -198,28 +199,22 @@ def add_fit_line(
     line = fit_line(fit)
     level = round(100 * (1 - fit.alpha))
     band_x = line["x"].tolist()
-    fig.add_trace(
-        go.Scatter(
-            x=band_x + band_x[::-1],
-            y=line["obs_hi"].tolist() + line["obs_lo"].tolist()[::-1],
-            fill="toself",
-            fillcolor=f"rgba({rgb}, 0.06)",
-            line={"width": 0},
-            hoverinfo="skip",
-            name=f"{level}% prediction interval (one trial)",
-        )
+    bands = (
+        ("obs", 0.06, f"{level}% prediction interval (one trial)"),
+        ("mean", 0.15, f"{level}% CI of the mean ({fit.cov_type})"),
     )
-    fig.add_trace(
-        go.Scatter(
-            x=band_x + band_x[::-1],
-            y=line["mean_hi"].tolist() + line["mean_lo"].tolist()[::-1],
-            fill="toself",
-            fillcolor=f"rgba({rgb}, 0.15)",
-            line={"width": 0},
-            hoverinfo="skip",
-            name=f"{level}% CI of the mean ({fit.cov_type})",
+    for col, opacity, band in bands:
+        fig.add_trace(
+            go.Scatter(
+                x=band_x + band_x[::-1],
+                y=line[f"{col}_hi"].tolist() + line[f"{col}_lo"].tolist()[::-1],
+                fill="toself",
+                fillcolor=f"rgba({rgb}, {opacity})",
+                line={"width": 0},
+                hoverinfo="skip",
+                name=band,
+            )
         )
-    )
     fig.add_trace(
         go.Scatter(
             x=band_x,
@@ -310,19 +305,7 @@ def trial_table(trials: pd.DataFrame, x: str, y: str) -> Table:
         + metrics[1:]
         + (["error"] if "error" in trials.columns else [])
     )
-    rows = [[_cell(v) for v in row] for row in trials[columns].itertuples(index=False)]
-    css = ["error" if c == "error" else "" for c in columns]
-    return Table([str(c) for c in columns], rows, css=css, sortable=True, table_id="trials")
-
-
-def _cell(value: object) -> object:
-    if isinstance(value, np.generic):
-        return value.item()
-    if value is pd.NA:  # a nullable number left undefined: shown as n/a, like NaN
-        return math.nan
-    if value is pd.NaT:
-        return None
-    return value
+    return trials_table(trials, columns)
 
 
 def _residual_figure(fit: LogLinearFit | None, x: str) -> go.Figure | None:
@@ -354,10 +337,15 @@ def _loss_figure(curves: Curves, trials: pd.DataFrame, x: str) -> go.Figure | No
         return None
     x_of = dict(zip(trials.get("trial_key", []), _numeric(trials, x), strict=False))
     strides = {  # long series are averaged down: each point covers <stage>/series_stride steps
-        stage: dict(zip(trials.get("trial_key", []), _numeric(trials, f"{stage}/series_stride"),
-                        strict=False))
+        stage: dict(
+            zip(
+                trials.get("trial_key", []),
+                _numeric(trials, f"{stage}/series_stride"),
+                strict=False,
+            )
+        )
         for stage in ("pretrain", "sft")
-    }  # fmt: skip
+    }
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels)
     palette = qualitative.Plotly
     colour = {k: palette[i % len(palette)] for i, k in enumerate(curves)}  # same in every panel

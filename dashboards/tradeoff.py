@@ -32,18 +32,25 @@ def depth_tradeoff_figure(done: pd.DataFrame, x: str = "draft.layers") -> go.Fig
         means = frame.groupby(x)[metric].mean()
         fig.add_trace(
             go.Scatter(
-                x=means.index.tolist(), y=means.tolist(), mode="lines+markers", name=label,
+                x=means.index.tolist(),
+                y=means.tolist(),
+                mode="lines+markers",
+                name=label,
                 line={"dash": "dot"} if right else {},
             ),
             secondary_y=right,
-        )  # fmt: skip
+        )
         fig.add_trace(
             go.Scatter(
-                x=frame[x].tolist(), y=frame[metric].tolist(), mode="markers", opacity=0.4,
-                name=f"{label} (trials)", showlegend=False,
+                x=frame[x].tolist(),
+                y=frame[metric].tolist(),
+                mode="markers",
+                opacity=0.4,
+                name=f"{label} (trials)",
+                showlegend=False,
             ),
             secondary_y=right,
-        )  # fmt: skip
+        )
     fig.update_layout(
         title={"text": "gain and cost of draft depth (means over seeds)", "font": {"size": 13}},
         xaxis={"title": {"text": plot_text(x)}},

@@ -48,7 +48,7 @@ def checks_figure(
                     name=label,
                     legendgroup=key,
                     showlegend=col == 1 or stage not in per_stage or len(panels) == 1,
-                ),  # fmt: skip
+                ),
                 row=1,
                 col=col,
             )
@@ -63,7 +63,7 @@ def checks_figure(
                         name=f"{label}: final ({y})",
                         legendgroup=key,
                         showlegend=False,
-                    ),  # fmt: skip
+                    ),
                     row=1,
                     col=col,
                 )

@@ -101,19 +101,27 @@ def _law_figure(trials: pd.DataFrame, laws: Mapping[str, LogLinearFit]) -> go.Fi
         colour = palette[i % len(palette)]
         fig.add_trace(
             go.Scatter(
-                x=list(f.x), y=list(f.y), mode="markers", name=plot_text(variant),
-                marker={"color": colour}, legendgroup=variant,
+                x=list(f.x),
+                y=list(f.y),
+                mode="markers",
+                name=plot_text(variant),
+                marker={"color": colour},
+                legendgroup=variant,
             )
-        )  # fmt: skip
+        )
         if f.ok:
             xs = np.geomspace(min(f.x), max(f.x), 40)
             fig.add_trace(
                 go.Scatter(
-                    x=xs.tolist(), y=f.predict(xs)["mean"].tolist(), mode="lines",
-                    line={"color": colour}, legendgroup=variant, showlegend=False,
+                    x=xs.tolist(),
+                    y=f.predict(xs)["mean"].tolist(),
+                    mode="lines",
+                    line={"color": colour},
+                    legendgroup=variant,
+                    showlegend=False,
                     name=plot_text(f"{variant}: a = {fmt(f.a, '.3f')}"),
                 )
-            )  # fmt: skip
+            )
     fig.update_layout(
         xaxis={"type": "log", "title": {"text": plot_text(f"{x_name} (log scale)")}},
         yaxis={"title": {"text": "acceptance length"}},

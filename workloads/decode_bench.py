@@ -31,13 +31,12 @@ from workloads.engine.oracle_draft import OracleDraft
 from workloads.engine.steps import Steps
 from workloads.engine.tree_decode import (
     BatchResult,
-    Draft,
     ShapePolicy,
     TreeShape,
     generate,
     reserve,
 )
-from workloads.models.draft import DraftArch, DraftModel, check_trained_target
+from workloads.models.draft import Draft, DraftArch, DraftModel, check_trained_target
 from workloads.models.target import (
     Target,
     embedding_scale,

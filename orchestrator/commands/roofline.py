@@ -209,7 +209,8 @@ def _print_fits(rows: list[dict[str, Any]]) -> tuple[Any, Any]:
     """The Eq. 4 form over k_opt(b) and Thm 1.3 over the peak tokens/s, printed; both fits."""
     import pandas as pd
 
-    from analysis.throughput import fit_eq4, fit_peak_throughput
+    from analysis.eq4 import fit_eq4
+    from analysis.throughput import fit_peak_throughput
 
     f4 = fit_eq4([r["batch_size"] for r in rows], [r["k_opt"] for r in rows])
     if f4.ok:

@@ -103,7 +103,7 @@ def write_k_law(
 ) -> Path:
     """``folder/k_law.json``: Eq. 4 fitted to the planned k at the ladder's batch sizes
     (written even when it does not fit; readers then refuse it, quoting the status)."""
-    from analysis.throughput import fit_eq4
+    from analysis.eq4 import fit_eq4
     from workloads.engine.k_law import write_sweep_k_law
 
     eq4 = fit_eq4([float(b) for b in ladder], [float(k) for k in ks])

@@ -26,15 +26,14 @@ from typing import Any
 import pandas as pd
 
 from analysis.break_even import Crossing, batch_crossing
+from analysis.eq4 import KOptFit, fit_k_opt
 from analysis.laws import LogLinearFit
 from analysis.numbers import fmt
 from analysis.throughput import (
     METRICS,
-    KOptFit,
     RooflineData,
     best_per_batch,
     compare_k_opt,
-    fit_k_opt,
     fit_peak_throughput,
     split_conditions,
 )

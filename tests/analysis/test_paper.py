@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.eq4 import PAPER_K_OPT, _eq4, fit_eq4
 from analysis.laws import fit_log_linear
 from analysis.paper import PAPER_CONSTANTS, compare_with_paper, reference, table4_ratios
-from analysis.throughput import PAPER_K_OPT, _eq4, fit_eq4
 
 
 def test_reference_file_holds_the_published_numbers() -> None:

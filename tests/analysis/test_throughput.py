@@ -10,16 +10,14 @@ import pandas as pd
 import pytest
 from scipy import optimize
 
+from analysis.eq4 import PAPER_K_OPT, fit_eq4, fit_k_opt
 from analysis.paper import PAPER_CONSTANTS
 from analysis.throughput import (
     BEST_COLUMNS,
-    PAPER_K_OPT,
     RooflineData,
     best_per_batch,
     compare_k_opt,
     decode_table,
-    fit_eq4,
-    fit_k_opt,
     fit_peak_throughput,
     throughput_surface,
 )

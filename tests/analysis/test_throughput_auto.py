@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.eq4 import fit_k_opt
 from analysis.throughput import (
     AUTO_COLUMNS,
     auto_vs_best,
     best_per_batch,
     decode_table,
-    fit_k_opt,
     fit_peak_throughput,
     throughput_surface,
 )

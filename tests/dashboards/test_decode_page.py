@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.eq4 import fit_k_opt
 from analysis.throughput import (
     RooflineData,
     best_per_batch,
-    fit_k_opt,
     fit_peak_throughput,
 )
 from dashboards.decode_page import TITLES, write_decode_dashboard

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.throughput import best_per_batch, fit_k_opt, fit_peak_throughput
+from analysis.eq4 import fit_k_opt
+from analysis.throughput import best_per_batch, fit_peak_throughput
 from dashboards.decode_page import AUTO_TITLE, TITLES, write_decode_dashboard
 from tests.dashboards.test_decode_page import BATCHES, _roofline, _trials
 

@@ -202,7 +202,8 @@ ESCAPED_DESCRIPTION = f"<p class='description'>tokens &amp; layers {ESCAPED_SCRI
 
 
 def _description_page(kind: str, tmp_path: Path) -> str:
-    from analysis.throughput import best_per_batch, fit_k_opt, fit_peak_throughput
+    from analysis.eq4 import fit_k_opt
+    from analysis.throughput import best_per_batch, fit_peak_throughput
     from dashboards.decode_page import write_decode_dashboard
     from dashboards.table_page import write_table_dashboard
 

@@ -190,8 +190,12 @@ def make_k_law(
     if k_max < decode.k_max:
         log.info(
             "num_draft_tokens auto: k capped at %d, the nodes of a tree of depth %d and topk %d "
-            "(decode.k_max %d)", k_max, decode.depth, decode.topk, decode.k_max,
-        )  # fmt: skip
+            "(decode.k_max %d)",
+            k_max,
+            decode.depth,
+            decode.topk,
+            decode.k_max,
+        )
     if decode.k_law == "roofline":
         hw = resolve_hardware(decode.hardware, device=device, dtype=dtype, cache_dir=cache_dir)
         return roofline_k_law(shape_of(model_config), hw, context_len=context_len, k_max=k_max)
@@ -399,7 +403,7 @@ def write_sweep_k_law(
     """Write ``<folder>/k_law.json`` for ``k_law: sweep:<sweep>`` trials and return its path.
 
     ``folder`` is the sweep's folder under the run root; ``eq4`` is the sweep's Eq. 4 fit as
-    plain data (``analysis.throughput.Eq4Fit.to_dict()``: status, A, B, C, x, y, r2, ...),
+    plain data (``analysis.eq4.Eq4Fit.to_dict()``: status, A, B, C, x, y, r2, ...),
     written even when its status is not ok (readers then refuse it, quoting the status);
     ``target`` names the model the sweep decoded; a ``condition`` key in ``eq4`` (e.g.
     ``"temperature=0"``) says which of a sweep's conditions was fitted. Raises ``OSError`` when

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from workloads.models.draft import Draft
 from workloads.models.fusion import body_features, last_layer
 from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache, additive_mask, layer_masks
 from workloads.models.target import input_device
@@ -109,8 +110,7 @@ class Steps:
 
     Args:
         target: the target causal LM.
-        draft: the draft (``__call__``, ``logits``, ``draft_to_target``; optional
-            ``top_candidates(hidden, k)`` and ``capturable``); None for the autoregressive loop
+        draft: the draft (:class:`~workloads.models.draft.Draft`); None for the autoregressive loop
             (``verify`` only). Replace it with :meth:`set_draft`.
         mode: ``none`` | ``compile`` | ``graphs`` (module doc).
         backend: the ``torch.compile`` backend (``eager`` in tests: counts graphs, no codegen).
@@ -124,7 +124,7 @@ class Steps:
     def __init__(
         self,
         target: PreTrainedModel,
-        draft: Any | None,
+        draft: Draft | None,
         mode: str = "none",
         *,
         backend: str | Callable[..., Any] = "inductor",
@@ -147,9 +147,15 @@ class Steps:
         """target layers the draft fuses (its ``arch.fusion_layers``), read by the verify step"""
 
         def verify(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any) -> Any:
-            h = body_features(target.model, self.fusion_layers, input_ids=ids, position_ids=pos,
-                              attention_mask=layer_masks(target.config, mask, pos),
-                              use_cache=True, **{CACHE_KW: cache})  # fmt: skip
+            h = body_features(
+                target.model,
+                self.fusion_layers,
+                input_ids=ids,
+                position_ids=pos,
+                attention_mask=layer_masks(target.config, mask, pos),
+                use_cache=True,
+                **{CACHE_KW: cache},
+            )
             return h, target.lm_head(last_layer(h, len(self.fusion_layers)))
 
         self._verify_eager: Step = verify
@@ -183,7 +189,7 @@ class Steps:
 
         return counted
 
-    def set_draft(self, draft: Any | None) -> None:
+    def set_draft(self, draft: Draft | None) -> None:
         """Use ``draft`` from now on (a per-batch oracle); its steps are compiled or captured
         again only if it is another capturable draft."""
         if getattr(self, "_draft_obj", None) is draft and draft is not None:
@@ -199,8 +205,9 @@ class Steps:
         self._top: Step = getattr(draft, "top_candidates", None) or self._top_of_logits
         draft_fwd: Step = _no_draft if draft is None else draft
 
-        def draft_step(h: torch.Tensor, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
-                       cache: Any) -> Any:  # fmt: skip
+        def draft_step(
+            h: torch.Tensor, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: Any
+        ) -> Any:
             return draft_fwd(h, x, pos, attention_mask=mask, cache=cache)
 
         self.draft_eager: Step = draft_step  # the prompt phase: its lengths vary by batch
@@ -452,8 +459,10 @@ class Graphed:
                 self.stats.fallbacks[f"{self.name} {key[:-2]}"] = reason
                 log.warning(
                     "CUDA graph capture of the %s step failed for shapes %s; it runs eagerly: %s",
-                    self.name, key[:-2], reason,
-                )  # fmt: skip
+                    self.name,
+                    key[:-2],
+                    reason,
+                )
                 return self.fn(*tensors, cache)
             self.stats.captures += 1
         graph, static, out = self.graphs[key]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import torch
 from transformers import PreTrainedModel
@@ -41,36 +41,13 @@ from workloads.engine.batch import (
     row_bucket,
     rows_to_keep,
 )
+from workloads.engine.draft_side import draft_prefill, draft_tree
 from workloads.engine.steps import StepPlan, Steps
 from workloads.engine.tree import DraftTree, accept_greedy, accept_sampling, max_nodes
+from workloads.models.draft import Draft
 from workloads.models.kv_cache import RaggedStaticCache, additive_mask
 
 Compile = Literal["none", "graphs", "compile"]
-
-
-class Draft(Protocol):
-    """What the engine needs from a draft (:class:`~workloads.models.draft.DraftModel`).
-
-    Its layers take the engine's :class:`~workloads.models.kv_cache.RaggedStaticCache` as ``cache``
-    (they call its ``update`` only) and an additive mask [B, 1, T, W]. Optional:
-    ``top_candidates(hidden, k)`` (the k best children without a full-vocabulary pass, see
-    :meth:`workloads.engine.steps.Steps.top_candidates`) and ``capturable = False`` (a step not
-    worth compiling or capturing: the oracle's table lookup).
-    """
-
-    draft_to_target: torch.Tensor
-
-    def __call__(
-        self,
-        hidden: torch.Tensor,
-        next_ids: torch.Tensor,
-        position_ids: torch.Tensor,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        cache: RaggedStaticCache | None = None,
-    ) -> torch.Tensor: ...
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,14 +198,8 @@ def generate(
     res = BatchResult(tokens=[[] for _ in prompts], accept_lengths=[[] for _ in prompts])
     top_k = max(k for _, _, k in plan.buckets)
     t0 = timer.now()
-    m, root, h_in, top = _prompt_phase(
-        target, steps, prompts, (tcache, dcache), top_k, res, temperature, generator
-    )
+    st = _prompt_phase(target, steps, prompts, (tcache, dcache), top_k, res, temperature, generator)
     res.prefill_s = timer.now() - t0
-    st = RowState(
-        prompt=list(range(len(prompts))), m=m, root=root, h_in=h_in, top=top,
-        pend_host=[len(p) for p in prompts],
-    )  # fmt: skip
     st.live = [not finished(res.tokens[r], eos_ids, max_new_tokens) for r in st.prompt]
     go, go_host = torch.ones(len(prompts), dtype=torch.bool, device=dev), [True] * len(prompts)
     while any(st.live):
@@ -237,11 +208,10 @@ def generate(
         sh = shape_at(len(st.prompt))
         if st.pending is not None:  # 1. the draft reads the pairs the last cycle accepted
             ta = timer.mark()
-            pend_h, pend_x, pend_n = st.pending
-            st.h_in, st.top = _draft_prefill(steps, dcache, pend_h, pend_x, pend_n, st.m,
-                                             st.pend_host, top_k)  # fmt: skip
+            st.h_in, st.top = draft_prefill(steps, dcache, *st.pending, st.m, st.pend_host, top_k)
             timer.add("draft", ta)
-        tree = _draft_tree(steps, dcache, st.root, st.m, st.h_in, st.top, sh, timer)  # 2.
+        # 2. expansion: depth levels of topk children per frontier node
+        tree = draft_tree(steps, dcache, st.root, st.m, st.h_in, st.top, sh.depth, sh.topk, timer)
         sel = tree.best(sh.num_draft_tokens)  # 3. rerank
         toks, depths, anc = tree.selected(sel)
         n = toks.shape[1]
@@ -307,14 +277,15 @@ def _prompt_phase(
     res: BatchResult,
     temperature: float,
     generator: torch.Generator | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+) -> RowState:
     """The prompts through the target (its KV cache) and the draft (step 1 over every prompt
     pair, eager); each row's first token, picked from the target's logits, appended to ``res``.
 
     Returns:
-        m [B], each row's prompt length: the position of its root, the first new token;
-        root [B], that token; h_in [B, 1, h] and the root's ``top_k`` best children, as
-        :func:`_draft_prefill` gives them.
+        The rows' first state: m [B], each row's prompt length (the position of its root, the
+        first new token); root [B], that token; h_in [B, 1, h] and the root's ``top_k`` best
+        children, as :func:`~workloads.engine.draft_side.draft_prefill` gives them; every
+        prompt's tokens pending on the host.
     """
     tcache, dcache = caches
     h_blh, logits, m = prefill(target, prompts, tcache, layers=steps.fusion_layers)
@@ -325,10 +296,12 @@ def _prompt_phase(
         1, (m - 1)[:, None], root[:, None]
     )
     lengths = [len(p) for p in prompts]
-    h_in, top = _draft_prefill(steps, dcache, h_blh.to(dev), pend_x, m, m, lengths, top_k, True)
+    h_in, top = draft_prefill(steps, dcache, h_blh.to(dev), pend_x, m, m, lengths, top_k, True)
     for r, tok in enumerate(root.tolist()):
         res.tokens[r].append(tok)
-    return m, root, h_in, top
+    return RowState(
+        prompt=list(range(len(prompts))), m=m, root=root, h_in=h_in, top=top, pend_host=lengths
+    )
 
 
 @dataclass
@@ -523,94 +496,6 @@ def _plan(shape_at: ShapePolicy, b0: int, fixed: bool) -> StepPlan:
         s = shape_at(b)
         buckets.append((b, min(s.num_draft_tokens, max_nodes(s.depth, s.topk)), s.topk))
     return StepPlan(buckets=tuple(buckets), pending=max(shape_at(b).depth for b in sizes) + 1)
-
-
-def _draft_prefill(
-    steps: Steps,
-    dcache: RaggedStaticCache,
-    pend_h: torch.Tensor,
-    pend_x: torch.Tensor,
-    pend_n: torch.Tensor,
-    m: torch.Tensor,
-    pend_host: list[int],
-    top_k: int,
-    eager: bool = False,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Step 1 of a cycle: the draft reads the pairs it has not seen and predicts the root's child.
-    ``eager``: not compiled or captured (the prompt phase, whose lengths vary).
-
-    Args:
-        pend_h, pend_x, pend_n: [B, P, h] target hidden states at positions m - pend_n .. m - 1,
-            [B, P] the token after each, [B] how many of the P are real (padded, masked; 0 for
-            a frozen row); ``pend_host`` the same counts on the host.
-        m: [B] position of each row's root (its last committed token).
-        top_k: candidates to keep for the root's child.
-
-    Returns:
-        h_in [B, 1, h], the draft's hidden state at the root, and its ``top_k`` best children:
-        log-probabilities [B, 1, top_k] and draft-vocabulary ids [B, 1, top_k].
-    """
-    b, p = pend_x.shape
-    dev = pend_x.device
-    j = torch.arange(p, device=dev)
-    key_ok = j[None] < pend_n[:, None]
-    causal = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
-    dcache.stage(p)
-    mask = additive_mask(dcache.allowed(causal[None] & key_ok[:, None]), pend_h.dtype)
-    step = steps.draft_eager if eager else steps.draft
-    out = step(pend_h, pend_x, (m - pend_n)[:, None] + j, mask, dcache)
-    dcache.commit(None, pend_n, pend_host)
-    last = (pend_n - 1).clamp_min(0)[:, None, None].expand(b, 1, out.shape[2])
-    h_in = out.gather(1, last)
-    return h_in, steps.top_candidates(h_in, top_k)
-
-
-def _draft_tree(
-    steps: Steps,
-    dcache: RaggedStaticCache,
-    root: torch.Tensor,
-    m: torch.Tensor,
-    h_in: torch.Tensor,
-    top: tuple[torch.Tensor, torch.Tensor],
-    shape: TreeShape,
-    timer: Timer,
-) -> DraftTree:
-    """Step 2 of a cycle: the tree expansion from the root's best children ``top``.
-
-    Args:
-        root: [B] the last committed token of each row, at position ``m`` [B].
-        h_in, top: [B, 1, h] and the root's children from :func:`_draft_prefill`.
-
-    Returns:
-        The trees (draft forwards timed under ``draft``). The draft's cache is as before (the
-        tree's slots are staged, then discarded).
-    """
-    b, topk, dt = root.shape[0], shape.topk, h_in.dtype
-    tree = DraftTree(root, shape.depth, topk)
-    d2t = steps.draft_to_target
-    lp, ix = top[0][..., :topk], top[1][..., :topk]
-    frontier = tree.add_children(torch.zeros_like(m)[:, None], lp, d2t[ix])
-    h_in = h_in.expand(b, topk, -1).contiguous()  # the strides prepared steps were made for
-    slot_nodes = frontier[:, :0]
-    for _ in range(shape.depth - 1):
-        slot_nodes = torch.cat([slot_nodes, frontier], 1)
-        n_all = tree.anc.shape[2]
-        seen = tree.anc.gather(1, frontier[:, :, None].expand(b, topk, n_all))
-        seen = seen.gather(2, slot_nodes[:, None, :].expand(b, topk, slot_nodes.shape[1]))
-        dcache.stage(topk)
-        mask = additive_mask(dcache.allowed(seen), dt)
-        pos = (m + tree.level - 1)[:, None].expand(b, topk).contiguous()  # depth: a host int
-        t = timer.mark()
-        f_h = steps.draft(h_in, tree.tokens.gather(1, frontier), pos, mask, dcache)
-        lp, ix = steps.top_candidates(f_h, topk)
-        timer.add("draft", t)
-        lo = tree.size
-        tree.add_children(frontier, lp, d2t[ix])
-        best = tree.scores[:, lo : tree.size].topk(topk, dim=1).indices
-        frontier = lo + best
-        h_in = f_h.gather(1, (best // topk)[:, :, None].expand(b, topk, f_h.shape[2]))
-    dcache.discard()
-    return tree
 
 
 def speculative_generate(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -40,7 +40,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
-from workloads.models.kv_cache import CACHE_KW
+from workloads.models.kv_cache import CACHE_KW, RaggedStaticCache
 
 TRAINED_WITH = "trained_with.json"
 """file of a draft folder holding the draft_train trial config it was trained with (its
@@ -185,6 +185,34 @@ class DraftArch:
         return cfg
 
 
+class Draft(Protocol):
+    """What the engine needs from a draft: :class:`DraftModel`, the engine's
+    :class:`~workloads.engine.oracle_draft.OracleDraft`, the tests' stubs.
+
+    Calling it predicts the next target hidden states (:meth:`DraftModel.forward` states the
+    shapes); its layers take the engine's :class:`~workloads.models.kv_cache.RaggedStaticCache`
+    (they call its ``update`` only) or a ``DynamicCache`` as ``cache``, and an additive mask
+    [B, 1, T, S]. Optional: ``top_candidates(hidden, k)`` (the k best children without a
+    full-vocabulary pass, see :meth:`workloads.engine.steps.Steps.top_candidates`) and
+    ``capturable = False`` (a step not worth compiling or capturing: the oracle's table lookup).
+    """
+
+    draft_to_target: torch.Tensor
+    """[N] target id of each draft id"""
+
+    def __call__(
+        self,
+        hidden: torch.Tensor,
+        next_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        cache: RaggedStaticCache | DynamicCache | None = None,
+    ) -> torch.Tensor: ...
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+
 class DraftModel(nn.Module):
     """EAGLE/Scylla draft: [fuse(n*h->h)] -> FC(2h->h) -> D decoder layers -> RMSNorm -> frozen
     (truncated) LM head.
@@ -301,9 +329,9 @@ class DraftModel(nn.Module):
         position_ids: torch.Tensor,
         *,
         attention_mask: torch.Tensor | None = None,
-        cache: DynamicCache | None = None,
+        cache: RaggedStaticCache | DynamicCache | None = None,
     ) -> torch.Tensor:
-        """Predict the next target hidden states.
+        """Predict the next target hidden states (the :class:`Draft` call).
 
         Args:
             hidden: [B, T, F] target features (:attr:`DraftArch.feature_width`; fused first

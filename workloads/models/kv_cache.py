@@ -148,9 +148,13 @@ class RaggedStaticCache:
         return out.scatter_(2, idx.expand(b, n, q), staged_bnq)
 
     def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *_: Any,
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *_: Any,
         **__: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this forward's [B, H, n, d] keys and values in place; return [B, H, W, d] views."""
         if layer_idx not in self.keys:
             size = (self.max_rows, key_states.shape[1], self.capacity, key_states.shape[3])

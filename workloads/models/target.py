@@ -297,13 +297,17 @@ def random_config(name: str) -> PretrainedConfig:
         from transformers import Gemma3TextConfig
 
         return Gemma3TextConfig(
-            hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-            num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-            head_dim=shape.head_dim, intermediate_size=shape.mlp_inner, vocab_size=shape.vocab,
+            hidden_size=shape.hidden,
+            num_hidden_layers=shape.layers,
+            num_attention_heads=shape.heads,
+            num_key_value_heads=shape.kv_heads,
+            head_dim=shape.head_dim,
+            intermediate_size=shape.mlp_inner,
+            vocab_size=shape.vocab,
             rms_norm_eps=official.rms_norm_eps,
             max_position_embeddings=official.max_position_embeddings,
             sliding_window=512,  # google/gemma-3-270m's config.json; the class default is 4096
-        )  # fmt: skip
+        )
     kind = LlamaConfig if official.family == "llama" else Qwen2Config
     # head_dim = hidden / heads for the other builtin shapes: both configs derive it so
     return kind(

@@ -3,8 +3,8 @@
 Model shapes, hardware profiles, FLOPs/bytes of one decoding step (target verification + draft
 decoding + draft prefill), arithmetic intensity I(b, k), I_crit, the optimal k(b), theoretical
 throughput. Pure functions; torch is imported only by the local-CPU micro-benchmark. The fits of
-the paper's Eq. 4 and Thm 1.3 forms live in :mod:`analysis.throughput` (``fit_eq4``,
-``fit_peak_throughput``).
+the paper's Eq. 4 and Thm 1.3 forms live in :mod:`analysis.eq4` (``fit_eq4``) and
+:mod:`analysis.throughput` (``fit_peak_throughput``).
 """
 
 from workloads.roofline.costs import (

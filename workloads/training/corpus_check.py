@@ -296,9 +296,13 @@ def _exact_size(
         return size.tokens
     with _Staging(cache_dir, keep=not dry_run) as stage:
         size = corpus_tokens(
-            p.corpus, tokenizer, tokenizer_fp=fp, cache_dir=stage.root, need=need,
+            p.corpus,
+            tokenizer,
+            tokenizer_fp=fp,
+            cache_dir=stage.root,
+            need=need,
             progress=lambda msg: log.info("corpus check: %s", msg),
-        )  # fmt: skip
+        )
         _refuse_short(cfg, size.tokens, need)
         stage.adopt()
     return size.tokens

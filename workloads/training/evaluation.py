@@ -255,10 +255,14 @@ def prompt_ids(
         for i, prompt in enumerate(set_ids):
             if limit is not None:
                 check_prompt_room(
-                    len(prompt), where=f"eval.prompt_sets {ps.name!r} prompt {i + 1}",
-                    max_new_tokens=max_new_tokens, depth=depth, max_positions=limit,
-                    field="eval.max_new_tokens", target=target_name,
-                )  # fmt: skip
+                    len(prompt),
+                    where=f"eval.prompt_sets {ps.name!r} prompt {i + 1}",
+                    max_new_tokens=max_new_tokens,
+                    depth=depth,
+                    max_positions=limit,
+                    field="eval.max_new_tokens",
+                    target=target_name,
+                )
     return ids
 
 
@@ -290,9 +294,13 @@ def evaluate(
     res = EvalResult(dtype=str(target.dtype).removeprefix("torch."), tf32=target_uses_tf32(target))
     draft.eval()
     ids = prompt_ids(
-        target, tokenizer, prompt_sets, max_new_tokens=max_new_tokens, depth=shape.depth,
+        target,
+        tokenizer,
+        prompt_sets,
+        max_new_tokens=max_new_tokens,
+        depth=shape.depth,
         target_name=target_name,
-    )  # fmt: skip
+    )
     for ps, set_ids in zip(prompt_sets, ids, strict=True):
         for i, prompt in enumerate(set_ids):
             ref, ref_s = greedy_reference(

@@ -38,22 +38,23 @@ Concurrency: each chunk is built under its own file lock and written atomically 
 then rename). A trial first builds whatever chunks nobody else is building (non-blocking lock),
 then waits for the rest, so two trials asking at once split the work instead of duplicating it.
 
+The chunk files, checksums, manifest and journal are read and written by
+:mod:`workloads.training._feature_files`.
+
 Shape legend: R rows, L sequence length, h hidden size, b rows asked for.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import mmap
 import os
-import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,7 +62,19 @@ from filelock import FileLock, Timeout
 from safetensors.torch import save
 
 from workloads.data.packing import PackedRows, RowSource
-from workloads.files import atomic_json, atomic_write
+from workloads.files import atomic_write
+from workloads.training._feature_files import (
+    FileId,
+    check_chunk,
+    check_manifest,
+    chunk_name,
+    file_id,
+    fold_journal,
+    journal,
+    read_header,
+    recorded_sha256s,
+    sha256_of,
+)
 from workloads.training.features import target_hidden
 
 log = logging.getLogger(__name__)
@@ -138,14 +151,14 @@ def ensure_features(
             f"rows of length {seq_len} for a manifest of seq_len {manifest['seq_len']}"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    _check_manifest(folder, {**manifest, "rows_per_chunk": rows_per_chunk})
+    check_manifest(folder, {**manifest, "rows_per_chunk": rows_per_chunk})
     n_chunks = -(-n_rows // rows_per_chunk)
     chunks = _ChunkBuilder(folder, rows, rows_per_chunk, target_model, batch, layers)
     chunks.build_missing(n_chunks)
     chunks.check_the_rest(n_rows, n_chunks)
     stats = chunks.stats
     stats.hits = n_chunks - stats.misses
-    _fold_journal(folder)
+    fold_journal(folder)
     feats = CachedFeatures(folder, n_rows=n_rows, rows_per_chunk=rows_per_chunk, seq_len=seq_len)
     feats._checked.update(chunks.checked)
     return feats, stats
@@ -173,13 +186,13 @@ class _ChunkBuilder:
         self.target_model, self.batch, self.layers = target_model, batch, layers
         self.seq_len = int(rows.seq_len)
         self.stats = CacheStats()
-        self.checked: dict[int, _FileId] = {}
+        self.checked: dict[int, FileId] = {}
         """chunk -> the file checked (or written) by this call"""
 
     def build_missing(self, n_chunks: int) -> None:
         """Build the chunks ``[0, n_chunks)`` that have no file: first those nobody else is
         building (non-blocking lock), then, waiting for each lock, those left."""
-        path = [self.folder / _chunk_name(c) for c in range(n_chunks)]
+        path = [self.folder / chunk_name(c) for c in range(n_chunks)]
         for blocking in (False, True):
             for c in range(n_chunks):
                 if path[c].exists():
@@ -195,20 +208,20 @@ class _ChunkBuilder:
         """Check each chunk of ``[0, n_chunks)`` this call did not build against its recorded
         checksum (the first ``n_rows`` rows must be there); settle one that fails under its lock:
         trusted on first use, or rebuilt."""
-        recorded = _recorded_sha256s(self.folder)  # read once: per chunk it would cost chunks^2
+        recorded = recorded_sha256s(self.folder)  # read once: per chunk it would cost chunks^2
         rows_per_chunk = self.rows_per_chunk
         for c in range(n_chunks):
             if c in self.checked:
                 continue
-            path = self.folder / _chunk_name(c)
+            path = self.folder / chunk_name(c)
             lo, need = c * rows_per_chunk, min(rows_per_chunk, n_rows - c * rows_per_chunk)
-            status, fid = _check_chunk(self.folder, path, lo, need, recorded.get(path.name))
+            status, fid = check_chunk(self.folder, path, lo, need, recorded.get(path.name))
             if (
                 status != "ok"
             ):  # no checksum yet, corrupt or short: settle it under the chunk's lock
                 with FileLock(str(path) + ".lock"):
-                    want = _recorded_sha256s(self.folder).get(path.name)  # may be newer now
-                    status, fid = _check_chunk(
+                    want = recorded_sha256s(self.folder).get(path.name)  # may be newer now
+                    status, fid = check_chunk(
                         self.folder, path, lo, need, want, first_use=True, warn=True
                     )
                     if status != "ok":  # (and nobody rebuilt it meanwhile): rebuild it
@@ -220,14 +233,15 @@ class _ChunkBuilder:
 
     def build(self, c: int) -> None:
         """Build chunk c from its own rows, write it atomically, journal its checksum."""
-        stats, seq_len, path = self.stats, self.seq_len, self.folder / _chunk_name(c)
+        stats, seq_len, path = self.stats, self.seq_len, self.folder / chunk_name(c)
         t0 = time.perf_counter()
         lo = c * self.rows_per_chunk
         hi = min(lo + self.rows_per_chunk, self.rows.rows)
         part = self.rows.packed(torch.arange(lo, hi))
         stats.rows_packed += hi - lo
-        hidden = target_hidden(self.target_model, part.input_ids, part.position_ids, self.batch,
-                               layers=self.layers)  # fmt: skip
+        hidden = target_hidden(
+            self.target_model, part.input_ids, part.position_ids, self.batch, layers=self.layers
+        )
         stats.target_rows += hi - lo
         raw = save(
             {
@@ -238,8 +252,8 @@ class _ChunkBuilder:
             }
         )
         atomic_write(path, raw)
-        self.checked[c] = _file_id(os.stat(path))
-        _journal(self.folder, path.name, lo, hi, seq_len, hashlib.sha256(raw).hexdigest())
+        self.checked[c] = file_id(os.stat(path))
+        journal(self.folder, path.name, lo, hi, seq_len, hashlib.sha256(raw).hexdigest())
         stats.misses += 1
         stats.build_s += time.perf_counter() - t0
         log.info(
@@ -282,7 +296,7 @@ class CachedFeatures:
 
     def _reset(self) -> None:
         self._maps: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
-        self._checked: dict[int, _FileId] = {}
+        self._checked: dict[int, FileId] = {}
         self._sha256: dict[str, str] | None = None
         self._opened: list[int] = []
 
@@ -365,19 +379,19 @@ class CachedFeatures:
         if c in self._maps:
             self._maps.move_to_end(c)
             return self._maps[c]
-        path = self.folder / _chunk_name(c)
+        path = self.folder / chunk_name(c)
         with open(path, "rb") as f:
-            fid = _file_id(os.fstat(f.fileno()))
+            fid = file_id(os.fstat(f.fileno()))
             if self._checked.get(c) != fid:
                 want = self._recorded(path.name)
-                got = _sha256_of(f) if want is not None else None
+                got = sha256_of(f) if want is not None else None
                 if got != want:
                     raise RuntimeError(
                         f"{path} is corrupt (sha256 {str(got)[:12]}..., the manifest records "
                         f"{str(want)[:12]}...); run the trial again to rebuild it"
                     )
                 self._checked[c] = fid
-            header = _read_header(f, fid[2])
+            header = read_header(f, fid[2])
             need = min(self.rows_per_chunk, self.n_rows - c * self.rows_per_chunk)
             if header is None or header["input_ids"][1][0] < need:
                 raise RuntimeError(f"{path} is not a chunk of {need} rows; run the trial again")
@@ -394,264 +408,5 @@ class CachedFeatures:
 
     def _recorded(self, name: str) -> str | None:
         if self._sha256 is None or name not in self._sha256:
-            self._sha256 = _recorded_sha256s(self.folder)
+            self._sha256 = recorded_sha256s(self.folder)
         return self._sha256.get(name)
-
-
-# --- chunk files -------------------------------------------------------------------------------
-
-_FileId = tuple[int, int, int, int]
-"""(device, inode, size, modification ns) of a chunk file: the file that was checked"""
-
-_DTYPES: dict[str, type[np.generic]] = {
-    "I32": np.int32,
-    "I64": np.int64,
-    "U8": np.uint8,
-    "BOOL": np.bool_,
-    "F16": np.float16,
-    "F32": np.float32,
-}
-_KEYS = ("input_ids", "loss_mask", "hidden")
-"""tensors every chunk has (``position_ids`` too, since packing is recorded)"""
-
-
-def _chunk_name(c: int) -> str:
-    return f"chunk-{c:05d}.safetensors"
-
-
-def _file_id(st: os.stat_result) -> _FileId:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _sha256_of(f: IO[bytes]) -> str:
-    """SHA-256 of an open file's bytes, read in 1 MiB blocks."""
-    f.seek(0)
-    h = hashlib.sha256()
-    while block := f.read(1 << 20):
-        h.update(block)
-    return h.hexdigest()
-
-
-def _read_header(
-    f: IO[bytes], size: int
-) -> dict[str, tuple[type[np.generic], tuple[int, ...], int]] | None:
-    """A chunk file's tensors as ``name -> (dtype, shape, byte offset)``, or None when the file
-    is not a chunk (not safetensors, a tensor outside the file, a required tensor missing).
-
-    The safetensors layout: 8 bytes little-endian header length N, N bytes of JSON
-    ``{name: {dtype, shape, data_offsets: [begin, end]}}``, offsets relative to byte 8 + N."""
-    try:
-        f.seek(0)
-        (n,) = struct.unpack("<Q", f.read(8))
-        if n > min(size - 8, 1 << 24):
-            return None
-        header = json.loads(f.read(n))
-        out = {}
-        for name, spec in header.items():
-            if name == "__metadata__":
-                continue
-            dtype, shape = _DTYPES[spec["dtype"]], tuple(int(s) for s in spec["shape"])
-            begin, end = (int(o) for o in spec["data_offsets"])
-            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-            if end - begin != nbytes or begin < 0 or 8 + n + end > size:
-                return None
-            out[name] = (dtype, shape, 8 + n + begin)
-    except (struct.error, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if set(_KEYS) - out.keys() or len(out["input_ids"][1]) != 2:
-        return None
-    return out
-
-
-def _check_chunk(
-    folder: Path,
-    path: Path,
-    lo: int,
-    need: int,
-    want: str | None,
-    *,
-    first_use: bool = False,
-    warn: bool = False,
-) -> tuple[Literal["ok", "missing", "unrecorded", "corrupt", "short"], _FileId | None]:
-    """Whether chunk ``path`` (first row ``lo``) matches its recorded checksum ``want``, parses
-    and holds at least ``need`` rows, with the identity of the file checked (a streaming hash).
-
-    ``unrecorded``: no checksum recorded, unless ``first_use``: then the chunk predates
-    checksums and is trusted if it parses, and its checksum is recorded. Call with
-    ``first_use`` only while holding the chunk's lock (its builder records the checksum under
-    that lock). ``warn``: log why a chunk is corrupt.
-    """
-    if want is None and not first_use:
-        return "unrecorded", None
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return "missing", None
-    with f:
-        fid = _file_id(os.fstat(f.fileno()))
-        got = _sha256_of(f)
-        header = _read_header(f, fid[2])
-    if want is None:
-        if header is None:
-            if warn:
-                log.warning("features: %s cannot be read as a chunk; rebuilding it", path)
-            return "corrupt", None
-        rows = header["input_ids"][1][0]
-        seq_len = header["input_ids"][1][1]
-        _journal(folder, path.name, lo, lo + rows, seq_len, got)
-    elif got != want or header is None:
-        if warn:
-            log.warning(
-                "features: %s is corrupt (sha256 %s..., the manifest records %s...); rebuilding it",
-                path,
-                got[:12],
-                want[:12],
-            )
-        return "corrupt", None
-    if header["input_ids"][1][0] < need:
-        if warn:
-            log.info("features: %s holds fewer than the %d rows needed; extending it", path, need)
-        return "short", None
-    return "ok", fid
-
-
-# --- manifest ----------------------------------------------------------------------------------
-
-
-def _recorded_sha256s(folder: Path) -> dict[str, str]:
-    """Checksums recorded by chunk file name: the manifest's, then the journal's (newer)."""
-    with FileLock(str(folder / "manifest.json") + ".lock"):
-        data = json.loads((folder / "manifest.json").read_text())
-        entries = _journal_entries(folder)
-    chunks: dict[str, Any] = data.get("chunks", {}) | entries
-    return {
-        name: e["sha256"] for name, e in chunks.items() if isinstance(e, dict) and "sha256" in e
-    }
-
-
-def _journal(folder: Path, name: str, lo: int, hi: int, seq_len: int, sha256: str) -> None:
-    """Record one chunk (rows ``[lo, hi)``, its checksum): one line appended to the journal."""
-    entry = {"name": name, "rows": [lo, hi], "tokens": (hi - lo) * seq_len, "sha256": sha256}
-    lock = FileLock(str(folder / "manifest.json") + ".lock")
-    with lock, open(folder / "manifest.journal", "a") as f:
-        f.write(json.dumps(entry) + "\n")
-
-
-def _journal_entries(folder: Path) -> dict[str, dict[str, Any]]:
-    """The journal's chunk entries by name, later lines winning (caller holds the lock); a torn
-    last line (a crash while appending) is skipped."""
-    path = folder / "manifest.journal"
-    if not path.exists():
-        return {}
-    out = {}
-    for line in path.read_text().splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        name = entry.pop("name")
-        out[name] = entry
-    return out
-
-
-def _fold_journal(folder: Path) -> None:
-    """Move the journal's entries into ``manifest.json`` (one rewrite), dropping entries whose
-    chunk file is gone, and refresh ``token_range``."""
-    path = folder / "manifest.json"
-    with FileLock(str(path) + ".lock"):
-        entries = _journal_entries(folder)
-        if not entries:
-            return
-        data = json.loads(path.read_text())
-        chunks = {
-            name: e
-            for name, e in (data.get("chunks", {}) | entries).items()
-            if (folder / name).exists()
-        }
-        data["chunks"] = dict(sorted(chunks.items()))
-        rows_per_chunk = int(data["identity"]["rows_per_chunk"])
-        data["token_range"] = [0, _contiguous_tokens(chunks, rows_per_chunk)]
-        _write_json(path, data)
-        (folder / "manifest.journal").unlink()
-
-
-def _contiguous_tokens(chunks: dict[str, Any], rows_per_chunk: int) -> int:
-    """Tokens of the chunks from chunk 0 on without a gap (a chunk cut short ends the run)."""
-    tokens, c = 0, 0
-    while (entry := chunks.get(_chunk_name(c))) is not None:
-        tokens += int(entry["tokens"])
-        lo, hi = entry["rows"]
-        if hi - lo < rows_per_chunk:  # short: a later, larger budget extends it
-            break
-        c += 1
-    return tokens
-
-
-def _check_manifest(folder: Path, identity: dict[str, object]) -> None:
-    """Write the manifest of a new folder, or check an existing one's identity.
-
-    A manifest written before identities carried a tokenizer fingerprint (a flat dict) is
-    upgraded in place when everything else matches.
-    """
-    path = folder / "manifest.json"
-    want = json.loads(json.dumps(identity))
-    with FileLock(str(path) + ".lock"):
-        if not path.exists():
-            _write_json(path, {"identity": want, "chunks": {}, "token_range": [0, 0]})
-            return
-        found = json.loads(path.read_text())
-        if "identity" not in found:  # the first format: the identity only, no tokenizer
-            legacy = {k: v for k, v in want.items() if k not in ("tokenizer", "packing")}
-            if found == legacy and want.get("packing", "joined") == "joined":
-                _write_json(path, {"identity": want, "chunks": {}, "token_range": [0, 0]})
-                _list_legacy_chunks(folder, path)
-                return
-            found = {"identity": found}
-        before = found["identity"]
-        if "packing" in want and "packing" not in before:  # built before packing was recorded
-            if before | {"packing": "joined"} == want:
-                found["identity"] = want
-                _write_json(path, found)
-                log.info("features: %s holds joined rows (built before packing was recorded)", path)
-                return
-            if before | {"packing": want["packing"]} == want:
-                raise ValueError(
-                    f"{folder} holds features built before document-isolated packing: their "
-                    f"rows are packed 'joined' and are never mixed with '{want['packing']}' rows. "
-                    "Fix: delete the folder to rebuild it, or set pretrain.packing: joined"
-                )
-        held, asked = found["identity"].get("hidden"), want.get("hidden")
-        if held != asked and found["identity"] | {"hidden": asked} == want:
-            raise ValueError(
-                f"{folder} holds other target features ({held}) than the trial reads ({asked}): "
-                "a cache is never reused for other fusion layers. Fix: delete the folder to "
-                "rebuild it, or features.mode: online (computed in each step, nothing cached)"
-            )
-        if found["identity"] != want:
-            raise ValueError(
-                f"{path} describes other features ({found['identity']}), not {want}; "
-                "delete the folder to rebuild"
-            )
-
-
-def _write_json(path: Path, data: dict[str, object]) -> None:
-    atomic_json(path, data, indent=2, sort_keys=True)
-
-
-def _list_legacy_chunks(folder: Path, path: Path) -> None:
-    """List the chunk files of a first-format folder (which recorded none) in its upgraded
-    manifest, without checksums (trusted on first use); the caller holds the lock. The only
-    place the folder is listed: once, at the upgrade."""
-    data = json.loads(path.read_text())
-    rows_per_chunk = int(data["identity"]["rows_per_chunk"])
-    seq_len = int(data["identity"]["seq_len"])
-    chunks: dict[str, dict[str, object]] = {}
-    for p in sorted(folder.glob("chunk-*.safetensors")):
-        c = int(p.stem.split("-")[1])
-        chunks[p.name] = {
-            "rows": [c * rows_per_chunk, (c + 1) * rows_per_chunk],
-            "tokens": rows_per_chunk * seq_len,
-        }
-    data["chunks"] = chunks
-    data["token_range"] = [0, _contiguous_tokens(chunks, rows_per_chunk)]
-    _write_json(path, data)

@@ -171,16 +171,18 @@ def target_hidden(
         ids, pos = ids_rl[i : i + batch].to(dev), pos_rl[i : i + batch].to(dev)
         if flash:  # varlen: one packed sequence of all rows, boundaries where positions are 0
             b, length = ids.shape
-            flat = body_features(body, layers, input_ids=ids.reshape(1, -1),
-                                 position_ids=pos.reshape(1, -1))  # fmt: skip
+            flat = body_features(
+                body, layers, input_ids=ids.reshape(1, -1), position_ids=pos.reshape(1, -1)
+            )
             hidden = flat.reshape(b, length, -1)
         else:
             allowed = attention_allowed(pos)
             if allowed is not None:  # packed segments: each sees only its own tokens
                 index = torch.arange(pos.shape[1], device=dev).expand_as(pos)
                 allowed = layer_masks(config, allowed, index)
-            hidden = body_features(body, layers, input_ids=ids, position_ids=pos,
-                                   attention_mask=allowed)  # fmt: skip
+            hidden = body_features(
+                body, layers, input_ids=ids, position_ids=pos, attention_mask=allowed
+            )
         hidden = hidden.to(torch.float16)
         outs.append(hidden.cpu() if to_cpu else hidden)
     hidden = torch.cat(outs)

@@ -170,8 +170,9 @@ def position_losses(
         ``reg``, ``cls`` (per-position losses, graph attached), ``agree`` (draft top-1 equals
         the target's, no graph) and ``weight``, each [B, T-2] float.
     """
-    ids_bt, mask_bt, hid, pos_bt, hid_in = _on_device(draft, ids_bt, mask_bt, hid_bth, pos_bt,
-                                                      noise_bth)  # fmt: skip
+    ids_bt, mask_bt, hid, pos_bt, hid_in = _on_device(
+        draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth
+    )
     pos_in = pos_bt[:, :-2]
     allowed = attention_allowed(pos_in)
     mask = None if allowed is None else additive_mask(allowed[:, 0], hid.dtype)
@@ -263,10 +264,14 @@ def unrolled_losses(
         One ``(reg, cls, agree, weight)`` per step, each [B, T-2] float.
     """
     if steps == 1:
-        return [position_losses(draft, ids_bt, mask_bt, hid_bth, pos_bt,
-                                noise_bth=noise_bth, forward=forward)]  # fmt: skip
-    ids_bt, mask_bt, hid, pos_bt, x_in = _on_device(draft, ids_bt, mask_bt, hid_bth, pos_bt,
-                                                     noise_bth)  # fmt: skip
+        return [
+            position_losses(
+                draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward
+            )
+        ]
+    ids_bt, mask_bt, hid, pos_bt, x_in = _on_device(
+        draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth
+    )
     b, n = x_in.shape[:2]
     pos_in = pos_bt[:, :n]
     allowed = attention_allowed(pos_in)
@@ -279,8 +284,7 @@ def unrolled_losses(
     out = []
     for k in range(steps):
         mask = additive_mask(ttt_allowed(base, k), hid.dtype)
-        f_bth = run(x_in, _ahead(ids_bt[:, 1:], k, n), pos_in + k, attention_mask=mask,
-                    cache=cache)  # fmt: skip
+        f_bth = run(x_in, _ahead(ids_bt[:, 1:], k, n), pos_in + k, attention_mask=mask, cache=cache)
         target_h = _ahead(hid[:, 1:], k, n)
         weight = _ahead((mask_bt[:, 2 + k :] & same_segment(pos_bt, 2 + k)).float(), 0, n)
         out.append((*_prediction_losses(draft, f_bth, target_h), weight))
@@ -336,9 +340,12 @@ def vocab_cross_entropy(
     cls, agree = [], []
     for lo in range(0, b * t, per_chunk):
         c, a = checkpoint(
-            _soft_ce, draft, f_ph[lo : lo + per_chunk], target_ph[lo : lo + per_chunk],
+            _soft_ce,
+            draft,
+            f_ph[lo : lo + per_chunk],
+            target_ph[lo : lo + per_chunk],
             use_reentrant=False,
-        )  # fmt: skip
+        )
         cls.append(c)
         agree.append(a)
     return torch.cat(cls).view(b, t), torch.cat(agree).view(b, t)
@@ -371,9 +378,15 @@ def draft_loss(
     dev = training_device(draft)
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         steps = unrolled_losses(
-            draft, ids_bt, mask_bt, hid_bth, pos_bt, noise_bth=noise_bth, forward=forward,
+            draft,
+            ids_bt,
+            mask_bt,
+            hid_bth,
+            pos_bt,
+            noise_bth=noise_bth,
+            forward=forward,
             steps=ttt_steps,
-        )  # fmt: skip
+        )
     _, _, agree_bt, weight = steps[0]
     if denom is None:
         denom = float(weight.sum().clamp_min(1.0))

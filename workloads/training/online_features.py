@@ -110,8 +110,12 @@ class OnlineFeatures:
                 "OnlineFeatures over a target model object cannot be pickled (sent to a "
                 "worker); build it with a TargetSpec"
             )
-        return {"source": self.source, "spec": self.spec, "batch": self.batch,
-                "layers": self.layers}  # fmt: skip
+        return {
+            "source": self.source,
+            "spec": self.spec,
+            "batch": self.batch,
+            "layers": self.layers,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -183,14 +183,25 @@ def _pretrain_rows(
 
         fp = tokenizer_id(target)
         rows = corpus_rows(
-            p.corpus, target.tokenizer, tokenizer_fp=fp, cache_dir=cache_dir,
-            seq_len=p.seq_len, packing=p.packing, n_rows=n_rows, repeat=p.repeat, progress=say,
-        )  # fmt: skip
+            p.corpus,
+            target.tokenizer,
+            tokenizer_fp=fp,
+            cache_dir=cache_dir,
+            seq_len=p.seq_len,
+            packing=p.packing,
+            n_rows=n_rows,
+            repeat=p.repeat,
+            progress=say,
+        )
         return rows, "corpus-" + corpus_recipe(p.corpus, fp)
     build = functools.partial(
-        _rows.pretrain_rows, target.tokenizer, splits()["pretrain"], dict(p.mix), p.seq_len,
+        _rows.pretrain_rows,
+        target.tokenizer,
+        splits()["pretrain"],
+        dict(p.mix),
+        p.seq_len,
         packing=p.packing,
-    )  # fmt: skip
+    )
     return LazyRows(build, n_rows, p.seq_len), corpus_fingerprint(p.mix, 0)
 
 
@@ -219,9 +230,11 @@ def stage_data(
     f = cfg.features
     layers = fusion_layers(cfg, target)
     mode = resolve_feature_mode(
-        f.mode, tokens=n_rows * seq_len, hidden=target.hidden_size * (len(layers) + 1),
+        f.mode,
+        tokens=n_rows * seq_len,
+        hidden=target.hidden_size * (len(layers) + 1),
         max_cache_gb=f.max_cache_gb,
-    )  # fmt: skip
+    )
     per_chunk = max(1, CHUNK_TOKENS // seq_len)
     whole = -(-n_rows // per_chunk) * per_chunk if mode == "cached" else n_rows
     regen = None
@@ -236,9 +249,13 @@ def stage_data(
         if regen is not None:  # the replies' recipe: its cache file's key
             recipe += "-regen" + regen.cache_file.stem[:8]
         build = functools.partial(
-            _rows.sft_rows, target.tokenizer, splits()["sft"], seq_len,
-            packing=packing, regenerator=regen,
-        )  # fmt: skip
+            _rows.sft_rows,
+            target.tokenizer,
+            splits()["sft"],
+            seq_len,
+            packing=packing,
+            regenerator=regen,
+        )
         rows = LazyRows(build, whole, seq_len)
     try:
         metrics: dict[str, float] = {f"features/{stage}_online": float(mode == "online")}
@@ -247,30 +264,16 @@ def stage_data(
                 rows.packed(torch.arange(1))  # the replies now, while the server is up
             feats: FeatureSet = OnlineFeatures(rows, spec, model=target.model, layers=layers)
             return StageData(feats, rows, mode, metrics)
-        dtype = _dtype_name(cfg, target)
-        folder = feature_dir(
-            cache_dir,
-            target=_target_key(cfg) + ("" if dtype in ("float32", "auto") else f"-{dtype}"),
-            stage=stage,
-            recipe=(recipe if packing == "joined" else f"{recipe}-isolated")
-            + folder_mark(layers),
-            seq_len=seq_len,
-        )
-        manifest = {
-            "target": _target_key(cfg),
-            "dtype": dtype,
-            "stage": stage,
-            "recipe": recipe,
-            "seq_len": seq_len,
-            "tokenizer": tokenizer_id(target),
-            "hidden": (f"hidden_states{list(layers)}+" if layers else "")
-            + "last_hidden_state:float16",
-            "packing": packing,
-        }
+        folder, manifest = _cache_identity(cfg, target, cache_dir, stage, recipe, seq_len, layers)
         feats, stats = ensure_features(
-            folder, rows=rows, n_rows=n_rows, rows_per_chunk=per_chunk,
-            target_model=target.model, manifest=manifest, layers=layers,
-        )  # fmt: skip
+            folder,
+            rows=rows,
+            n_rows=n_rows,
+            rows_per_chunk=per_chunk,
+            target_model=target.model,
+            manifest=manifest,
+            layers=layers,
+        )
         metrics |= {
             f"features/{stage}_hits": stats.hits,
             f"features/{stage}_misses": stats.misses,
@@ -291,6 +294,39 @@ def stage_data(
     finally:
         if regen is not None:
             regen.close()
+
+
+def _cache_identity(
+    cfg: DraftTrainConfig,
+    target: Target,
+    cache_dir: Path,
+    stage: str,
+    recipe: str,
+    seq_len: int,
+    layers: tuple[int, ...],
+) -> tuple[Path, dict[str, object]]:
+    """The feature folder of a stage's cached features and the manifest that names them (the
+    corpus ``recipe``, rows of ``seq_len``, the fused target ``layers``)."""
+    packing = cfg.pretrain.packing
+    dtype = _dtype_name(cfg, target)
+    folder = feature_dir(
+        cache_dir,
+        target=_target_key(cfg) + ("" if dtype in ("float32", "auto") else f"-{dtype}"),
+        stage=stage,
+        recipe=(recipe if packing == "joined" else f"{recipe}-isolated") + folder_mark(layers),
+        seq_len=seq_len,
+    )
+    manifest: dict[str, object] = {
+        "target": _target_key(cfg),
+        "dtype": dtype,
+        "stage": stage,
+        "recipe": recipe,
+        "seq_len": seq_len,
+        "tokenizer": tokenizer_id(target),
+        "hidden": (f"hidden_states{list(layers)}+" if layers else "") + "last_hidden_state:float16",
+        "packing": packing,
+    }
+    return folder, manifest
 
 
 def count_ids(rows: RowSource, n_rows: int, vocab: int, block: int = 1024) -> torch.Tensor:

@@ -16,6 +16,7 @@ from scratch.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -119,10 +120,16 @@ def run_stage(
 
     seen = log.tokens_seen
     train_stage(
-        draft, feats, s, opt=opt, log=log, start=start, on_checkpoint=save,
+        draft,
+        feats,
+        s,
+        opt=opt,
+        log=log,
+        start=start,
+        on_checkpoint=save,
         checkpoint_every=checkpoint_every,
         on_step=None if checks is None else lambda *_: checks.after_step(log),
-    )  # fmt: skip
+    )
     if checks is not None:
         checks.at_end(log)
     save(total, log)
@@ -161,9 +168,15 @@ def run_wsd_fork_pretrain(
     mine = latest_checkpoint(ckpt_dir, "pretrain")
     if mine is not None and int(mine.name.rsplit("-", 1)[1]) >= branch:
         return run_stage(
-            "pretrain", draft, feats, s, ckpt_dir=ckpt_dir,
-            checkpoint_every=checkpoint_every, say=say, keep=keep,
-        )  # fmt: skip
+            "pretrain",
+            draft,
+            feats,
+            s,
+            ckpt_dir=ckpt_dir,
+            checkpoint_every=checkpoint_every,
+            say=say,
+            keep=keep,
+        )
     trunk_dir.mkdir(parents=True, exist_ok=True)
     opt = make_optimizer(draft, s)
     log, trunk_from = StageLog(), 0
@@ -178,24 +191,19 @@ def run_wsd_fork_pretrain(
             save_checkpoint(folder, draft, opt, {"step": step, "log": lg.to_json()})
 
         say(f"pretrain: wsd-fork trunk from step {trunk_from} to {branch}, then {decay} decay")
-        train_stage(
-            draft, feats, s, opt=opt, log=log, start=trunk_from, stop=branch,
-            on_checkpoint=save_trunk, checkpoint_every=checkpoint_every,
-        )  # fmt: skip
+        train = functools.partial(
+            train_stage, draft, feats, s, opt=opt, log=log, checkpoint_every=checkpoint_every
+        )  # the trunk's steps, then the branch's
+        train(start=trunk_from, stop=branch, on_checkpoint=save_trunk)
         save_trunk(branch, log)
     out = StageOutcome(log=log, trunk_steps_reused=trunk_from)
 
     def save(step: int, lg: StageLog) -> None:
-        save_checkpoint(
-            ckpt_dir / checkpoint_name("pretrain", step), draft, opt,
-            {"step": step, "log": lg.to_json()},
-        )  # fmt: skip
+        folder = ckpt_dir / checkpoint_name("pretrain", step)
+        save_checkpoint(folder, draft, opt, {"step": step, "log": lg.to_json()})
         prune_checkpoints(ckpt_dir, "pretrain", keep)
 
-    train_stage(
-        draft, feats, s, opt=opt, log=log, start=branch, on_checkpoint=save,
-        checkpoint_every=checkpoint_every,
-    )  # fmt: skip
+    train(start=branch, on_checkpoint=save)
     save(total, log)
     reused_tokens = _tokens_of_steps(feats, s, trunk_from)
     out.steps_trained = total - trunk_from

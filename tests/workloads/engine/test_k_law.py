@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from analysis.throughput import fit_eq4
+from analysis.eq4 import fit_eq4
 from tests.workloads.stubs import StubDraft, StubTarget, V
 from workloads.config import DecodeConfig
 from workloads.engine.k_law import (

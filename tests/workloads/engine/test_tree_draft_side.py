@@ -65,16 +65,16 @@ class _NoMask(_WrongPositions):
 def _run(draft: Any, target: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[list[DraftTree], Any]:
     """generate at T=0, recording the tree of every cycle."""
     trees: list[DraftTree] = []
-    inner = tree_decode._draft_tree
+    inner = tree_decode.draft_tree
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         out = inner(*args, **kwargs)
         found = [x for x in (out if isinstance(out, tuple) else (out,)) if isinstance(x, DraftTree)]
-        assert len(found) == 1, "the engine's _draft_tree no longer returns its DraftTree"
+        assert len(found) == 1, "the engine's draft_tree no longer returns its DraftTree"
         trees.append(found[0])
         return out
 
-    monkeypatch.setattr(tree_decode, "_draft_tree", recording)
+    monkeypatch.setattr(tree_decode, "draft_tree", recording)
     res = generate(target, draft, PROMPTS, max_new_tokens=N_NEW, shape=SHAPE, eos_ids=frozenset())
     monkeypatch.undo()
     return trees, res

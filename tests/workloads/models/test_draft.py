@@ -3,6 +3,7 @@ and a Gemma-3 config's per-layer-type RoPE gives the draft the global layers' ba
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,10 @@ import pytest
 import torch
 from transformers import Gemma3TextConfig
 
+from tests.workloads.stubs import StubDraft
 from tests.workloads.tiny import tiny_gemma_target
-from workloads.models.draft import DraftArch, DraftModel
+from workloads.engine.oracle_draft import OracleDraft
+from workloads.models.draft import Draft, DraftArch, DraftModel
 from workloads.models.target import embedding_scale
 
 H, V = 64, 64
@@ -75,3 +78,18 @@ def test_from_target_takes_the_global_rope_and_saves_the_scale(tmp_path: Path) -
     DraftModel(arch, embed_weight=weight, lm_head_weight=weight).save(tmp_path)
     back = DraftModel.load(tmp_path, embed_weight=weight, lm_head_weight=weight)
     assert back.arch == arch
+
+
+@pytest.mark.parametrize("name", ["DraftModel", "OracleDraft", "StubDraft"])
+def test_every_draft_takes_the_protocol_call(name: str) -> None:
+    """Each draft the engine runs takes the :class:`Draft` call: the same parameters, in
+    order, keyword-only where the protocol has them (mypy cannot see it: ``nn.Module.__call__``
+    takes anything)."""
+    cls = {"DraftModel": DraftModel, "OracleDraft": OracleDraft, "StubDraft": StubDraft}[name]
+
+    def shape(fn: Any) -> list[tuple[str, Any]]:
+        params = list(inspect.signature(fn).parameters.values())[1:]  # without self
+        return [(p.name, p.kind) for p in params]
+
+    assert shape(cls.forward) == shape(Draft.__call__)
+    assert callable(getattr(cls, "logits", None))

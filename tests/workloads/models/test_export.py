@@ -19,6 +19,7 @@ from transformers import LlamaConfig
 from workloads.data import chat_prompt_ids
 from workloads.models import export as ex
 from workloads.models.draft import DraftArch, DraftModel
+from workloads.models.engine_rules import ENGINES
 
 V, H = 96, 64  # tiny target: vocabulary, hidden size
 
@@ -92,13 +93,13 @@ def test_engine_export_has_the_eagle1_keys(tiny, tmp_path: Path, fmt: str) -> No
     for key, value in weights.tensors.items():
         assert torch.equal(tensors[key], value), key
     cfg = json.loads((res.out / "config.json").read_text())
-    assert cfg["architectures"] == list(ex.ENGINES[fmt].architectures)
+    assert cfg["architectures"] == list(ENGINES[fmt].architectures)
     assert (cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"]) == (V, H, 2)
     assert cfg["rope_theta"] == 10000.0 and cfg["rope_scaling"] is None
     assert cfg["attention_bias"] is False
     # eagle-llm reads "bias" as the fc bias; SGLang's llama.py would read it as attention bias
     assert cfg.get("bias") is (True if fmt == "eagle" else None)
-    assert res.files == tuple(sorted(ex.ENGINES[fmt].weight_files + ("config.json",)))
+    assert res.files == tuple(sorted(ENGINES[fmt].weight_files + ("config.json",)))
 
 
 def test_sglang_keeps_a_truncated_vocabulary_as_its_token_map(tiny, tmp_path: Path) -> None:  # noqa: ANN001
@@ -231,9 +232,7 @@ def test_vllm_plugin_export_holds_norms_bias_and_truncated_vocab(tiny, tmp_path:
         config, embed, head, output_norm=True, first_input_norm=True, rope_theta=None, vocab=vocab
     )
     weights = _saved(draft, tmp_path)
-    res = ex.export_draft(
-        weights, "vllm", tmp_path / "v", embed_weight=embed, lm_head_weight=head
-    )
+    res = ex.export_draft(weights, "vllm", tmp_path / "v", embed_weight=embed, lm_head_weight=head)
     t = load_file(str(res.out / "model.safetensors"))
     cfg = json.loads((res.out / "config.json").read_text())
     assert cfg["architectures"] == [ex.VLLM_PLUGIN_ARCHITECTURE]
@@ -349,7 +348,8 @@ def test_eagle_export_loads_strictly_into_cnets_and_gives_our_logits(
 
 
 def test_a_scaled_embedding_goes_to_the_plugin_and_stock_loaders_refuse_it(
-    tiny, tmp_path: Path  # noqa: ANN001
+    tiny,
+    tmp_path: Path,  # noqa: ANN001
 ) -> None:
     """A Gemma-style draft scales its embedding rows (sqrt(h)); stock EAGLE loaders feed them as
     stored, so only the plugin (which reads embed_scale) and hf hold it."""
