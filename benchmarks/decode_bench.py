@@ -50,7 +50,6 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from workloads.data import chat_prompt_ids, load_prompt_sets  # noqa: E402
-from workloads.decode_bench import find_trial_draft  # noqa: E402
 from workloads.engine.ar_decode import ar_generate  # noqa: E402
 from workloads.engine.ar_decode import reserve as reserve_ar  # noqa: E402
 from workloads.engine.hf_baseline import hf_generate  # noqa: E402
@@ -63,6 +62,7 @@ from workloads.engine.tree_decode import (  # noqa: E402
     generate,
     reserve,
 )
+from workloads.measure.drafts import find_trial_draft  # noqa: E402
 from workloads.models.draft import DraftModel  # noqa: E402
 from workloads.models.target import DEFAULT_TARGET, Target, load_target  # noqa: E402
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from workloads import draft_train
-from workloads.config import CorpusSource, DraftTrainConfig
 from workloads.data.shards import corpus_rows
+from workloads.draft_train import run as draft_train
+from workloads.draft_train.config import CorpusSource, DraftTrainConfig
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.models.target import _builtin_tokenizer
 from workloads.models.target_source import TOKENIZER_VOCAB

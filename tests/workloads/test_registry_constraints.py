@@ -14,15 +14,16 @@ import pytest
 from safetensors.numpy import save_file
 
 from workloads import registry
-from workloads.config import DecodeBenchConfig, DraftTrainConfig
-from workloads.registry import (
-    ConfigError,
+from workloads.config import ConfigError
+from workloads.decode_bench.checks import (
     check_decode_kernels,
     check_decode_tree,
     check_k_laws,
-    check_tree_vocab,
     draft_vocab_size,
 )
+from workloads.decode_bench.config import DecodeBenchConfig
+from workloads.draft_train.checks import check_tree_vocab
+from workloads.draft_train.config import DraftTrainConfig
 
 
 def _train(vocab_size: int, topk: int) -> DraftTrainConfig:

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from workloads.config import DraftTrainConfig
 from workloads.data import (
     Conversation,
     InMemoryRows,
@@ -29,6 +28,7 @@ from workloads.data import (
     read_sharegpt,
     split_conversations,
 )
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.models.fusion import folder_mark, resolve_layers
 from workloads.models.target import Target
 from workloads.result import Progress
