@@ -15,6 +15,7 @@ from safetensors.numpy import save_file
 
 from workloads import registry
 from workloads.config import ConfigError
+from workloads.decode_bench import checks as decode_checks
 from workloads.decode_bench.checks import (
     check_decode_kernels,
     check_decode_tree,
@@ -104,7 +105,7 @@ def test_decode_topk_over_a_trial_drafts_vocabulary_is_refused(tmp_path: Path) -
 def test_cuda_graphs_on_a_cpu_are_refused_and_compile_is_allowed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(registry, "_cuda_available", lambda: False)
+    monkeypatch.setattr(decode_checks, "_cuda_available", lambda: False)
     for device, why in (("cpu", "device is cpu"), ("auto", "torch sees no CUDA GPU")):
         cfg = _decode(device=device, decode={"compile": "graphs"})
         with pytest.raises(ConfigError) as err:
@@ -115,7 +116,7 @@ def test_cuda_graphs_on_a_cpu_are_refused_and_compile_is_allowed(
 
 
 def test_cuda_graphs_with_a_gpu_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_cuda_available", lambda: True)
+    monkeypatch.setattr(decode_checks, "_cuda_available", lambda: True)
     check_decode_kernels([_decode(decode={"compile": "graphs"})], tmp_path)
     with pytest.raises(ConfigError, match="device is cpu"):  # a GPU does not help device: cpu
         check_decode_kernels([_decode(device="cpu", decode={"compile": "graphs"})], tmp_path)
