@@ -1,6 +1,6 @@
 """Constraints between config fields, checked at submit (issue 16, items 4 and 9 as kinds).
 
-Each check is a registry preflight (:mod:`workloads.registry`): it sees every distinct trial
+Each check is a workload's preflight (its ``checks.py``): it sees every distinct trial
 config of a sweep (the grid's whole product, not one axis at a time) and names the field to
 blame, so the refusal points at the spec's line. Each test has its passing twin beside it.
 """

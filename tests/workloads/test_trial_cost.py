@@ -1,6 +1,6 @@
-"""The work of a draft_train trial's stages (workloads/trial_cost.py): which stages a config runs,
-what the cache already holds (features, replies, a wsd-fork trunk), and what a finished trial
-did by its metrics. A fixed hardware profile, no torch model."""
+"""The work of a draft_train trial's stages (workloads/draft_train/cost.py): which stages a
+config runs, what the cache already holds (features, replies, a wsd-fork trunk), and what a
+finished trial did by its metrics. A fixed hardware profile, no torch model."""
 
 from __future__ import annotations
 
