@@ -72,9 +72,9 @@ class PromptJob:
 
 def check_prompt_jobs(jobs: Sequence[PromptJob], cache_dir: Path) -> None:
     """Each job's prompts fit its target's ``max_position_embeddings`` (see
-    :func:`check_eval_prompts`); a prompt whose UTF-8 bytes (and the template's) already fit
-    is not tokenised, and a target whose size or tokenizer is not on this machine is left to
-    the trial."""
+    :func:`workloads.draft_train.checks.check_eval_prompts`); a prompt whose UTF-8 bytes (and the
+    template's) already fit is not tokenised, and a target whose size or tokenizer is not on this
+    machine is left to the trial."""
     from workloads.data.chat import TEMPLATE_BYTES, TURN_BYTES, chat_prompt_ids
     from workloads.data.prompts import check_prompt_room, load_prompt_sets, round_robin
     from workloads.models.target_source import target_max_positions

@@ -100,7 +100,7 @@ class Workload:
         describe: what the sweep will cost (tokens, disk, ...), for ``--dry-run``; no lines
             when None.
         cost: how its trials' stages cost before they run (``submit --dry-run``, the submit
-            banner, adaptive designs; :mod:`workloads.trial_cost`); None: their cost is unknown.
+            banner, adaptive designs; :class:`CostModel`); None: their cost is unknown.
         law_axes: the config fields (dotted) over which the workload's metric follows a
             log-linear law, the axes a spec's ``design:`` may vary (none: no adaptive design).
         law_metrics: the metrics such a law may be of, the first a design's default (a metric
