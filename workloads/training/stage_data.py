@@ -133,7 +133,7 @@ def _regenerator(
 
 def regen_target_key(cfg: DraftTrainConfig) -> str:
     """The target in the regenerated replies' recipe (:func:`recipe_of`): the cache key's
-    target name, then ``-<dtype>`` unless float32 or auto (as ``workloads.trial_cost`` names
+    target name, then ``-<dtype>`` unless float32 or auto (as ``workloads.draft_train.cost`` names
     it)."""
     t = cfg.target.dtype
     return _target_key(cfg) + ("" if t in ("float32", "auto") else f"-{t}")
