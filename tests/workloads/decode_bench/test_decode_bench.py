@@ -46,7 +46,7 @@ def test_find_trial_draft_by_prefix_and_best(tmp_path: Path) -> None:
 def test_a_sweep_not_yet_run_names_its_shipped_spec(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the checkout: sweeps/ beside it
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])  # the checkout: sweeps/ beside it
     with pytest.raises(ValueError, match="`orchestrator submit sweeps/gemma-tokens.yaml`"):
         drafts.find_trial_draft(tmp_path, "gemma-tokens", "best")
 

@@ -48,7 +48,7 @@ def _tiny_target(folder: Path) -> Path:
 
 def _corpus(path: Path) -> Path:
     """Real text: this repository's Python sources, one document each."""
-    root = Path(__file__).resolve().parents[2] / "workloads"
+    root = Path(__file__).resolve().parents[3] / "workloads"
     with path.open("w") as f:
         for p in sorted(root.glob("*.py")):
             f.write(json.dumps({"text": p.read_text()}) + "\n")
