@@ -54,9 +54,9 @@ import torch  # noqa: E402
 from transformers import PreTrainedModel  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
-from workloads.config import CorpusSource  # noqa: E402
 from workloads.data import iter_pretrain_documents  # noqa: E402
 from workloads.data.shards import WORK, StreamRows, corpus_rows, corpus_tokens  # noqa: E402
+from workloads.draft_train.config import CorpusSource  # noqa: E402
 from workloads.models.draft import DraftModel  # noqa: E402
 from workloads.models.target import Target, load_target  # noqa: E402
 from workloads.training.feature_cache import CacheStats, ensure_features  # noqa: E402

@@ -45,7 +45,6 @@ import psutil
 
 from benchmarks import harness
 from workloads.data import chat_prompt_ids, load_prompt_sets
-from workloads.decode_bench import find_trial_draft
 from workloads.engine.ar_decode import ar_generate
 from workloads.engine.ar_decode import reserve as reserve_ar
 from workloads.engine.hf_baseline import hf_generate
@@ -57,6 +56,7 @@ from workloads.engine.tree_decode import (
     generate,
     reserve,
 )
+from workloads.measure.drafts import find_trial_draft
 from workloads.models.draft import Draft, DraftModel
 from workloads.models.target import DEFAULT_TARGET, Target
 

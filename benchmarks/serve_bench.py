@@ -57,8 +57,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def engine_rows(cfg: Any, folder: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """This platform's engine (chain of K) and its AR loop at each b; HF generate at b = 1."""
-    from workloads import decode_bench
-    from workloads.config import BaselineConfig
+    from workloads.decode_bench.config import BaselineConfig
+    from workloads.measure import decode as engine_bench
     from workloads.serving.bench import engine_config
 
     rows = []
@@ -71,7 +71,7 @@ def engine_rows(cfg: Any, folder: Path, args: argparse.Namespace) -> list[dict[s
                 "warmup": 1,
             }
         )
-        m = decode_bench.run(
+        m = engine_bench.run(
             dcfg, cache_dir=args.run_root / "cache", out_dir=args.out / f"engine-b{b}"
         ).metrics
         rows.append({"engine": "this engine, speculative", "b": b,

@@ -58,7 +58,8 @@ GPU_SHAPES = ("llama-3-8b", "smollm2-135m")
 
 FEATURE_NOISE = 0.2
 """EAGLE's feature noise the train check trains with: the recipe's default
-(``workloads.config.TrainConfig.feature_noise``; pydantic is absent on the GPU machine)"""
+(``workloads.draft_train.config.TrainConfig.feature_noise``; pydantic is absent on the GPU
+machine)"""
 
 RESERVE_S = 45.0
 """seconds kept for each shape still to come when a shape's measuring stops for the budget"""

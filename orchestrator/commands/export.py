@@ -1,7 +1,7 @@
 """``orchestrator export``: write a trained draft in the layout a serving engine loads.
 
 The conversion is :mod:`workloads.models.export` (engine rules as data, each with its source file);
-this command finds the trial's draft folder (:func:`workloads.decode_bench.find_trial_draft`),
+this command finds the trial's draft folder (:func:`workloads.measure.drafts.find_trial_draft`),
 loads the target's token embedding where the format needs it, and prints what it wrote and how
 to load it. Registered in :mod:`orchestrator.cli`, which turns ``ValueError`` (including
 :class:`workloads.models.export.ExportError`) into one line and exit code 2.
@@ -74,7 +74,7 @@ def export(
 
     Example: orchestrator export tokens best --format sglang --out exported/sglang
     """
-    from workloads.decode_bench import find_trial_draft
+    from workloads.measure.drafts import find_trial_draft
     from workloads.models import export as ex
 
     fmt = fmt.strip().lower()

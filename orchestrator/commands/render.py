@@ -25,7 +25,7 @@ from orchestrator.driving.events import (
     SweepOpened,
     TrialEvent,
 )
-from workloads.registry import Workload
+from workloads.protocol import Workload
 
 out = Console(soft_wrap=True)  # paths and commands stay on one line when piped or logged
 err = Console(stderr=True)

@@ -4,7 +4,7 @@ Bases (the rules: docs/scale.md, "Cost before running"):
 
 - ``calibrated``: the stage's measured seconds (``wall_s/<stage>``) of completed trials of the
   same workload, target and hardware (``hardware.id``) in the results DB, fitted by OLS linear
-  in the stage's work (:mod:`workloads.trial_cost`); one trial or one work value: a ratio
+  in the stage's work (:mod:`workloads.draft_train.cost`); one trial or one work value: a ratio
   through the origin.
 - ``modelled``: the same work over the hardware's throughput times
   :func:`workloads.roofline.train_cost.utilisation`.
@@ -34,6 +34,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.history import CompletedTrial
 from orchestrator.store.results import ResultsStore
+from workloads.protocol import CostContext, CostModel, CostUnknown, StageWork
 from workloads.roofline.hardware import (
     LOCAL_CPU,
     HardwareProfile,
@@ -47,7 +48,6 @@ from workloads.roofline.hardware import (
     read_local_cpu,
 )
 from workloads.roofline.train_cost import Utilisation, utilisation
-from workloads.trial_cost import CostContext, CostModel, CostUnknown, StageWork
 
 __all__ = [
     "HARDWARE_NAMES",

@@ -40,7 +40,7 @@ class Step:
     """its own seconds when the trial found all of the stage's shared work done, neither built
     nor waited for (None: ``seconds``)"""
     key: str | None = None
-    """the shared work's key (:attr:`workloads.trial_cost.StageWork.shared`)"""
+    """the shared work's key (:attr:`workloads.protocol.StageWork.shared`)"""
     units: float = 0.0
     """the prefix of the shared units this trial needs"""
     per_unit: float = 0.0
@@ -49,7 +49,7 @@ class Step:
     """trials at this step together split the units (else one builds, the others wait)"""
     lookahead: float = 0.0
     """split: units a trial builds beyond the prefix while it waits for another's last ones
-    (:attr:`workloads.trial_cost.StageWork.lookahead`)"""
+    (:attr:`workloads.protocol.StageWork.lookahead`)"""
 
 
 @dataclass

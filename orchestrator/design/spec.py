@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
 from workloads.config import NoBoolNumbers
-from workloads.registry import Workload
+from workloads.protocol import Workload
 
 __all__ = [
     "DesignSpec",

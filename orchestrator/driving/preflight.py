@@ -2,7 +2,7 @@
 combinations of sinks that would lose or mix results.
 
 The workload's own checks come from its registry entry
-(:attr:`workloads.registry.Workload.preflight`); this module runs them over the distinct configs
+(:attr:`workloads.protocol.Workload.preflight`); this module runs them over the distinct configs
 of a grid (or a search's base and its choices) and names the spec's line of the field at fault.
 """
 
@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.spec.sweep import SweepSpec, is_config_field, merge_overrides, spec_line
-from workloads.registry import ConfigError
+from workloads.config import ConfigError
 
 
 def search_configs(sweep: SweepSpec) -> list[BaseModel]:

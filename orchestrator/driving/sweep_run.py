@@ -29,7 +29,7 @@ from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.results import ResultsStore, TrialInfo, TrialState
 from orchestrator.tracking.mirror import Mirror
 from orchestrator.tracking.tracker import Tracker
-from workloads.registry import Workload
+from workloads.protocol import Workload
 
 HEARTBEAT_S = runner.HEARTBEAT_S
 

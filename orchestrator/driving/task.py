@@ -16,7 +16,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from workloads.config import Resources
-from workloads.registry import TrialContext, get_workload
+from workloads.protocol import TrialContext
+from workloads.registry import get_workload
 
 
 @dataclass

@@ -44,8 +44,8 @@ from orchestrator.reports.index import write_run_index
 from orchestrator.reports.serving import serving_report
 from orchestrator.store.results import ResultsStore, SweepInfo
 from orchestrator.tracking.tracker import Tracker
+from workloads.protocol import Report as ReportKind
 from workloads.registry import WORKLOADS
-from workloads.registry import Report as ReportKind
 from workloads.result import CHECK_TOKENS, CHECK_Y
 
 X, Y = "pretrain.tokens", "acceptance_length"

@@ -28,7 +28,8 @@ from pydantic import (
 from orchestrator.design.spec import DesignSpec, check_blocks, check_layout, default_metric
 from orchestrator.errors import SpecError
 from workloads.config import NoBoolNumbers, Resources
-from workloads.registry import WORKLOADS, Workload
+from workloads.protocol import Workload
+from workloads.registry import WORKLOADS
 
 MAX_TRIALS = 10_000
 """a larger grid needs an explicit confirmation (``submit --yes``)"""

@@ -27,7 +27,8 @@ from orchestrator.store.results import ResultsStore
 from tests import browser as browser_helper
 from tests.browser import chromium, evaluate, open_page, plot_data
 from tests.dashboards import test_decode_page, test_sweep_page
-from workloads.config import DecodeBenchConfig, DraftTrainConfig
+from workloads.decode_bench.config import DecodeBenchConfig
+from workloads.draft_train.config import DraftTrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,8 +25,8 @@ import numpy as np
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import parse_spec
 from orchestrator.store.results import ResultsStore
+from workloads.draft_train.cost import DRAFT_TRAIN_COST
 from workloads.roofline.hardware import HardwareProfile, fingerprint_id, hardware_fingerprint
-from workloads.trial_cost import DRAFT_TRAIN_COST
 
 __all__ = ["PROFILE", "TrueLaws", "build_db"]
 

@@ -15,8 +15,19 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from workloads import registry
-from workloads.config import ConfigError, DecodeBenchConfig, DraftTrainConfig
+from workloads.checks import check_bench_prompts, check_targets
+from workloads.config import ConfigError
+from workloads.decode_bench.checks import check_decode
+from workloads.decode_bench.config import DecodeBenchConfig
+from workloads.draft_train.checks import (
+    check_corpora,
+    check_eval_prompts,
+    check_feature_disks,
+    check_prompt_sets,
+    check_sft_budgets,
+    check_tree_vocab,
+)
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.models.target_source import DEFAULT_TARGET, looks_like_path
 
 TEXT = "The draft model predicts the target's next hidden state. "
@@ -88,10 +99,10 @@ def test_the_checks_a_dry_run_skipped_refuse_with_dry_run(tmp_path: Path) -> Non
     """eval.topk over draft.vocab_size and an unknown glob, in the dry-run mode of the checks."""
     with pytest.raises(ConfigError) as err:
         cfg = _train(draft={"vocab_size": 4}, eval={"topk": 8})
-        registry.check_tree_vocab([cfg], tmp_path, dry_run=True)
+        check_tree_vocab([cfg], tmp_path, dry_run=True)
     assert err.value.field == ("eval", "topk")
     with pytest.raises(ConfigError) as err:
-        registry.check_corpora([_on_corpus(tmp_path / "no-*.jsonl", 256)], tmp_path, dry_run=True)
+        check_corpora([_on_corpus(tmp_path / "no-*.jsonl", 256)], tmp_path, dry_run=True)
     assert err.value.field == ("pretrain", "corpus") and "matches no corpus file" in str(err.value)
 
 
@@ -119,9 +130,9 @@ def test_a_dry_run_refuses_what_a_submit_refuses(tmp_path: Path, base: str) -> N
 
 def test_a_dry_run_corpus_check_writes_nothing(tmp_path: Path) -> None:
     corpus, run = _corpus(tmp_path), tmp_path / "run"
-    registry.check_corpora([_on_corpus(corpus, 256)], run, dry_run=True)  # exact: tokenised
+    check_corpora([_on_corpus(corpus, 256)], run, dry_run=True)  # exact: tokenised
     with pytest.raises(ConfigError) as err:
-        registry.check_corpora([_on_corpus(corpus, 100_000)], run, dry_run=True)
+        check_corpora([_on_corpus(corpus, 100_000)], run, dry_run=True)
     assert err.value.field == ("pretrain", "tokens") and "but the corpus holds" in str(err.value)
     assert not run.exists()  # no cache/tokenizers, no cache/tokens
 
@@ -137,11 +148,11 @@ def test_the_corpus_check_tokenises_into_the_trials_cache_dir(
     corpus, run = _corpus(tmp_path), tmp_path / "run"
     cache = _seeded(tmp_path / "elsewhere", saved_tokenizer)  # --cache-dir
     cfg = _on_corpus(corpus, 256)
-    registry.check_corpora([cfg], run, cache_dir=cache)
+    check_corpora([cfg], run, cache_dir=cache)
     assert not run.exists() and not list(cache.glob(".corpus-check-*"))
     assert len(list((cache / "tokens").glob("mix-*/mix.json"))) == 1
     before = _tree(cache)
-    registry.check_corpora([cfg], run, cache_dir=cache, dry_run=True)  # read from the cache
+    check_corpora([cfg], run, cache_dir=cache, dry_run=True)  # read from the cache
     assert _tree(cache) == before
     tok = AutoTokenizer.from_pretrained(cache / "tokenizers" / DEFAULT_TARGET)
     docs = WORK.documents
@@ -173,20 +184,20 @@ def test_a_record_of_the_wrong_type_is_blamed_on_the_corpus_and_leaves_nothing(
 def test_unknown_eval_prompt_sets_are_refused_at_submit(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         cfg = _train(eval={"prompt_sets": ["humaneval", "mtbench"]})
-        registry.check_prompt_sets([cfg], tmp_path)
+        check_prompt_sets([cfg], tmp_path)
     assert err.value.field == ("eval", "prompt_sets")
     msg = str(err.value)
     assert "unknown prompt sets ['mtbench']" in msg and "['humaneval', 'sharegpt']" in msg
     with pytest.raises(ConfigError, match="is not a directory"):
-        registry.check_prompt_sets([_train(eval={"prompt_sets": str(tmp_path / "no")})], tmp_path)
-    registry.check_prompt_sets([_train(), _train(eval={"prompt_sets": ["sharegpt"]})], tmp_path)
+        check_prompt_sets([_train(eval={"prompt_sets": str(tmp_path / "no")})], tmp_path)
+    check_prompt_sets([_train(), _train(eval={"prompt_sets": ["sharegpt"]})], tmp_path)
 
 
 def test_a_prompt_directory_written_as_a_list_is_that_directory(tmp_path: Path) -> None:
     (tmp_path / "q.jsonl").write_text('{"turns": ["Write a haiku."]}\n')
     cfg = DecodeBenchConfig.model_validate({"prompts": {"prompt_sets": [str(tmp_path)]}})
     assert cfg.prompts.prompt_sets == tmp_path
-    registry.check_decode([cfg], tmp_path)
+    check_decode([cfg], tmp_path)
     assert _train(eval={"prompt_sets": [str(tmp_path)]}).eval.prompt_sets == tmp_path
 
 
@@ -197,11 +208,11 @@ def test_a_list_may_mix_builtin_names_and_directories(tmp_path: Path) -> None:
     mixed = ["humaneval", "sharegpt", str(tmp_path)]
     cfg = DecodeBenchConfig.model_validate({"prompts": {"prompt_sets": mixed}})
     assert cfg.prompts.prompt_sets == mixed
-    registry.check_decode([cfg], tmp_path)
-    registry.check_prompt_sets([_train(eval={"prompt_sets": mixed})], tmp_path)
+    check_decode([cfg], tmp_path)
+    check_prompt_sets([_train(eval={"prompt_sets": mixed})], tmp_path)
     with pytest.raises(ConfigError, match="eval.prompt_sets: .* is not a directory") as err:
         bad = _train(eval={"prompt_sets": ["humaneval", str(tmp_path / "no")]})
-        registry.check_prompt_sets([bad], tmp_path)
+        check_prompt_sets([bad], tmp_path)
     assert err.value.field == ("eval", "prompt_sets")
 
 
@@ -225,18 +236,18 @@ def test_a_prompt_past_the_targets_positions_is_refused_at_submit(
     cache = _seeded(tmp_path / "cache", saved_tokenizer)
     cfg = _train(eval={"prompt_sets": str(folder), "num_prompts": 2})
     with pytest.raises(ConfigError) as err:
-        registry.check_eval_prompts([cfg], tmp_path, cache_dir=cache)
+        check_eval_prompts([cfg], tmp_path, cache_dir=cache)
     assert err.value.field == ("eval", "prompt_sets")
     msg = str(err.value)
     assert "eval.prompt_sets 'long' prompt 2 is 9," in msg and "more than the 8,192" in msg
     assert "Fix: leave out or shorten prompts over 8,141 tokens" in msg  # 8192 - 48 - 3
     bench = DecodeBenchConfig.model_validate({"prompts": {"prompt_sets": str(folder)}})
     with pytest.raises(ConfigError) as err:
-        registry.check_bench_prompts([bench], tmp_path, cache_dir=cache)
+        check_bench_prompts([bench], tmp_path, cache_dir=cache)
     assert err.value.field == ("prompts", "prompt_sets")
     assert "decode.max_new_tokens" in str(err.value)
     short = _train(eval={"prompt_sets": str(folder), "num_prompts": 1})  # the first prompt only
-    registry.check_eval_prompts([short, _train()], tmp_path, cache_dir=cache)
+    check_eval_prompts([short, _train()], tmp_path, cache_dir=cache)
 
 
 def test_a_trial_fails_before_decoding_a_prompt_past_its_positions(
@@ -268,7 +279,7 @@ def test_a_trial_fails_before_decoding_a_prompt_past_its_positions(
 def test_a_target_path_that_does_not_exist_is_refused(tmp_path: Path, name: str) -> None:
     assert looks_like_path(name)
     with pytest.raises(ConfigError) as err:
-        registry.check_targets([_train(target={"model": name})], tmp_path)
+        check_targets([_train(target={"model": name})], tmp_path)
     assert err.value.field == ("target", "model")
     assert f"target.model {name!r} looks like a local path, and nothing is there. Fix:" in str(
         err.value
@@ -279,7 +290,7 @@ def test_hub_ids_and_existing_folders_are_not_paths(tmp_path: Path) -> None:
     assert not looks_like_path("HuggingFaceTB/SmolLM2-135M-Instruct")
     assert not looks_like_path("gpt2")
     (tmp_path / "config.json").write_text("{}")
-    registry.check_targets([_train(target={"model": str(tmp_path)})], tmp_path)
+    check_targets([_train(target={"model": str(tmp_path)})], tmp_path)
 
 
 # -- 10: SFT budgets against the split ---------------------------------------------------------
@@ -287,13 +298,13 @@ def test_hub_ids_and_existing_folders_are_not_paths(tmp_path: Path) -> None:
 
 def test_an_sft_budget_over_the_split_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        registry.check_sft_budgets([_train(sft={"tokens": 10**9}), _train()], tmp_path)
+        check_sft_budgets([_train(sft={"tokens": 10**9}), _train()], tmp_path)
     assert err.value.field == ("sft", "tokens")
     msg = str(err.value)
     assert "sft.tokens 1,000,000,000 needs 1,000,000,000 tokens" in msg
     assert "SFT split (5,369 ShareGPT conversations with the target's replies" in msg
     assert "holds well under" in msg and "Fix: sft.tokens well under" in msg
-    registry.check_sft_budgets([_train(), _train(sft={"tokens": 1_000_000})], tmp_path)
+    check_sft_budgets([_train(), _train(sft={"tokens": 1_000_000})], tmp_path)
 
 
 # -- 11: free disk for cached features ---------------------------------------------------------
@@ -302,7 +313,7 @@ def test_an_sft_budget_over_the_split_is_refused(tmp_path: Path) -> None:
 def test_cached_features_larger_than_the_free_disk_are_refused(tmp_path: Path) -> None:
     huge = {"pretrain": {"tokens": 10**13}}
     with pytest.raises(ConfigError) as err:
-        registry.check_feature_disks(
+        check_feature_disks(
             [_train(features={"mode": "cached"}, **huge)], tmp_path, cache_dir=tmp_path / "c"
         )
     assert err.value.field == ("features", "mode")
@@ -310,7 +321,7 @@ def test_cached_features_larger_than_the_free_disk_are_refused(tmp_path: Path) -
     assert "TiB not cached yet under" in msg and " free. Fix: features.mode: online" in msg
     assert "--cache-dir on a disk with room" in msg
     online = _train(features={"mode": "online"}, **huge)  # and auto goes online at this size
-    registry.check_feature_disks([online, _train(**huge), _train()], tmp_path)
+    check_feature_disks([online, _train(**huge), _train()], tmp_path)
     assert not (tmp_path / "c").exists()
 
 
@@ -332,7 +343,7 @@ def test_a_dry_run_with_a_local_corpus_writes_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sets", [["humaneval", "humaneval"], ["sharegpt", "/tmp/x", "/tmp/x"]])
 def test_a_prompt_set_listed_twice_is_refused(sets: list[str]) -> None:
     """A new user's `[humaneval, humaneval]` ran the same prompts twice under one name."""
-    from workloads.config import EvalConfig
+    from workloads.draft_train.config import EvalConfig
 
     with pytest.raises(ValueError, match="twice.*Fix: list each set or directory once"):
         EvalConfig(prompt_sets=sets)

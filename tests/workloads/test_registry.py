@@ -12,7 +12,9 @@ import pytest
 from pydantic import BaseModel
 
 from orchestrator.spec.sweep import load_spec
-from workloads.registry import WORKLOADS, ConfigError, TrialContext, get_workload
+from workloads.config import ConfigError
+from workloads.protocol import TrialContext
+from workloads.registry import WORKLOADS, get_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """Constraints between config fields, checked at submit (issue 16, items 4 and 9 as kinds).
 
-Each check is a registry preflight (:mod:`workloads.registry`): it sees every distinct trial
+Each check is a workload's preflight (its ``checks.py``): it sees every distinct trial
 config of a sweep (the grid's whole product, not one axis at a time) and names the field to
 blame, so the refusal points at the spec's line. Each test has its passing twin beside it.
 """
@@ -14,15 +14,17 @@ import pytest
 from safetensors.numpy import save_file
 
 from workloads import registry
-from workloads.config import DecodeBenchConfig, DraftTrainConfig
-from workloads.registry import (
-    ConfigError,
+from workloads.config import ConfigError
+from workloads.decode_bench import checks as decode_checks
+from workloads.decode_bench.checks import (
     check_decode_kernels,
     check_decode_tree,
     check_k_laws,
-    check_tree_vocab,
     draft_vocab_size,
 )
+from workloads.decode_bench.config import DecodeBenchConfig
+from workloads.draft_train.checks import check_tree_vocab
+from workloads.draft_train.config import DraftTrainConfig
 
 
 def _train(vocab_size: int, topk: int) -> DraftTrainConfig:
@@ -103,7 +105,7 @@ def test_decode_topk_over_a_trial_drafts_vocabulary_is_refused(tmp_path: Path) -
 def test_cuda_graphs_on_a_cpu_are_refused_and_compile_is_allowed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(registry, "_cuda_available", lambda: False)
+    monkeypatch.setattr(decode_checks, "_cuda_available", lambda: False)
     for device, why in (("cpu", "device is cpu"), ("auto", "torch sees no CUDA GPU")):
         cfg = _decode(device=device, decode={"compile": "graphs"})
         with pytest.raises(ConfigError) as err:
@@ -114,7 +116,7 @@ def test_cuda_graphs_on_a_cpu_are_refused_and_compile_is_allowed(
 
 
 def test_cuda_graphs_with_a_gpu_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_cuda_available", lambda: True)
+    monkeypatch.setattr(decode_checks, "_cuda_available", lambda: True)
     check_decode_kernels([_decode(decode={"compile": "graphs"})], tmp_path)
     with pytest.raises(ConfigError, match="device is cpu"):  # a GPU does not help device: cpu
         check_decode_kernels([_decode(device="cpu", decode={"compile": "graphs"})], tmp_path)

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from tests.workloads.tiny import tiny_target
-from workloads import decode_bench, draft_train
-from workloads.config import DecodeBenchConfig, DraftTrainConfig
 from workloads.data.prompts import PromptTooLong
+from workloads.decode_bench.config import DecodeBenchConfig
+from workloads.draft_train import run as draft_train
+from workloads.draft_train.config import DraftTrainConfig
+from workloads.measure import decode as engine_bench
 
 
 class _WordTokenizer:
@@ -54,9 +56,9 @@ def test_decode_bench_refuses_a_prompt_past_the_targets_positions(tmp_path: Path
         }
     )
     with pytest.raises(PromptTooLong, match=r"'long' prompt 2 is 250 tokens .* than the 256"):
-        decode_bench.bench_prompts(cfg, _target())
+        engine_bench.bench_prompts(cfg, _target())
     fits = cfg.model_copy(update={"prompts": cfg.prompts.model_copy(update={"num_prompts": 1})})
-    assert decode_bench.bench_prompts(fits, _target()) == [[1, 1]]  # the short one only
+    assert engine_bench.bench_prompts(fits, _target()) == [[1, 1]]  # the short one only
 
 
 def test_draft_train_fails_before_training_on_a_too_long_eval_prompt(

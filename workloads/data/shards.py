@@ -37,7 +37,6 @@ import numpy as np
 import torch
 from filelock import FileLock
 
-from workloads.config import CorpusSource
 from workloads.data.packing import PACKINGS, PackedRows
 from workloads.data.source_shards import (
     CACHE_VERSION,
@@ -50,6 +49,7 @@ from workloads.data.source_shards import (
     source_dir,
 )
 from workloads.data.sources import source_fingerprint
+from workloads.draft_train.config import CorpusSource
 from workloads.files import atomic_json
 
 __all__ = [

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from workloads.config import CorpusSource
 from workloads.data.corpus import Document
 from workloads.data.sources import iter_source_documents, source_fingerprint
+from workloads.draft_train.config import CorpusSource
 from workloads.files import atomic_json, atomic_write
 
 __all__ = [

@@ -1,6 +1,7 @@
 """Documents of one ``pretrain.corpus`` source: builtin, local files, or a Hugging Face dataset.
 
-A :class:`~workloads.config.CorpusSource` names where its documents come from (its ``kind``):
+A :class:`~workloads.draft_train.config.CorpusSource` names where its documents come from (its
+``kind``):
 
 * **builtin** ``sharegpt`` (the conversations of ShareGPT's ``"pretrain"`` split as plain text,
   never a held-out one) or ``stdlib`` (the Python standard library), exactly as in
@@ -28,10 +29,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from workloads.config import CORPUS_SUFFIXES, CorpusSource
 from workloads.data.corpus import Document, _sharegpt_docs, _stdlib_docs
 from workloads.data.encodings import NotUtf8, decode_utf8, find_not_utf8
 from workloads.data.sharegpt import default_sharegpt_path, read_sharegpt, split_conversations
+from workloads.draft_train.config import CORPUS_SUFFIXES, CorpusSource
 
 __all__ = ["check_utf8", "expand_files", "iter_source_documents", "source_fingerprint"]
 
@@ -46,8 +47,8 @@ def expand_files(source: str) -> list[Path]:
 
     Args:
         source: a file, a folder (every file under it, recursively, whose name ends in one of
-            :data:`~workloads.config.CORPUS_SUFFIXES`) or a glob (``**`` recurses); ``~`` is
-            expanded.
+            :data:`~workloads.draft_train.config.CORPUS_SUFFIXES`) or a glob (``**`` recurses);
+            ``~`` is expanded.
 
     Raises:
         ValueError: the file does not exist, or the folder or glob holds no corpus file.

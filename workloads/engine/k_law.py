@@ -42,7 +42,7 @@ from workloads.roofline.models import SHAPE_KEYS, ModelShape, shape_from_dict
 if TYPE_CHECKING:
     import torch
 
-    from workloads.config import DecodeConfig
+    from workloads.decode_bench.config import DecodeConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """FLOPs and roofline seconds of the stages of a draft training trial, and the utilisation assumed.
 
 What a ``draft_train`` trial computes, stage by stage, as pure functions of shapes and token
-counts (no I/O, no torch); :mod:`workloads.trial_cost` maps a trial's config onto them and
+counts (no I/O, no torch); :mod:`workloads.draft_train.cost` maps a trial's config onto them and
 ``orchestrator.cost.model`` turns them into predicted seconds.
 
 - **Target forward** (features, cached or online): 2 FLOPs per weight per token over the

@@ -6,6 +6,8 @@
 - :mod:`~workloads.serving.bench`: one trial (export, servers, greedy pass, ``vllm bench serve``);
 - :mod:`~workloads.serving.report`: its metrics, the greedy comparison, the agreement with this
   platform's engine;
+- :mod:`~workloads.serving.checks`: the checks at submit (``CHECKS``);
+- :mod:`~workloads.serving.workload`: the ``serve_bench`` :class:`~workloads.protocol.Workload`;
 - ``vllm_plugin/``: the package installed into vLLM's environment (the drafter class and the
   benchmark client's entry point); never imported here.
 

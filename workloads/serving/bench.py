@@ -26,12 +26,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from workloads.config import (
+from workloads.config import TargetConfig
+from workloads.decode_bench.config import (
     BaselineConfig,
     DecodeBenchConfig,
     DecodeConfig,
     DraftSourceConfig,
-    TargetConfig,
 )
 from workloads.models.draft import TRAINED_WITH
 from workloads.models.export import exported_vllm_method
@@ -91,7 +91,7 @@ def find_served_draft(cfg: ServeBenchConfig, run_root: Path | None) -> Path:
     else:
         if run_root is None:
             raise ValueError(f"draft.source {d.source!r} needs the run root (run it via submit)")
-        from workloads.decode_bench import find_trial_draft
+        from workloads.measure.drafts import find_trial_draft
 
         if d.source == "trial":
             folder = find_trial_draft(run_root, cast(str, d.sweep), cast(str, d.trial_key))
@@ -311,7 +311,7 @@ def run(
             last lines in the message); both servers are stopped by then.
         ServedBelowEngine: vLLM's acceptance CI wholly below this engine's (served.json kept).
     """
-    from workloads import decode_bench
+    from workloads.measure import decode as engine_bench
     from workloads.models import export as ex
     from workloads.models.target import load_target
     from workloads.serving.report import greedy_comparison, trial_metrics
@@ -333,7 +333,7 @@ def run(
         lm_head_weight=model.get_output_embeddings().weight.detach(),
     )  # fmt: skip
     dcfg = engine_config(cfg, folder)
-    prompts = decode_bench.bench_prompts(dcfg, target)
+    prompts = engine_bench.bench_prompts(dcfg, target)
     dataset = out_dir / "prompts.jsonl"
     with dataset.open("w") as f:
         for ids in prompts:
@@ -349,7 +349,7 @@ def run(
     ours = None
     if cfg.serve.compare_engine and cfg.serve.k_at(1) > 0:  # K = 0: no speculation to compare
         say("this platform's engine: the same prompts, a chain of K")
-        ours = decode_bench.run(dcfg, cache_dir=cache_dir, out_dir=out_dir / "engine").metrics
+        ours = engine_bench.run(dcfg, cache_dir=cache_dir, out_dir=out_dir / "engine").metrics
     greedy, diverged = greedy_comparison(target, prompts, base, spec) if base else (None, [])
     result = TrialResult(artifact_paths=sorted(out_dir.glob("server-*.log")))
     result.metrics.update(trial_metrics(cfg, spec, base, ours, greedy))

@@ -4,7 +4,7 @@ Each refusal is a :class:`~workloads.config.ConfigError` naming the field at fau
 no serving environment (say ``make serve-env``), a draft that cannot be found, a fixed port in
 use, a target vLLM cannot load (random weights; a local folder without ``config.json``), a fused
 draft on a target class vLLM cannot serve with ``eagle3`` (Gemma-3's).
-The prompts are checked as ``decode_bench``'s (``registry.check_serve_prompts``). A
+The prompts are checked as ``decode_bench``'s (:func:`check_serve_prompts`). A
 ``draft_train`` sweep that regenerates its SFT replies in vLLM (``sft.regen_engine: vllm``) gets
 the environment and target checks too (:func:`check_regen_configs`).
 """
@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from workloads.config import ConfigError, DraftTrainConfig, TargetConfig
+from workloads.checks import check_bench_prompts, check_targets
+from workloads.config import ConfigError, TargetConfig
+from workloads.draft_train.config import DraftTrainConfig
+from workloads.protocol import Preflight
 from workloads.serving.config import ServeBenchConfig
 
 if TYPE_CHECKING:
@@ -119,3 +122,35 @@ def _check_target(target: TargetConfig) -> None:
             "(smollm2-135m-instruct, gemma-3-270m)",
             ("target", "model"),
         )
+
+
+def check_serving(configs: Sequence[ServeBenchConfig], run_root: Path, **_: object) -> None:
+    """The serving environment imports vLLM and the plugin, each draft can be found, a fixed
+    ``serve.port`` is free, and vLLM can load the target (:func:`check_configs`).
+
+    Raises:
+        ConfigError: blaming the field at fault, with the fix.
+    """
+    check_configs(configs, run_root)
+
+
+def check_serve_prompts(
+    configs: Sequence[ServeBenchConfig],
+    run_root: Path,
+    *,
+    cache_dir: Path | None = None,
+    **_: object,
+) -> None:
+    """Every prompt a serving trial sends fits the target, as :func:`check_bench_prompts` (the
+    same prompts: this platform's engine decodes them too).
+
+    Raises:
+        ConfigError: blaming ``prompts.prompt_sets``.
+    """
+    from workloads.serving.bench import engine_config
+
+    check_bench_prompts([engine_config(c, None) for c in configs], run_root, cache_dir=cache_dir)
+
+
+CHECKS: tuple[Preflight, ...] = (check_targets, check_serving, check_serve_prompts)
+"""the checks of a ``serve_bench`` sweep at submit, in the order they run"""

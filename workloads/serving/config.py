@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from workloads.config import BenchPromptsConfig, TargetConfig, _Frozen
+from workloads.config import TargetConfig, _Frozen
+from workloads.decode_bench.config import BenchPromptsConfig
 
 
 class ServedDraftConfig(_Frozen):

@@ -48,9 +48,9 @@ def greedy_comparison(
     """``mismatches`` and ``near_ties`` of the speculating server's greedy outputs against the
     baseline server's (a near-tie: the target's top-2 logits at the first difference within the
     dtype's threshold, DESIGN.md), and ``greedy.compared`` (prompts); beside them, per prompt
-    that diverged, where and by how much (:func:`workloads.decode_bench.divergence`, with the
+    that diverged, where and by how much (:func:`workloads.measure.decode.divergence`, with the
     prompt's index)."""
-    from workloads.decode_bench import divergence
+    from workloads.measure.decode import divergence
 
     counts = {"mismatch": 0, "near_tie": 0}
     diverged: list[dict[str, object]] = []

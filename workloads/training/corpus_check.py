@@ -36,7 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from workloads.config import CorpusSource, DraftTrainConfig
+from workloads.draft_train.config import CorpusSource, DraftTrainConfig
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ gathered back into the draft, so what rank 0 hands back (and the next stage star
 rounded to bfloat16. Both run on CPU workers with gloo (tested on 2 workers: autocast with DDP
 and ZeRO-2, DeepSpeed's bf16 with ZeRO-2; its bf16 with ZeRO 0-1 ran in one process, stage 0
 through its ``BF16_Optimizer``, about 1% off the autocast losses). fp16 is refused
-(:func:`~workloads.config.check_deepspeed_config`).
+(:func:`~workloads.draft_train.config.check_deepspeed_config`).
 
 GPUs (not run: no GPU was at hand): workers get ``num_gpus / N`` GPUs, DDP and DeepSpeed use
 NCCL, the draft moves to ``ray.train.torch.get_device()`` and bf16 autocast is CUDA's. Untested
@@ -67,7 +67,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from workloads.config import check_deepspeed_config
+from workloads.draft_train.config import check_deepspeed_config
 from workloads.models.draft import DraftModel
 from workloads.training.features import FeatureSet
 from workloads.training.loop import (

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import torch
 
-from workloads.config import DraftTrainConfig
 from workloads.data import (
     Conversation,
     InMemoryRows,
@@ -29,6 +28,7 @@ from workloads.data import (
     read_sharegpt,
     split_conversations,
 )
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.models.fusion import folder_mark, resolve_layers
 from workloads.models.target import Target
 from workloads.result import Progress
@@ -133,7 +133,7 @@ def _regenerator(
 
 def regen_target_key(cfg: DraftTrainConfig) -> str:
     """The target in the regenerated replies' recipe (:func:`recipe_of`): the cache key's
-    target name, then ``-<dtype>`` unless float32 or auto (as ``workloads.trial_cost`` names
+    target name, then ``-<dtype>`` unless float32 or auto (as ``workloads.draft_train.cost`` names
     it)."""
     t = cfg.target.dtype
     return _target_key(cfg) + ("" if t in ("float32", "auto") else f"-{t}")

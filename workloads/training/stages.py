@@ -27,7 +27,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from workloads.config import DraftTrainConfig
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.models.draft import DraftModel
 from workloads.training.checkpoint import (
     checkpoint_name,

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.reports.fit import fit_sweep
 from orchestrator.store.results import ResultsStore
-from workloads.config import DecodeBenchConfig, DraftTrainConfig
+from workloads.decode_bench.config import DecodeBenchConfig
+from workloads.draft_train.config import DraftTrainConfig
 
 SPEC = "name: {name}\ngrid:\n  pretrain.tokens: [0, 8192, 32768, 131072, 524288]\n"
 

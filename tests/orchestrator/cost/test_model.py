@@ -16,8 +16,9 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import SweepSpec, load_spec
 from orchestrator.store.results import ResultsStore
+from workloads.draft_train.cost import DRAFT_TRAIN_COST
+from workloads.protocol import CostContext
 from workloads.roofline.hardware import HardwareProfile, fingerprint_id, hardware_fingerprint
-from workloads.trial_cost import DRAFT_TRAIN_COST, CostContext
 
 HW = HardwareProfile(
     name="local-cpu", peak_flops=1e11, bandwidth=2e10, dtype="float32", bytes_per_element=4,

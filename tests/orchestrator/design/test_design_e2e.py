@@ -121,7 +121,7 @@ def _replay(decisions: list[Decision], trials: list[TrialInfo]) -> None:
 
 
 def _metric(t: TrialInfo) -> float:
-    from workloads.sleep import SleepConfig
+    from workloads.sleep.config import SleepConfig
 
     y = SleepConfig.model_validate(t.config).law_y()  # what the trial reported
     assert y is not None

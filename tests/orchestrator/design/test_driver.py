@@ -27,7 +27,7 @@ from orchestrator.driving.task import TaskOutcome
 from orchestrator.spec.grid import design_trial, trial_key
 from orchestrator.spec.sweep import SweepSpec, load_spec
 from orchestrator.store.results import ResultsStore
-from workloads.sleep import SleepConfig
+from workloads.sleep.config import SleepConfig
 
 SPEC = """\
 name: law

@@ -7,7 +7,7 @@ from typing import Literal
 
 from orchestrator.driving.task import TaskOutcome, run_trial
 from workloads.config import Resources
-from workloads.sleep import SleepConfig
+from workloads.sleep.config import SleepConfig
 
 
 def _run(out: Path, fail: Literal["never", "error"] = "never") -> TaskOutcome:

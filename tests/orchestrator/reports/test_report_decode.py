@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.reports.fit import fit_sweep
 from orchestrator.store.results import ResultsStore
-from workloads.config import DecodeBenchConfig
+from workloads.decode_bench.config import DecodeBenchConfig
 
 UNRESOLVED = "the speedup's trend over b is not resolved from 0"
 

@@ -10,7 +10,7 @@ import pytest
 from analysis.variants import variant_summary
 from orchestrator.reports.fit import fit_sweep, law_axis
 from orchestrator.store.results import ResultsStore
-from workloads.config import DraftTrainConfig
+from workloads.draft_train.config import DraftTrainConfig
 
 
 def _store(

@@ -24,7 +24,7 @@ from orchestrator.reports.fit import LAW_AXES, fit_sweep, report_kind
 from orchestrator.reports.law_tables import law_table
 from orchestrator.store.results import ResultsStore
 from tests.dashboards.test_escaping import _figure_strings
-from workloads.config import DraftTrainConfig
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.registry import WORKLOADS
 
 REPORTS = Path(__file__).resolve().parents[3] / "orchestrator" / "reports"

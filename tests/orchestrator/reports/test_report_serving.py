@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.reports.fit import fit_sweep
 from orchestrator.store.results import ResultsStore
-from workloads.config import DraftTrainConfig
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.serving.config import ServeBenchConfig
 
 BS = (1, 2, 4, 8, 16)

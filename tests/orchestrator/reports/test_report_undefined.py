@@ -14,9 +14,10 @@ from pathlib import Path
 
 from orchestrator.reports.fit import fit_sweep
 from tests.orchestrator.reports.test_report_decode import _store
-from workloads.config import DecodeBenchConfig
+from workloads.config import ConfigError
+from workloads.decode_bench.checks import check_k_laws
+from workloads.decode_bench.config import DecodeBenchConfig
 from workloads.engine.k_law import K_LAW_FILE, read_sweep_k_law
-from workloads.registry import ConfigError, check_k_laws
 
 
 def _eq4_results() -> dict[tuple[int, int], float | None]:

@@ -201,8 +201,10 @@ def test_numbers_refuse_booleans_but_keep_ints_as_floats_and_strings_as_paths(
     from pydantic import ValidationError
 
     from orchestrator.spec.sweep import SearchParam, SearchSpec
-    from workloads.config import DecodeBenchConfig, DraftTrainConfig, EvalConfig, Resources
-    from workloads.sleep import SleepConfig
+    from workloads.config import Resources
+    from workloads.decode_bench.config import DecodeBenchConfig
+    from workloads.draft_train.config import DraftTrainConfig, EvalConfig
+    from workloads.sleep.config import SleepConfig
 
     bad = [
         (Resources, {"num_cpus": True}),

@@ -13,7 +13,7 @@ from orchestrator.driving.runner import extra_gpus, task_options, trains_on_work
 from orchestrator.errors import SpecError
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import load_spec
-from workloads.config import DraftTrainConfig, TrainConfig
+from workloads.draft_train.config import DraftTrainConfig, TrainConfig
 
 SWEEPS = Path(__file__).resolve().parents[3] / "sweeps"
 

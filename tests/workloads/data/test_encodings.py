@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from workloads import registry
-from workloads.config import ConfigError, CorpusSource, DraftTrainConfig
+from workloads.config import ConfigError
 from workloads.data import encodings, load_prompt_sets
 from workloads.data.encodings import NotUtf8, find_not_utf8
 from workloads.data.sources import check_utf8, iter_source_documents
+from workloads.draft_train.checks import check_corpora
+from workloads.draft_train.config import CorpusSource, DraftTrainConfig
 
 LATIN1 = "Crème brûlée au café, déjà vu à Noël.\n"
 
@@ -99,7 +100,7 @@ def test_a_latin1_corpus_is_refused_at_submit_on_the_corpus_line(tmp_path: Path)
         {"pretrain": {"tokens": 10**9, "corpus": [{"source": str(path)}]}}
     )
     with pytest.raises(ConfigError) as err:
-        registry.check_corpora([cfg], tmp_path / "run", dry_run=True)
+        check_corpora([cfg], tmp_path / "run", dry_run=True)
     assert err.value.field == ("pretrain", "corpus")
     assert f"{path} is not UTF-8 text: byte {offset:,}" in str(err.value)
     assert not (tmp_path / "run").exists()

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from workloads.config import CorpusSource
 from workloads.data.corpus import _stdlib_docs
 from workloads.data.packing import RowSource, pack_token_documents
 from workloads.data.shards import (
@@ -28,6 +27,7 @@ from workloads.data.shards import (
     corpus_tokens,
 )
 from workloads.data.sources import iter_source_documents, source_fingerprint
+from workloads.draft_train.config import CorpusSource
 
 WORDS = [
     "the",

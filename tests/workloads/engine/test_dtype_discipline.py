@@ -10,8 +10,8 @@ import torch
 
 from tests.workloads.gpu_dtype import fp32_buffers, rotary_cos_error, wide_draft
 from tests.workloads.tiny import tiny_target
-from workloads import decode_bench
-from workloads.config import DraftSourceConfig
+from workloads.decode_bench.config import DraftSourceConfig
+from workloads.measure import decode as engine_bench
 from workloads.models.draft import DraftModel
 from workloads.models.target import Target
 
@@ -53,6 +53,6 @@ def test_decode_bench_draft_for_bf16_target() -> None:
     model = tiny_target().to(BF16)
     target = Target(name="tiny", model=model, tokenizer=None)
     keep = fp32_buffers(wide_draft(), cast_ok=FROZEN)
-    draft, where = decode_bench._draft(DraftSourceConfig(source="fresh"), target, None, seed=0)
+    draft, where = engine_bench._draft(DraftSourceConfig(source="fresh"), target, None, seed=0)
     assert where == "fresh" and draft is not None
     _assert_cast_for_bf16(draft, keep)

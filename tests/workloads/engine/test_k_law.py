@@ -14,7 +14,8 @@ from transformers import LlamaConfig
 
 from analysis.eq4 import fit_eq4
 from tests.workloads.stubs import StubDraft, StubTarget, V
-from workloads.config import DecodeConfig
+from workloads.config import ConfigError
+from workloads.decode_bench.config import DecodeConfig
 from workloads.engine.k_law import (
     K_LAW_FILE,
     KLaw,
@@ -30,7 +31,6 @@ from workloads.engine.k_law import (
 )
 from workloads.engine.tree import max_nodes
 from workloads.engine.tree_decode import TreeShape, generate
-from workloads.registry import ConfigError
 from workloads.roofline import HardwareProfile, eq4_paper, get_profile, k_opt, load_model_shape
 from workloads.roofline.hardware import datasheet_name
 

@@ -14,9 +14,9 @@ import torch
 
 from tests.conftest import SPECBENCH
 from workloads.data import chat_prompt_ids, load_prompt_sets
-from workloads.decode_bench import divergence
 from workloads.engine.oracle_draft import OracleDraft
 from workloads.engine.tree_decode import TreeShape, generate, speculative_generate
+from workloads.measure.decode import divergence
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.models.target import Target, embedding_scale, load_target
 from workloads.training.evaluation import greedy_reference

@@ -138,7 +138,7 @@ def test_regeneration_in_vllm_without_a_serving_env_exits_2_naming_its_field(
 
 
 def test_regeneration_in_vllm_with_a_random_target_is_refused(tmp_path: Path) -> None:
-    from workloads.config import DraftTrainConfig
+    from workloads.draft_train.config import DraftTrainConfig
     from workloads.serving.checks import check_regen_configs
 
     cfg = DraftTrainConfig.model_validate(

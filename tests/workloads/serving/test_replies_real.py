@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads.config import DraftTrainConfig
-from workloads.draft_train import _vllm_replies
+from workloads.draft_train.config import DraftTrainConfig
+from workloads.draft_train.run import _vllm_replies
 from workloads.serving.env import ServingEnvError, find_env
 from workloads.training.stage_data import stage_data, target_spec
 

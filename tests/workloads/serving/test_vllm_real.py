@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads import decode_bench
+from workloads.measure import decode as engine_bench
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.models.fusion import body_features, default_layers
 from workloads.serving import bench
@@ -109,7 +109,7 @@ def test_vllm_loads_speculates_and_agrees_with_this_engine(
         serve={"batch_sizes": [2], "max_new_tokens": NEW_TOKENS, "enforce_eager": True},
         prompts={"prompt_sets": sets, "num_prompts": 2},
     )
-    prompts = decode_bench.bench_prompts(bench.engine_config(cfg, None), target)
+    prompts = engine_bench.bench_prompts(bench.engine_config(cfg, None), target)
     _memorised_draft(target, prompts, tmp_path / "draft", fused)
     out = tmp_path / "trial"
     m = bench.run(cfg, cache_dir=cache_dir, out_dir=out, progress=print).metrics

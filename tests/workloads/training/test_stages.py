@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads.config import DraftTrainConfig
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.training.checkpoint import latest_checkpoint
 from workloads.training.features import Features

@@ -11,8 +11,8 @@ import torch
 from pydantic import ValidationError
 
 from tests.workloads.training.test_distributed import settings, synthetic_features, tiny_draft
-from workloads.config import DraftTrainConfig
 from workloads.data.packing import attention_allowed, segment_ids
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.training.loop import (
     draft_loss,
     position_losses,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads.sleep import SleepConfig, run
+from workloads.sleep.config import SleepConfig
+from workloads.sleep.run import run
 
 
 def test_reports_its_sleep_and_counts_attempts(tmp_path: Path) -> None:

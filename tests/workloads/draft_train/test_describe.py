@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from workloads.config import DraftTrainConfig
-from workloads.cost import describe_cost, feature_gib, resolve_feature_mode, target_hidden_size
+from workloads.draft_train.config import DraftTrainConfig
+from workloads.draft_train.describe import describe_cost, target_hidden_size
+from workloads.training.feature_mode import feature_gib, resolve_feature_mode
 
 
 def _cfg(**over: object) -> DraftTrainConfig:

@@ -1,15 +1,15 @@
-"""Workload ``decode_bench``: throughput and acceptance of tree speculative decoding at batch b.
+"""The engine's decoding benchmark: throughput and acceptance of tree speculative decoding at
+batch b, the trial of ``decode_bench`` and the engine's side of a ``serve_bench`` trial.
 
 For one tree shape and batch size it decodes the same prompts three ways, interleaved batch by
 batch: the engine's tree speculative decoding, the engine's own autoregressive loop at the same
 batch size, and (at b = 1) HF ``generate`` greedy with the same dtype and threads. Config in
-(:class:`~workloads.config.DecodeBenchConfig`), metrics and artifacts out.
+(:class:`~workloads.decode_bench.config.DecodeBenchConfig`), metrics and artifacts out.
 Source: Scylla (arXiv 2505.07858) Sec. 3.2 and Thm 1.3 (throughput vs batch size).
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import resource
@@ -19,9 +19,9 @@ from typing import cast
 
 import torch
 
-from workloads.config import ConfigError, DecodeBenchConfig, DraftSourceConfig
 from workloads.data import chat_prompt_ids, load_prompt_sets
-from workloads.data.prompts import check_prompt_room, check_prompt_spec, round_robin
+from workloads.data.prompts import check_prompt_room, round_robin
+from workloads.decode_bench.config import DecodeBenchConfig, DraftSourceConfig
 from workloads.engine.acceptance import acceptance_metrics
 from workloads.engine.ar_decode import ar_generate
 from workloads.engine.ar_decode import reserve as reserve_ar
@@ -36,113 +36,19 @@ from workloads.engine.tree_decode import (
     generate,
     reserve,
 )
-from workloads.models.draft import Draft, DraftArch, DraftModel, check_trained_target
+from workloads.measure.drafts import check_draft_folder, find_trial_draft
+from workloads.models.draft import Draft, DraftArch, DraftModel
 from workloads.models.target import (
     Target,
     embedding_scale,
     load_target,
     output_device,
-    resolve_device,
 )
 from workloads.result import Progress, TrialResult
 from workloads.roofline.hardware import HardwareProfile, cached_local_cpu
 from workloads.training.evaluation import greedy_reference, max_positions, near_tie
 
 log = logging.getLogger(__name__)
-
-
-def find_trial_draft(
-    run_root: Path, sweep: str, trial_key: str, *, label: str = "draft.trial_key"
-) -> Path:
-    """The draft folder saved by a draft_train trial: ``<run root>/<sweep>/trials/<key>/draft``.
-
-    ``trial_key`` may be a unique prefix (>= 6 characters) or ``best``: the trial with the
-    highest acceptance length in its ``per_prompt.json``. ``label`` names ``trial_key`` in
-    error messages (the config field or the command-line argument).
-
-    Raises:
-        ValueError: no such sweep folder or trial, or an ambiguous prefix.
-    """
-    trials = run_root / sweep / "trials"
-    found = sorted(p.parent for p in trials.glob("*/draft/arch.json"))
-    known = [] if trials.is_dir() else [p.parent.name for p in run_root.glob("*/trials")]
-    close = difflib.get_close_matches(sweep, known, n=1)
-    if close:  # a misspelt sweep, not one still to run
-        raise ValueError(
-            f"draft.sweep {sweep!r} has no trials under {run_root} (did you mean {close[0]!r}?). "
-            f"Fix: draft.sweep: {close[0]}"
-        )
-    if not found:
-        spec = Path("sweeps") / f"{sweep}.yaml"  # the shipped spec of that name, if there is one
-        how = f"orchestrator submit {spec}" if spec.is_file() else f"the spec with name: {sweep}"
-        raise ValueError(
-            f"no finished draft_train trial under {trials}. Fix: run the draft_train sweep "
-            f"{sweep!r} (`{how}`, with the same --run-root) first, or use draft.source: path"
-        )
-    if trial_key == "best":
-        return max(found, key=_acceptance_of)
-    keys = ", ".join(p.parent.name for p in found[:8])
-    if len(trial_key) < 6:
-        raise ValueError(f"{label} {trial_key!r} is too short. Fix: >= 6 characters of {keys}")
-    hits = [p for p in found if p.parent.name.startswith(trial_key)]
-    if len(hits) != 1:
-        what = "matches several trials" if hits else "matches no finished trial"
-        raise ValueError(
-            f"{label} {trial_key!r} {what} in {trials}. Fix: best, or one of {keys} (a unique "
-            "prefix of >= 6 characters)"
-        )
-    return hits[0]
-
-
-def preflight(cfg: DecodeBenchConfig, run_root: Path) -> None:
-    """Check before a sweep starts what would make every trial fail: the draft it names, the
-    device, the prompt sets (no model is loaded).
-
-    Raises:
-        ValueError: as :func:`find_trial_draft`; a ``draft.path`` that is not a draft folder;
-            an unknown prompt set or a missing prompt directory.
-        workloads.config.ConfigError: ``device: cuda`` without a GPU (naming ``("device",)``);
-            a draft trained on another builtin target (naming ``("target", "model")``).
-    """
-    src = cfg.draft
-    folder = None
-    if src.source == "trial":
-        sweep = cast(str, src.sweep)
-        try:
-            folder = find_trial_draft(run_root, sweep, cast(str, src.trial_key))
-        except ValueError as exc:  # the spec line to blame: the sweep, or the key within it
-            ran = (run_root / sweep / "trials").is_dir()
-            raise ConfigError(str(exc), ("draft", "trial_key" if ran else "sweep")) from exc
-    elif src.source == "path":
-        folder = Path(cast(str, src.path)).expanduser()
-        _check_draft_folder(folder)
-    if folder is not None:
-        check_trained_target(folder, cfg.target.model)
-    try:
-        resolve_device(cfg.device)
-    except ValueError as exc:  # the spec's ``device:`` line is to blame
-        raise ConfigError(str(exc), ("device",)) from exc
-    check_prompt_spec(cfg.prompts.prompt_sets, field="prompts.prompt_sets")
-
-
-def _check_draft_folder(folder: Path) -> None:
-    if not folder.is_dir():
-        raise ValueError(
-            f"draft.path {folder} does not exist. Fix: give a draft folder saved by draft_train "
-            "(<run root>/<sweep>/trials/<key>/draft) or use draft.source: trial"
-        )
-    if not (folder / "arch.json").exists():
-        raise ValueError(
-            f"draft.path {folder} is not a draft folder (no arch.json). Fix: give the 'draft' "
-            "folder of a draft_train trial (<run root>/<sweep>/trials/<key>/draft)"
-        )
-
-
-def _acceptance_of(draft_dir: Path) -> float:
-    path = draft_dir.parent / "per_prompt.json"
-    rows = json.loads(path.read_text()) if path.exists() else []
-    cycles = sum(int(r["cycles"]) for r in rows)
-    return sum(int(r["accepted"]) for r in rows) / cycles if cycles else 0.0
 
 
 def _draft(
@@ -168,7 +74,7 @@ def _draft(
             if run_root is None:
                 raise ValueError("draft.source 'trial' needs the run root (run it via submit)")
             folder = find_trial_draft(run_root, cast(str, cfg.sweep), cast(str, cfg.trial_key))
-        _check_draft_folder(folder)
+        check_draft_folder(folder)
         draft = DraftModel.load(folder, embed_weight=embed, lm_head_weight=head)
         where = str(folder)
     return draft.cast_to(model.dtype, device=model.device).eval(), where  # RoPE stays fp32

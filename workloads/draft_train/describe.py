@@ -1,36 +1,24 @@
-"""What a ``draft_train`` sweep will cost, told before it runs (no torch, nothing loaded).
+"""What a ``draft_train`` sweep will take, told before it runs (no torch, nothing loaded).
 
 The dry run and the submit print these lines: the pretraining and SFT tokens of the grid, and per
 stage whether the target's features are cached on disk (and how much disk) or computed online;
-:func:`check_feature_disk` refuses at submit a sweep whose cached features would not fit on the
-cache's disk.
+:func:`workloads.draft_train.checks.check_feature_disk` refuses at submit a sweep whose cached
+features would not fit on the cache's disk.
 The feature mode rule (:mod:`workloads.training.feature_mode`) is the one the trial applies, so
 the dry run and the trial decide the same way.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from workloads.config import ConfigError, DraftTrainConfig
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.training.feature_mode import (
-    FEATURE_BYTES,
     FeatureMode,
     feature_gib,
     resolve_feature_mode,
 )
-
-__all__ = [
-    "FEATURE_BYTES",
-    "FeatureMode",
-    "check_feature_disk",
-    "describe_cost",
-    "feature_gib",
-    "resolve_feature_mode",
-    "target_hidden_size",
-]
 
 
 def target_hidden_size(name: str) -> int | None:
@@ -66,7 +54,7 @@ def _si(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _gib(g: float) -> str:
+def gib_text(g: float) -> str:
     return f"{g / 1024:.1f} TiB" if g >= 1024 else f"{g:.2f} GiB"
 
 
@@ -106,7 +94,7 @@ def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
         parts = []
         if "cached" in by_mode:
             top = max(by_mode["cached"])
-            size = _gib(feature_gib(top, hidden)) if hidden else "size unknown"
+            size = gib_text(feature_gib(top, hidden)) if hidden else "size unknown"
             layers = f", {copies - 1} fused layers + the last" if copies > 1 else ""
             parts.append(
                 f"cached on disk up to {_si(top)} tokens: {size} (hidden {hidden or '?'}"
@@ -114,7 +102,7 @@ def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
             )
         if "online" in by_mode:
             n, top = len(set(by_mode["online"])), max(by_mode["online"])
-            size = _gib(feature_gib(top, hidden)) if hidden else "?"
+            size = gib_text(feature_gib(top, hidden)) if hidden else "?"
             parts.append(
                 f"online for {n} budget(s) up to {_si(top)} tokens (no disk; {size} if cached)"
             )
@@ -124,66 +112,3 @@ def describe_cost(configs: Sequence[DraftTrainConfig]) -> list[str]:
         limits = sorted({c.features.max_cache_gb for c in configs})
         lines.append(f"  (features.mode auto: cached up to {', '.join(map(str, limits))} GiB)")
     return lines
-
-
-def _cached_gib(cache_dir: Path, cfg: DraftTrainConfig, stage: str, seq_len: int) -> float:
-    """GiB already in the largest feature folder of this target, stage and sequence length
-    under ``cache_dir`` (the corpus recipe is not known before the trial: the largest folder
-    is counted, so the disk check errs towards passing)."""
-    from workloads.training.feature_cache import feature_dir
-
-    t = cfg.target
-    key = t.model if t.weights == "pretrained" else f"{t.model}@random-seed{cfg.seed}"
-    key += "" if t.dtype in ("float32", "auto") else f"-{t.dtype}"
-    parent = feature_dir(cache_dir, target=key, stage=stage, recipe="x", seq_len=seq_len).parent
-    sizes = [
-        sum(f.stat().st_size for f in d.glob("chunk-*"))
-        for d in parent.glob(f"{stage}-*-L{seq_len}")
-    ]
-    return max(sizes, default=0) / 2**30
-
-
-def check_feature_disk(configs: Sequence[DraftTrainConfig], cache_dir: Path) -> None:
-    """Refuse a sweep whose cached features (the stages :func:`resolve_feature_mode` caches,
-    the largest budget per target, stage and sequence length, less what is cached already)
-    need more disk than is free under ``cache_dir``, before a trial fills the disk.
-
-    Raises:
-        ConfigError: blaming ``features.mode``, with both sizes and the fix.
-    """
-    need: dict[tuple[str, str, int], tuple[float, DraftTrainConfig]] = {}
-    hidden_of: dict[str, int | None] = {}
-    for c in configs:
-        base = hidden_of.setdefault(c.target.model, target_hidden_size(c.target.model))
-        if base is None:
-            continue  # not known before the trial loads the target
-        hidden = base * c.draft.feature_copies  # hidden fusion: wider features
-        for stage, tokens, seq_len in (
-            ("pretrain", c.pretrain.tokens, c.pretrain.seq_len),
-            ("sft", c.sft.tokens, c.sft.seq_len),
-        ):
-            mode = resolve_feature_mode(
-                c.features.mode, tokens=tokens, hidden=hidden, max_cache_gb=c.features.max_cache_gb
-            )
-            key = (c.target.model + c.target.weights + c.target.dtype + str(c.draft.fusion_layers)
-                   + c.draft.fusion, stage, seq_len)  # fmt: skip
-            gib = feature_gib(tokens, hidden)
-            if tokens and mode == "cached" and gib > need.get(key, (0.0, c))[0]:
-                need[key] = (gib, c)
-    if not need:
-        return
-    missing = sum(
-        max(0.0, gib - _cached_gib(cache_dir, c, stage, seq_len))
-        for (_, stage, seq_len), (gib, c) in need.items()
-    )
-    existing = next(p for p in (cache_dir, *cache_dir.resolve().parents) if p.exists())
-    free = shutil.disk_usage(existing).free / 2**30
-    if missing <= free:
-        return
-    raise ConfigError(
-        f"features.mode: the sweep caches target features of {_gib(missing)} not cached yet "
-        f"under {cache_dir}, but its disk has {_gib(free)} free. Fix: features.mode: online "
-        "(computed in each training step, nothing on disk), a smaller features.max_cache_gb "
-        "(auto goes online above it), or --cache-dir on a disk with room",
-        ("features", "mode"),
-    )

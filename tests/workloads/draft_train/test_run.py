@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workloads import draft_train
-from workloads.config import DraftTrainConfig
+from workloads.draft_train import run as draft_train
+from workloads.draft_train.config import DraftTrainConfig
 
 TINY = {
     "pretrain": {"tokens": 1024, "seq_len": 128},
@@ -73,7 +73,7 @@ def test_wsd_fork_budgets_share_the_trunk(cache_dir: Path, tmp_path: Path) -> No
 def test_acceptance_metrics_per_set_from_the_per_prompt_rows() -> None:
     """Issue 24: the trial's acceptance metrics, overall and per set, from ``EvalResult``'s
     per-prompt rows (fixed counts): pooled under the old names, the per-prompt mean beside."""
-    from workloads.draft_train import _acceptance
+    from workloads.draft_train.run import _acceptance
 
     rows: list[dict[str, object]] = [
         {"set": "humaneval", "cycles": 10, "accepted": 40},

@@ -1,10 +1,11 @@
 """The work of each stage of a ``draft_train`` trial, for predicting its seconds before it runs.
 
-A workload's :class:`CostModel` (its registry entry's ``cost``) says, for one trial config,
-what each stage computes (:class:`StageWork`: units of work, their seconds at utilisation 1 on
-a hardware profile from :mod:`workloads.roofline.train_cost`, and which cache shares them),
-and, for a finished trial, what its stages did by its metrics (the regressor the orchestrator
-calibrates measured stage seconds against). No torch is imported, nothing is written.
+A workload's :class:`~workloads.protocol.CostModel` (its ``Workload.cost``) says, for one
+trial config, what each stage computes (:class:`~workloads.protocol.StageWork`: units of work,
+their seconds at utilisation 1 on a hardware profile from :mod:`workloads.roofline.train_cost`,
+and which cache shares them), and, for a finished trial, what its stages did by its metrics (the
+regressor the orchestrator calibrates measured stage seconds against). No torch is imported,
+nothing is written.
 
 Stages of ``draft_train`` (each the trial metric ``wall_s/<stage>``): ``features_pretrain``,
 ``features_sft`` (the target's hidden states when cached; online ones are computed inside the
@@ -25,13 +26,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
 
-from workloads.config import DraftTrainConfig
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.names import is_prompt_dir
+from workloads.protocol import CostContext, CostModel, CostUnknown, StageWork
 from workloads.roofline.costs import step_time, target_step
 from workloads.roofline.hardware import HardwareProfile
 from workloads.roofline.models import ModelShape, load_model_shape
@@ -47,15 +47,6 @@ from workloads.roofline.train_cost import (
 )
 from workloads.training.feature_mode import resolve_feature_mode
 
-__all__ = [
-    "DRAFT_TRAIN_COST",
-    "DRAFT_TRAIN_STAGES",
-    "CostContext",
-    "CostModel",
-    "CostUnknown",
-    "StageWork",
-]
-
 DRAFT_TRAIN_STAGES = (
     "features_pretrain", "features_sft", "regenerate", "pretrain", "sft", "checks", "eval",
 )  # fmt: skip
@@ -64,88 +55,6 @@ DRAFT_TRAIN_STAGES = (
 
 CHUNK_TOKENS = 4096
 """tokens per feature-cache chunk (``workloads.training.stage_data.CHUNK_TOKENS``)"""
-
-
-class CostUnknown(ValueError):
-    """The work of a trial cannot be counted before it runs (e.g. the target's shape is not
-    known without downloading it)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageWork:
-    """Work one stage of a trial asks for."""
-
-    stage: str
-    """the stage, e.g. ``pretrain`` (its measured seconds are the metric ``wall_s/<stage>``)"""
-    units: float
-    """work asked for, in ``unit``"""
-    unit: str
-    """what a unit is: ``tokens``, ``chats``, ``prompts``"""
-    ideal_s: float
-    """seconds of all ``units`` at utilisation 1 on the context's hardware"""
-    kind: Literal["train", "decode"]
-    """dense FLOPs (share of peak) or decoding steps (share of the roofline)"""
-    shared: str | None = None
-    """key of the cache that shares this work between trials and sweeps (None: the trial's own);
-    units under one key are nested prefixes (a larger budget's first tokens are a smaller's)"""
-    cached: float = 0.0
-    """units under ``shared`` already on disk"""
-    split: bool = False
-    """how trials running at once share the units under ``shared``: True, they split them
-    (each builds the next chunk nobody is building); False, one builds them under a lock and the
-    others wait until it is done"""
-    lookahead: float = 0.0
-    """split work: units a trial builds beyond the prefix while it waits for the last ones
-    another builds (a batch of replies: ``workloads.training.regenerate`` generates batch
-    i + 1 while another trial generates batch i)"""
-    note: str = ""
-    """what the count assumes"""
-
-    def ideal_of(self, units: float) -> float:
-        """Seconds of ``units`` of this work at utilisation 1."""
-        return self.ideal_s * units / self.units if self.units else 0.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class CostContext:
-    """Where a trial's work is counted."""
-
-    hw: HardwareProfile
-    """the hardware the trial runs on"""
-    cache_dir: Path | None = None
-    """the cache the trial will use (what is cached there costs nothing); None: nothing cached"""
-    tau: float = 1.0
-    """acceptance length assumed for the evaluation (tokens per cycle; 1 = no draft token
-    accepted, the most cycles)"""
-    devices: float = 1.0
-    """devices (GPUs) the trial's training workers spread over"""
-
-
-@dataclass(frozen=True, kw_only=True)
-class CostModel:
-    """How a workload's trials cost, for ``orchestrator submit --dry-run`` and adaptive designs."""
-
-    stages: tuple[str, ...]
-    """the stages, each measured as the trial metric ``wall_s/<stage>``"""
-    plan: Callable[[Any, CostContext], tuple[StageWork, ...]]
-    """``(config, context) -> works``; raises :class:`CostUnknown` with the reason"""
-    done: Callable[[Any, Mapping[str, float], HardwareProfile], dict[str, float]]
-    """``(config, metrics, hw) -> {stage: ideal seconds}``: what a finished trial's stages did
-    by its metrics, at utilisation 1 on ``hw`` (stages it does not report are left out);
-    raises :class:`CostUnknown`"""
-    dtype: Callable[[Any], str]
-    """the dtype a trial computes in (picks the hardware profile)"""
-    tau_group: Callable[[Any], str]
-    """trials whose measured acceptance length says what this one's evaluation will see (the
-    same target, draft and tree; the prompt sets apart, see ``tau_sets``)"""
-    tau_sets: Callable[[Any], tuple[str, ...]] = lambda cfg: ()
-    """the names of the prompt sets a trial evaluates (each measured as
-    ``<tau_metric>/<name>``); () when the workload does not say"""
-    tau_metric: str = "acceptance_length"
-    """the metric of the measured acceptance length (tokens per cycle)"""
-
-
-# -- draft_train ---------------------------------------------------------------------------
 
 
 def _shape(cfg: DraftTrainConfig) -> ModelShape:

@@ -1,6 +1,6 @@
-"""The work of a draft_train trial's stages (workloads/trial_cost.py): which stages a config runs,
-what the cache already holds (features, replies, a wsd-fork trunk), and what a finished trial
-did by its metrics. A fixed hardware profile, no torch model."""
+"""The work of a draft_train trial's stages (workloads/draft_train/cost.py): which stages a
+config runs, what the cache already holds (features, replies, a wsd-fork trunk), and what a
+finished trial did by its metrics. A fixed hardware profile, no torch model."""
 
 from __future__ import annotations
 
@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from workloads.config import DraftTrainConfig
-from workloads.roofline.hardware import HardwareProfile
-from workloads.roofline.train_cost import target_forward_flops
-from workloads.trial_cost import (
+from workloads.draft_train.config import DraftTrainConfig
+from workloads.draft_train.cost import (
     DRAFT_TRAIN_STAGES,
-    CostContext,
-    CostUnknown,
     cached_feature_tokens,
     done_draft_train,
     plan_draft_train,
 )
+from workloads.protocol import CostContext, CostUnknown
+from workloads.roofline.hardware import HardwareProfile
+from workloads.roofline.train_cost import target_forward_flops
 
 HW = HardwareProfile(
     name="local-cpu", peak_flops=1e11, bandwidth=2e10, dtype="float32", bytes_per_element=4,
@@ -166,7 +165,7 @@ def test_how_trials_at_once_share_the_work() -> None:
 
 
 def test_the_prompt_sets_of_the_acceptance_lengths(tmp_path: Path) -> None:
-    from workloads.trial_cost import DRAFT_TRAIN_COST
+    from workloads.draft_train.cost import DRAFT_TRAIN_COST
 
     folder = tmp_path / "bench"
     folder.mkdir()
@@ -187,9 +186,9 @@ def test_only_the_trials_own_reply_recipe_counts_as_cached(tmp_path: Path) -> No
     """The replies a trial would regenerate are cached only in the file of its recipe (engine,
     temperature, cap, target, dtype), told apart by the ``.recipe.json`` each cache writes;
     another recipe's replies (here: the AR loop's for a vLLM trial) count for nothing."""
+    from workloads.draft_train.cost import regen_recipe
     from workloads.training.regenerate import RegenSettings, recipe_of
     from workloads.training.stage_data import regen_target_key
-    from workloads.trial_cost import regen_recipe
 
     cfg = _cfg(sft__regen_engine="vllm", sft__regen_temperature=0.3)
     cap = cfg.sft.regen_reply_tokens

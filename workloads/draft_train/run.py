@@ -1,7 +1,7 @@
 """Workload ``draft_train``: pretrain a draft on T tokens, SFT it, measure acceptance length.
 
-Config in (:class:`~workloads.config.DraftTrainConfig`), metrics and artifacts out; knows
-nothing of SQL, MLflow or Ray, so it runs the same in a test, a Ray task or a notebook.
+Config in (:class:`~workloads.draft_train.config.DraftTrainConfig`), metrics and artifacts out;
+knows nothing of SQL, MLflow or Ray, so it runs the same in a test, a Ray task or a notebook.
 Source: Scylla (arXiv 2505.07858) Sec. 4 (two-stage training, Thm 1.1 experiment).
 """
 
@@ -18,8 +18,9 @@ from typing import Literal
 
 import torch
 
-from workloads.config import DraftTrainConfig, Resources
+from workloads.config import Resources
 from workloads.data import PromptSet, load_prompt_sets
+from workloads.draft_train.config import DraftTrainConfig
 from workloads.engine.acceptance import acceptance_metrics, pooled
 from workloads.engine.step_cost import measure_step_cost
 from workloads.models.draft import TRAINED_WITH, DraftArch, DraftModel

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from workloads import decode_bench
-from workloads.config import ConfigError, DecodeBenchConfig
+from workloads.config import ConfigError
+from workloads.decode_bench import checks
+from workloads.decode_bench.config import DecodeBenchConfig
+from workloads.measure import decode as engine_bench
+from workloads.measure import drafts
 
 
 def _trial(root: Path, key: str, accepted: int, cycles: int) -> Path:
@@ -25,27 +28,27 @@ def _trial(root: Path, key: str, accepted: int, cycles: int) -> Path:
 def test_find_trial_draft_by_prefix_and_best(tmp_path: Path) -> None:
     low = _trial(tmp_path, "aaaaaa11bbbb2222", accepted=12, cycles=10)
     high = _trial(tmp_path, "aaaaaa33cccc4444", accepted=15, cycles=10)
-    assert decode_bench.find_trial_draft(tmp_path, "tokens", "best") == high
-    assert decode_bench.find_trial_draft(tmp_path, "tokens", "aaaaaa11") == low
+    assert drafts.find_trial_draft(tmp_path, "tokens", "best") == high
+    assert drafts.find_trial_draft(tmp_path, "tokens", "aaaaaa11") == low
     with pytest.raises(ValueError, match="too short"):
-        decode_bench.find_trial_draft(tmp_path, "tokens", "aaaa")
+        drafts.find_trial_draft(tmp_path, "tokens", "aaaa")
     with pytest.raises(ValueError, match="matches several"):
-        decode_bench.find_trial_draft(tmp_path, "tokens", "aaaaaa")
+        drafts.find_trial_draft(tmp_path, "tokens", "aaaaaa")
     with pytest.raises(ValueError, match="matches no finished trial"):
-        decode_bench.find_trial_draft(tmp_path, "tokens", "ffffff")
+        drafts.find_trial_draft(tmp_path, "tokens", "ffffff")
     with pytest.raises(ValueError, match="matches no finished trial .*Fix: best, or one of"):
-        decode_bench.find_trial_draft(tmp_path, "tokens", "ffffff")
+        drafts.find_trial_draft(tmp_path, "tokens", "ffffff")
     # no such spec file: the fix names the spec by its name, not a sweeps/other.yaml that is not
     with pytest.raises(ValueError, match="sweep .other. \\(`the spec with name: other`"):
-        decode_bench.find_trial_draft(tmp_path, "other", "best")
+        drafts.find_trial_draft(tmp_path, "other", "best")
 
 
 def test_a_sweep_not_yet_run_names_its_shipped_spec(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the checkout: sweeps/ beside it
+    monkeypatch.chdir(Path(__file__).resolve().parents[3])  # the checkout: sweeps/ beside it
     with pytest.raises(ValueError, match="`orchestrator submit sweeps/gemma-tokens.yaml`"):
-        decode_bench.find_trial_draft(tmp_path, "gemma-tokens", "best")
+        drafts.find_trial_draft(tmp_path, "gemma-tokens", "best")
 
 
 def test_oracle_run_measures_the_engine(target, cache_dir: Path, tmp_path: Path) -> None:  # noqa: ANN001
@@ -64,7 +67,7 @@ def test_oracle_run_measures_the_engine(target, cache_dir: Path, tmp_path: Path)
             "warmup": 0,
         }
     )
-    res = decode_bench.run(cfg, cache_dir=cache_dir, out_dir=tmp_path)
+    res = engine_bench.run(cfg, cache_dir=cache_dir, out_dir=tmp_path)
     m = res.metrics
     assert m["generated_tokens"] == 4 * 12  # 3 prompts cycled to 2 full batches of 2
     assert m["mismatches"] == 0 and m["ar_mismatches"] == 0
@@ -92,13 +95,13 @@ def test_preflight_refuses_what_would_fail_every_trial(
 ) -> None:
     cfg = DecodeBenchConfig.model_validate(overrides)
     with pytest.raises(ValueError, match=re.escape(message)):
-        decode_bench.preflight(cfg, tmp_path)
+        checks.preflight(cfg, tmp_path)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_preflight_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no CUDA GPU") as info:
-        decode_bench.preflight(DecodeBenchConfig(device="cuda"), tmp_path)
+        checks.preflight(DecodeBenchConfig(device="cuda"), tmp_path)
     assert info.value.field == ("device",)  # the orchestrator's preflight names the spec line
 
 
@@ -109,11 +112,11 @@ def test_preflight_names_the_sweep_line_and_the_sweep_meant(tmp_path: Path) -> N
     src = {"source": "trial", "sweep": "gemma-tokenz", "trial_key": "best"}
     meant = r"\(did you mean 'gemma-tokens'\?\)\. Fix: draft.sweep: gemma-tokens$"
     with pytest.raises(ConfigError, match=meant) as e:
-        decode_bench.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
+        checks.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
     assert e.value.field == ("draft", "sweep")
     src = {"source": "trial", "sweep": "gemma-tokens", "trial_key": "zzzzzz"}  # ran: the key
     with pytest.raises(ConfigError, match="no finished draft_train trial") as e:
-        decode_bench.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
+        checks.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
     assert e.value.field == ("draft", "trial_key")
 
 
@@ -128,12 +131,12 @@ def test_preflight_refuses_a_draft_trained_on_another_builtin_target(tmp_path: P
     (draft / TRAINED_WITH).write_text(json.dumps({"target": {"model": "gemma-3-270m"}}))
     src = {"source": "trial", "sweep": "gemma-tokens", "trial_key": "best"}
     with pytest.raises(ConfigError, match="trained on 'gemma-3-270m'.*Fix: target.model") as e:
-        decode_bench.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
+        checks.preflight(DecodeBenchConfig.model_validate({"draft": src}), tmp_path)
     assert e.value.field == ("target", "model")
     same = {"draft": src, "target": {"model": "gemma-3-270m"}}
-    decode_bench.preflight(DecodeBenchConfig.model_validate(same), tmp_path)  # passes
+    checks.preflight(DecodeBenchConfig.model_validate(same), tmp_path)  # passes
     local = {"draft": src, "target": {"model": str(tmp_path)}}  # a folder: not judged
-    decode_bench.preflight(DecodeBenchConfig.model_validate(local), tmp_path)
+    checks.preflight(DecodeBenchConfig.model_validate(local), tmp_path)
 
 
 def test_metrics_give_both_acceptance_definitions_with_cis() -> None:
@@ -145,7 +148,7 @@ def test_metrics_give_both_acceptance_definitions_with_cis() -> None:
     batch = BatchResult(
         tokens=[[1] * 40, [1] * 3], accept_lengths=[[4] * 10, [1] * 3], cycles=10, total_s=1.0
     )
-    m = decode_bench._metrics([batch], [], 0.0, 0, {})
+    m = engine_bench._metrics([batch], [], 0.0, 0, {})
     assert m["acceptance_length"] == pytest.approx(43 / 13) == batch.acceptance_length
     assert m["acceptance_length_prompt_mean"] == pytest.approx(2.5)
     assert m["acceptance_length_ci_low"] <= m["acceptance_length"] <= m["acceptance_length_ci_high"]

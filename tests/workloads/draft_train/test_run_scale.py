@@ -18,9 +18,9 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from workloads import draft_train
-from workloads.config import CorpusSource, DraftTrainConfig
 from workloads.data.shards import corpus_rows
+from workloads.draft_train import run as draft_train
+from workloads.draft_train.config import CorpusSource, DraftTrainConfig
 from workloads.models.draft import DraftArch, DraftModel
 from workloads.models.target import _builtin_tokenizer
 from workloads.models.target_source import TOKENIZER_VOCAB
@@ -48,7 +48,7 @@ def _tiny_target(folder: Path) -> Path:
 
 def _corpus(path: Path) -> Path:
     """Real text: this repository's Python sources, one document each."""
-    root = Path(__file__).resolve().parents[2] / "workloads"
+    root = Path(__file__).resolve().parents[3] / "workloads"
     with path.open("w") as f:
         for p in sorted(root.glob("*.py")):
             f.write(json.dumps({"text": p.read_text()}) + "\n")

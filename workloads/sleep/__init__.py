@@ -1,0 +1,1 @@
+"""The ``sleep`` workload (a diagnostic): config and run. Nothing is imported here."""
