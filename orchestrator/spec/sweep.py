@@ -1,7 +1,7 @@
 """Sweep specs: a YAML file parsed once into typed, validated models.
 
 Every error names ``file:line`` and a fix. A spec has a ``grid``, a ``search``
-(:class:`SearchSpec`) or a ``design`` (:mod:`orchestrator.design.spec`); the keys:
+(:class:`SearchSpec`) or a ``design`` (:mod:`orchestrator.kinds.design.spec`); the keys:
 docs/sweep-spec.md.
 """
 
@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.design.spec import DesignSpec, check_blocks, check_layout, default_metric
 from orchestrator.errors import SpecError
+from orchestrator.kinds.design.spec import DesignSpec, check_blocks, check_layout, default_metric
 from workloads.config import NoBoolNumbers, Resources
 from workloads.registry import WORKLOADS, Workload
 

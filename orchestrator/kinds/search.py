@@ -16,6 +16,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,18 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.trial import TrialState as OptunaState
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.driving.events import Best, Listener, SearchSummary, Tally, TrialEvent
-from orchestrator.driving.sweep_run import Flight, SweepRun
+from analysis.numbers import fmt
+from orchestrator.driving.destinations import Destinations
+from orchestrator.driving.events import Listener, Tally, TrialEvent
+from orchestrator.driving.sweep_run import Flight, Proposals, SweepRun
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import OrchestratorError, StoreError
-from orchestrator.spec.grid import trial_key
+from orchestrator.kinds import DryRun, same_base
+from orchestrator.kinds.grid import GridKind
+from orchestrator.spec.grid import TrialSpec, trial_key
 from orchestrator.spec.sweep import SearchSpec, SweepSpec, merge_overrides
 from orchestrator.store.results import (
     ResultsStore,
@@ -45,13 +50,16 @@ from orchestrator.store.results import (
 )
 
 __all__ = [
+    "KIND",
     "Best",
+    "SearchKind",
+    "SearchProposals",
     "SearchSummary",
     "counted",
     "distributions",
     "load_best",
     "open_study",
-    "SearchProposals",
+    "search_configs",
     "storage_url",
 ]
 
@@ -67,6 +75,64 @@ _KEY = "specscale.trial_key"
 """trial user attr: the store's trial key"""
 _ERROR = "specscale.error"
 """trial user attr: why the trial was told FAIL"""
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best trial of a study: its Optuna number, metric value, sampled params, trial key."""
+
+    number: int
+    value: float
+    params: dict[str, Any]
+    trial_key: str | None
+
+
+@dataclass
+class SearchSummary:
+    """One submit of a search: trials run (completed, failed), reused, counted before and after.
+
+    ``counted`` is the study's finished trials that count towards ``n_trials``; ``error`` is set
+    when the search stopped early (the metric is not reported).
+    """
+
+    n_trials: int
+    before: int
+    completed: int = 0
+    failed: int = 0
+    reused: int = 0
+    counted: int = 0
+    best: Best | None = None
+    error: str | None = None
+    cancelled: int = 0
+
+    def counts_line(self, tally: Tally) -> str | None:
+        """The loop's counts and the study's finished trials."""
+        t = tally
+        return (
+            f"{t.completed} completed, {t.failed} failed, {t.cancelled} cancelled, "
+            f"{t.reused} reused from the store (not rerun); {self.counted}/{self.n_trials} "
+            "trials finished in the study."
+        )
+
+    def lines(self, metric: str) -> list[str]:
+        """The study's best trial."""
+        return [best_line(metric, self.best)]
+
+    @property
+    def shows_fit(self) -> bool:
+        """A search shows the run index, not a fit."""
+        return False
+
+
+def best_line(metric: str, best: Best | None) -> str:
+    """The study's best trial, or that there is none yet."""
+    if best is None:
+        return "best: none yet (no completed trial)"
+    params = " ".join(f"{k}={v}" for k, v in best.params.items())
+    return (
+        f"best: {metric} = {fmt(best.value, '.4f')} at {params} "
+        f"(Optuna trial {best.number}, trial {best.trial_key})"
+    )
 
 
 def storage_url(db_url: str | None, run_root: Path) -> str:
@@ -376,8 +442,135 @@ class SearchProposals:
         """Nothing is queued: a search asks only when there is room."""
         return 0
 
+    def close(self, run: SweepRun) -> SearchSummary:
+        """The study after this driver (:meth:`summary`)."""
+        return self.summary()
+
     def summary(self) -> SearchSummary:
         """The study after this driver: counted trials and the best one."""
         self.result.counted = counted(self.study)
         self.result.best = best_of(self.study)
         return self.result
+
+
+def search_configs(sweep: SweepSpec) -> list[BaseModel]:
+    """The configs a search's preflight checks: its base, and the base with each ``choice``
+    of a searched field that holds a model or path (e.g. ``target.model``)."""
+    search = _search(sweep)
+    base = sweep.config_model.model_validate(sweep.base)
+    configs = [base]
+    for name, param in search.space.items():
+        for value in param.choice or []:
+            try:
+                raw = merge_overrides(sweep.base, {name: value})
+                configs.append(sweep.config_model.model_validate(raw))
+            except ValueError:  # refused at ask time, recorded as a failed trial
+                continue
+    return configs
+
+
+def _search(spec: SweepSpec) -> SearchSpec:
+    assert spec.search is not None, "a search needs a spec with a search block"
+    return spec.search
+
+
+class SearchKind(GridKind):
+    """An Optuna search (``search:``): its trials are asked of the study as it runs."""
+
+    name = "search"
+    priced_at_submit = False
+    fixed_configs = False
+    reruns_failed = False
+
+    def count(self, spec: SweepSpec) -> int:
+        return 0
+
+    def expand(self, spec: SweepSpec) -> list[TrialSpec]:
+        return []
+
+    def n_trials(self, spec: SweepSpec, trials: list[TrialSpec]) -> int:
+        return _search(spec).n_trials
+
+    def planned_configs(self, spec: SweepSpec, trials: list[TrialSpec]) -> list[BaseModel]:
+        return []
+
+    def preflight_configs(self, spec: SweepSpec, planned: list[BaseModel]) -> list[BaseModel]:
+        return search_configs(spec)
+
+    def describe(self, spec: SweepSpec, trials: list[TrialSpec]) -> str:
+        s = _search(spec)
+        return (
+            f"Optuna search of {s.n_trials} trials ({s.direction} {s.metric}, sampler {s.sampler})"
+        )
+
+    def dry_run(
+        self,
+        path: Path,
+        spec: SweepSpec,
+        dest: Destinations,
+        *,
+        hardware: str | None = None,
+        devices: int | None = None,
+    ) -> DryRun:
+        """The space, one row per searched field, and the study's settings."""
+        s = _search(spec)
+        rows = [[name, param.describe()] for name, param in s.space.items()]
+        line = (
+            f"search: {s.n_trials} trials, {s.direction} {s.metric}, sampler {s.sampler} "
+            f"(seed {spec.seeds[0]})"
+        )
+        return DryRun(
+            table=(f"sweep {spec.name}: search space", ["field", "distribution"], rows),
+            lines=[line],
+        )
+
+    def open(self, spec: SweepSpec, dest: Destinations) -> optuna.Study:
+        """The study lives in the results DB; a resubmit resumes it (:func:`open_study`)."""
+        return open_study(spec, storage_url(dest.db_url, dest.run_root))
+
+    def check_retry(self, name: str, spec_path: str) -> None:
+        raise OrchestratorError(
+            f"sweep {name!r} is an Optuna search: resume it with `orchestrator submit "
+            f"{spec_path}`, which re-asks the study for its unfinished trials"
+        )
+
+    def proposals(
+        self,
+        run: SweepRun,
+        state: Any,
+        *,
+        states: set[str] | None,
+        configs: dict[str, BaseModel],
+    ) -> Proposals:
+        return SearchProposals(run.spec, state)
+
+    def same_experiment(self, old: SweepSpec, new: SweepSpec) -> bool:
+        """The same workload, seed, base config and space (direction and sampler included);
+        ``n_trials`` and ``metric`` may change."""
+        return (
+            same_base(old, new)
+            and old.seeds == new.seeds
+            and self.identity(old.search) == self.identity(new.search)
+        )
+
+    def identity(self, block: Any) -> Any:
+        return block.model_dump(mode="json", exclude={"n_trials", "metric"})
+
+    def status_metric(self, spec: SweepSpec) -> str | None:
+        return _search(spec).metric
+
+    def status_lines(self, spec: SweepSpec, db_url: str | None, run_root: Path) -> list[str]:
+        """The study's finished trials and its best one."""
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        found = load_best(storage_url(db_url, run_root), spec.name)
+        if found is None:
+            return [f"study {spec.name!r}: not in the results DB yet"]
+        best, finished = found
+        s = _search(spec)
+        return [
+            f"study {spec.name!r}: {finished}/{s.n_trials} trials finished",
+            best_line(s.metric, best),
+        ]
+
+
+KIND = SearchKind()

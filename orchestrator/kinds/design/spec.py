@@ -1,6 +1,6 @@
 """The ``design:`` block of a sweep spec: an adaptive design over one law axis, instead of a grid.
 
-The rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.design.driver`; the block
+The rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.kinds.design.driver`; the block
 with an example: docs/design.md. A spec with ``design:`` has no ``grid:``, ``search:`` or
 ``variants:``.
 """
