@@ -19,11 +19,11 @@ import pytest
 from pydantic import BaseModel
 
 from analysis import design as rule
-from orchestrator.kinds.design.driver import STOP_TAG, DesignProposals, PerTrial
 from orchestrator.driving import runner
 from orchestrator.driving.events import ignore
 from orchestrator.driving.sweep_run import SweepRun, drive
 from orchestrator.driving.task import TaskOutcome
+from orchestrator.kinds.design.driver import STOP_TAG, DesignProposals, PerTrial
 from orchestrator.kinds.design.trials import design_trial
 from orchestrator.spec.grid import trial_key
 from orchestrator.spec.sweep import SweepSpec, load_spec

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.kinds.design.driver import PerTrial, check_budget
 from orchestrator.errors import SpecError
 from orchestrator.kinds import kind_of
+from orchestrator.kinds.design.driver import PerTrial, check_budget
 from orchestrator.kinds.design.trials import design_configs
 from orchestrator.spec.sweep import load_spec
 
