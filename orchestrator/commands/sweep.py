@@ -21,7 +21,7 @@ from orchestrator.commands.setup import loopback_ray, quiet_env
 from orchestrator.cost import view as cost_view
 from orchestrator.errors import OrchestratorError
 from orchestrator.kinds import kind_of
-from orchestrator.spec.sweep import MAX_TRIALS
+from orchestrator.spec.limits import MAX_TRIALS
 from orchestrator.store.access import find_sweep, open_store, open_sweep
 
 if TYPE_CHECKING:

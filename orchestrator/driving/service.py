@@ -23,7 +23,8 @@ from orchestrator.driving.events import CostPredicted, Listener, SweepFinished, 
 from orchestrator.errors import NoResultsTables, OrchestratorError, SpecError, StoreError
 from orchestrator.kinds import kind_of
 from orchestrator.spec.grid import TrialSpec
-from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spec
+from orchestrator.spec.limits import MAX_TRIALS
+from orchestrator.spec.sweep import SweepSpec, read_spec, stored_spec
 from orchestrator.store.access import find_sweep, open_store
 from orchestrator.store.results import ResultsStore, TrialState
 from orchestrator.tracking.tracker import Tracker

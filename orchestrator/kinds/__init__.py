@@ -28,7 +28,7 @@ __all__ = ["DEFAULT", "KINDS", "DryRun", "SweepKind", "kind_named", "kind_of"]
 
 KINDS: dict[str, str] = {
     "grid": "orchestrator.kinds.grid",
-    "search": "orchestrator.kinds.search",
+    "search": "orchestrator.kinds.search.kind",
     "design": "orchestrator.kinds.design.kind",
 }
 """kind name (the spec block that selects it) -> the module whose ``KIND`` implements it"""

@@ -1,7 +1,7 @@
 """Optuna search sweeps: spec errors, the ask/run/tell loop (Ray faked), and the real thing.
 
 The loop tests run :func:`orchestrator.driving.sweep_run.drive` with
-:class:`orchestrator.kinds.search.SearchProposals` against a real SQLite store and a real
+:class:`orchestrator.kinds.search.study.SearchProposals` against a real SQLite store and a real
 Optuna study, with the Ray task replaced by a function of the config, so resume, reuse, stale
 trials, refused configs and a missing metric are checked in seconds. The end-to-end test runs a
 4-trial search of the tiny draft_train smoke config through the CLI, in two submits.
@@ -27,7 +27,7 @@ from orchestrator.driving.events import ignore
 from orchestrator.driving.sweep_run import SweepRun, drive
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import OrchestratorError, SpecError
-from orchestrator.kinds import search
+from orchestrator.kinds.search import study as search
 from orchestrator.spec.sweep import SweepSpec, load_spec
 from orchestrator.store.results import ResultsStore
 

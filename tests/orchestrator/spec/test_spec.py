@@ -203,7 +203,7 @@ def test_numbers_refuse_booleans_but_keep_ints_as_floats_and_strings_as_paths(
     """Pydantic's lax mode reads ``true`` as 1: every spec model refuses a bool for a number."""
     from pydantic import ValidationError
 
-    from orchestrator.spec.sweep import SearchParam, SearchSpec
+    from orchestrator.kinds.search.spec import SearchParam, SearchSpec
     from workloads.config import DecodeBenchConfig, DraftTrainConfig, EvalConfig, Resources
     from workloads.sleep import SleepConfig
 
