@@ -4,7 +4,8 @@ A kind is named by the block of the spec that selects it (``search:``, ``design:
 with neither is a grid. The core (spec loading, the store, the driver loop, reports, commands)
 asks :func:`kind_of` and never imports a kind's module nor compares a kind's name. The table
 :data:`KINDS` names each kind's module, imported when a spec of that kind is first met (a kind's
-module needs a loaded spec, and Optuna's import is paid by searches only). Adding a kind:
+module needs a loaded spec, and Optuna's import is paid by searches only); the spec loader
+reads the kinds' blocks through :mod:`orchestrator.kinds.blocks`. Adding a kind:
 docs/architecture.md, "Adding a sweep kind".
 """
 
