@@ -16,7 +16,7 @@ from orchestrator.driving.destinations import Destinations
 from orchestrator.driving.events import Listener, Summary, Tally
 from orchestrator.driving.sweep_run import Flight, Proposals, SweepRun
 from orchestrator.driving.task import TaskOutcome
-from orchestrator.kinds import DryRun
+from orchestrator.kinds import DryRun, SweepKind
 from orchestrator.spec.grid import TrialSpec, count_trials, expand
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.results import ResultsStore, TrialInfo, TrialState
@@ -144,4 +144,4 @@ class GridKind:
         return None
 
 
-KIND = GridKind()
+KIND: SweepKind = GridKind()

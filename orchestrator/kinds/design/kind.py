@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from orchestrator.driving.destinations import Destinations
 from orchestrator.driving.sweep_run import Proposals, SweepRun
 from orchestrator.errors import OrchestratorError
-from orchestrator.kinds import DryRun, same_base
+from orchestrator.kinds import DryRun, SweepKind, same_base
 from orchestrator.kinds.design import driver
 from orchestrator.kinds.design.report import design_data
 from orchestrator.kinds.design.trials import design_configs, design_of
@@ -127,4 +127,4 @@ class DesignKind(GridKind):
         return design_data(store, sweep_name)
 
 
-KIND = DesignKind()
+KIND: SweepKind = DesignKind()

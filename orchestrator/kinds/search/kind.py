@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from orchestrator.driving.destinations import Destinations
 from orchestrator.driving.sweep_run import Proposals, SweepRun
 from orchestrator.errors import OrchestratorError
-from orchestrator.kinds import DryRun, same_base
+from orchestrator.kinds import DryRun, SweepKind, same_base
 from orchestrator.kinds.grid import GridKind
 from orchestrator.kinds.search.spec import SearchSpec
 from orchestrator.kinds.search.study import (
@@ -152,4 +152,4 @@ class SearchKind(GridKind):
         ]
 
 
-KIND = SearchKind()
+KIND: SweepKind = SearchKind()
