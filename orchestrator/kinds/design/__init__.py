@@ -1,4 +1,5 @@
 """The adaptive design (``design:`` in a sweep spec); its modules: docs/architecture.md.
 
-Layers: :mod:`.spec` follows ``orchestrator/spec``'s import rules and :mod:`.records`
-``orchestrator/store``'s (tests/test_imports.py)."""
+Layers: :mod:`.spec` (the block) follows ``orchestrator/spec``'s import rules
+(tests/test_imports.py); the decisions' table is the store's
+(:mod:`orchestrator.store.decisions`)."""
