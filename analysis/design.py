@@ -1,8 +1,8 @@
 """Adaptive design for the slope of a log-linear law: which trial (value, seed) to run next.
 
 The law is ``y = a*log_base(value) + b`` (:func:`analysis.laws.fit_log_linear`: OLS, HC3 95% CI
-of ``a``). Pure, no I/O; the driver is :mod:`orchestrator.design.driver`. The rule (:func:`propose`;
-reasons and sources in docs/design.md):
+of ``a``). Pure, no I/O; the driver is :mod:`orchestrator.kinds.design.driver`. The rule
+(:func:`propose`; reasons and sources in docs/design.md):
 
 1. **Precision**: with ``x = log_base(value)``, ``Var(a) = sigma^2 / Sxx``,
    ``Sxx = sum_i (x_i - mean x)^2`` (c-optimality for the slope: Atkinson, Donev & Tobias 2007,

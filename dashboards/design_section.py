@@ -1,6 +1,6 @@
 """The Design section of a sweep's dashboard: an adaptive design's decisions and its curve.
 
-Reads the decisions as plain dicts (the keys of ``orchestrator.design.records.Decision``); never
+Reads the decisions as plain dicts (the keys of ``orchestrator.store.decisions.Decision``); never
 the store. The figure (div id ``design-figure``) is the slope's 95% CI half-width against the
 compute spent when each step was decided (trial hours; GPU-hours for GPU trials), with the goal and
 the budget as lines and each pick's expected half-width after it; the table lists every

@@ -34,8 +34,8 @@ FORBIDDEN = {
         "torch",
     ),
 }
-FORBIDDEN["orchestrator/design/records.py"] = FORBIDDEN["orchestrator/store"]
-FORBIDDEN["orchestrator/design/spec.py"] = FORBIDDEN["orchestrator/spec"]
+for _block in ("blocks.py", "lines.py", "design/spec.py", "search/spec.py"):
+    FORBIDDEN[f"orchestrator/kinds/{_block}"] = FORBIDDEN["orchestrator/spec"]
 """package folder (or a feature package's module that sits in that layer) -> module prefixes it
 may not import"""
 
@@ -123,6 +123,35 @@ def violations(folder: str, banned: tuple[str, ...]) -> list[str]:
             if any(module == b or module.startswith(b + ".") for b in banned):
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {module}")
     return bad
+
+
+KIND_MODULES = ("orchestrator.kinds.grid", "orchestrator.kinds.search", "orchestrator.kinds.design")
+"""the sweep kinds' modules (orchestrator/kinds/__init__.py KINDS): only the kinds import them;
+the core imports the table and protocol (orchestrator.kinds) and the spec loader the table of
+blocks (orchestrator.kinds.blocks)"""
+
+
+def _from_names(path: Path) -> list[tuple[int, str]]:
+    """(line, ``module.name``) of each ``from module import name`` (a submodule named so)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def test_no_module_outside_the_kinds_imports_a_kind() -> None:
+    """The core reaches a kind through orchestrator.kinds (kind_of), never its module."""
+    bad = []
+    for package in ("orchestrator", "workloads", "analysis", "dashboards"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith("orchestrator/kinds/"):
+                continue
+            for line, module in imports(path) + _from_names(path):
+                if any(module == k or module.startswith(k + ".") for k in KIND_MODULES):
+                    bad.append(f"{rel}:{line}: {module}")
+    assert bad == []
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))

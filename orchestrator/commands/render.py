@@ -132,57 +132,25 @@ def lost_runs_line(e: SweepOpened) -> str:
 
 
 def print_finished(done: SweepFinished, *, metric: str = "", retried: bool = False) -> None:
-    """The closing counts, the fit (or the search's best trial) and where to look."""
-    t = done.tally
-    if done.search is not None:
-        s = done.search
-        out.print(
-            f"{t.completed} completed, {t.failed} failed, {t.cancelled} cancelled, "
-            f"{t.reused} reused from the store (not rerun); {s.counted}/{s.n_trials} trials "
-            "finished in the study."
-        )
-        print_best(metric, s.best)
-        print_index(done.report)
-    else:
+    """The closing counts, the fit (or the kind's own lines: a search's best trial, a design's
+    stop) and where to look."""
+    t, kind = done.tally, done.summary
+    counts = kind.counts_line(t) if kind is not None else None
+    if counts is None:
         skipped = "not selected" if retried else "already completed"
-        out.print(
+        counts = (
             f"{t.completed} completed, {t.skipped} {skipped} (skipped), "
             f"{t.failed} failed, {t.cancelled} cancelled."
         )
-        if done.design is not None:
-            print_design(done.design)
+    out.print(counts)
+    for line in kind.lines(metric) if kind is not None else []:
+        out.print(line, markup=False, highlight=False)
+    if kind is None or kind.shows_fit:
         print_fit(done.report)
+    else:
+        print_index(done.report)
     out.print(f"dashboard: {done.report.dashboard}")
     print_browse(done.tracking_uri, done.experiment_id)
-
-
-def print_design(d: Any) -> None:
-    """Why an adaptive design stopped (or that it had stopped before), its slope's CI
-    half-width against the goal and its compute against the budget."""
-    if d.stop is None:
-        out.print("design: not finished (cancelled); resubmit to continue it", markup=False)
-        return
-    half = fmt(d.half_width, ".4g")
-    spent = f"{fmt(d.spent_s / 3600, '.3g')} of {fmt(d.budget_s / 3600, '.3g')} h spent"
-    head = "design: done before this submit" if d.already else "design: stopped"
-    out.print(
-        f"{head} ({d.stop}): {d.message} [half-width {half}, goal {fmt(d.goal, 'g')}; "
-        f"{spent}; {d.trials} trials]",
-        markup=False,
-        highlight=False,
-    )
-
-
-def print_best(metric: str, best: Any) -> None:
-    """The study's best trial, or that there is none yet."""
-    if best is None:
-        out.print("best: none yet (no completed trial)")
-        return
-    params = " ".join(f"{k}={v}" for k, v in best.params.items())
-    out.print(
-        f"best: {metric} = {fmt(best.value, '.4f')} at {params} "
-        f"(Optuna trial {best.number}, trial {best.trial_key})"
-    )
 
 
 def print_browse(uri: str, experiment_id: str) -> None:
@@ -199,19 +167,14 @@ def print_browse(uri: str, experiment_id: str) -> None:
     out.print(line, markup=False, highlight=False)
 
 
-def print_space(sweep: Any) -> None:
-    """A search's space, one row per searched field."""
-    s = sweep.search
-    table = Table(title=f"sweep {sweep.name}: search space")
-    table.add_column("field")
-    table.add_column("distribution")
-    for name, param in s.space.items():
-        table.add_row(name, param.describe())
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A titled table of text cells (e.g. a search's space, one row per searched field)."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
     out.print(table)
-    out.print(
-        f"search: {s.n_trials} trials, {s.direction} {s.metric}, sampler {s.sampler} "
-        f"(seed {sweep.seeds[0]})"
-    )
 
 
 def print_fit(rep: Any) -> None:

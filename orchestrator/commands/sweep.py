@@ -20,7 +20,8 @@ from orchestrator.commands.render import err, out
 from orchestrator.commands.setup import loopback_ray, quiet_env
 from orchestrator.cost import view as cost_view
 from orchestrator.errors import OrchestratorError
-from orchestrator.spec.sweep import MAX_TRIALS
+from orchestrator.kinds import kind_of
+from orchestrator.spec.limits import MAX_TRIALS
 from orchestrator.store.access import find_sweep, open_store, open_sweep
 
 if TYPE_CHECKING:
@@ -117,19 +118,18 @@ def submit(
     if ray_job:
         _ray_job(spec, run_root, db_url, tracking_uri, address, cache_dir)
         return
-    search_metric = plan.spec.search.metric if plan.spec.search else None
-    console = render.SweepConsole(plan.spec.workload_info, search_metric=search_metric)
+    kind = kind_of(plan.spec)
+    metric = kind.status_metric(plan.spec)  # e.g. a search's: each trial's line shows it
+    console = render.SweepConsole(plan.spec.workload_info, search_metric=metric)
     try:
         with console.live():
             done = service.submit(plan, dest, console)
     except KeyboardInterrupt:
         _interrupted(plan.spec.name)
-    render.print_finished(done, metric=search_metric or "")
-    if done.search is not None and done.search.error:
-        raise OrchestratorError(done.search.error)
-    if done.design is not None and done.design.error:
-        raise OrchestratorError(done.design.error)
-    _exit_if_failed(done.tally.failed, plan.spec.name, run_root, search=done.search is not None)
+    render.print_finished(done, metric=metric or "")
+    if done.summary is not None and done.summary.error:
+        raise OrchestratorError(done.summary.error)
+    _exit_if_failed(done.tally.failed, plan.spec.name, run_root, reruns=kind.reruns_failed)
 
 
 FAILED_TRIALS_EXIT = 3
@@ -138,16 +138,16 @@ FAILED_TRIALS_EXIT = 3
 written. Cancelled trials are not failures (exit 0)."""
 
 
-def _exit_if_failed(failed: int, name: str, run_root: Path, *, search: bool = False) -> None:
+def _exit_if_failed(failed: int, name: str, run_root: Path, *, reruns: bool = True) -> None:
     """Exit with :data:`FAILED_TRIALS_EXIT`, saying so and how to look and rerun, when
-    ``failed`` trials of this run failed; a search's failed trials were told to its study as
-    failed and are not rerun."""
+    ``failed`` trials of this run failed; ``reruns`` False: the kind does not rerun them (a
+    search's failed trials were told to its study as failed)."""
     if not failed:
         return
     root = "" if run_root == Path("runs") else f" --run-root {run_root}"
     again = (
         "the study counted them as failed; a search does not rerun them"
-        if search
+        if not reruns
         else f"rerun them: orchestrator retry {name} --failed{root}"
     )
     out.print(
@@ -176,14 +176,15 @@ def _dry_run(
         return
     here = cost_view.costs_here(hardware)
     service.check(plan, dest, dry_run=True, here=here)  # a refusal exits 2, as the submit would
-    if spec.search:
-        render.print_space(spec)
-    elif spec.design:
-        for line in service.design_lines(plan, dest, hardware=hardware, devices=devices):
-            out.print(line, markup=False, highlight=False)
+    shown = kind_of(spec).dry_run(plan.path, spec, dest, hardware=hardware, devices=devices)
+    if shown.table is not None:  # e.g. a search's space
+        render.print_table(*shown.table)
+    for line in shown.lines:
+        out.print(line, markup=False, highlight=False)
+    if shown.final:  # e.g. a design: its cost lines say it all
         out.print(f"resources per trial: {resources}. Nothing was run or written.")
         return
-    else:
+    if shown.cost:
         cost_view.print_dry_run_cost(plan, dest, hardware, devices)
     describe = spec.workload_info.describe
     if describe is not None and plan.trials:
@@ -243,7 +244,7 @@ def status(
     by a driver that stopped is shown as ``running (driver gone)``.
     """
     quiet_env()
-    from orchestrator.reports.status import study_best, sweep_status
+    from orchestrator.reports.status import kind_lines, sweep_status
 
     root = run_root.resolve()
     store, info = open_sweep(root, db_url, sweep)
@@ -253,14 +254,8 @@ def status(
     for line in (view.driver_line, view.cancel_line):
         if line:
             out.print(line)
-    if view.search_metric is not None:
-        found = study_best(db_url, root, sweep)
-        if found is None:
-            out.print(f"study {sweep!r}: not in the results DB yet")
-        else:
-            best, finished = found
-            out.print(f"study {sweep!r}: {finished}/{view.search_trials} trials finished")
-            render.print_best(view.search_metric, best)
+    for line in kind_lines(view, db_url, root):  # e.g. a search's study and best trial
+        out.print(line, markup=False, highlight=False)
 
 
 def fit(

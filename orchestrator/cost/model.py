@@ -31,6 +31,7 @@ from pydantic import BaseModel
 from orchestrator.cost.fit import StageFit, fit_stage
 from orchestrator.cost.schedule import StageRun, Step, simulate, wall_time
 from orchestrator.errors import OrchestratorError
+from orchestrator.kinds import kind_of
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.history import CompletedTrial
 from orchestrator.store.results import ResultsStore
@@ -707,7 +708,7 @@ def _stage_cost(plan: _StagePlan, track: StageRun | None) -> StageCost:
 def _extra_gpus(spec: SweepSpec) -> float:
     """The GPU a trial training on workers keeps beside them (as
     :func:`orchestrator.driving.runner.extra_gpus`), read from the base config and the grid."""
-    if not spec.resources.num_gpus or spec.search is not None:
+    if not spec.resources.num_gpus or not kind_of(spec).fixed_configs:
         return 0.0
     try:
         base = spec.config_model.model_validate(spec.base)

@@ -2,16 +2,15 @@
 
 A service never prints: it emits :class:`SweepOpened` once, a :class:`TrialEvent` per trial
 transition, and :class:`SweepFinished` at the end, with the counts of the driver loop
-(:class:`Tally`, kept by :func:`~orchestrator.driving.sweep_run.drive`) and of a search's study
-(:class:`SearchSummary`, kept by :class:`~orchestrator.driving.search.SearchProposals`) or of
-a design (:class:`DesignSummary`, kept by :class:`~orchestrator.design.driver.DesignProposals`).
+(:class:`Tally`, kept by :func:`~orchestrator.driving.sweep_run.drive`) and the sweep kind's
+:class:`Summary` (a search's study, a design's stop; :mod:`orchestrator.kinds`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from orchestrator.store.results import TrialInfo
 
@@ -38,58 +37,22 @@ class Tally:
         return self.failed + self.cancelled
 
 
-@dataclass(frozen=True)
-class Best:
-    """The best trial of a study: its Optuna number, metric value, sampled params, trial key."""
+class Summary(Protocol):
+    """A sweep kind's side of one driver loop (a search's study, a design's stop); the kind
+    makes it (:mod:`orchestrator.kinds`), the console prints it."""
 
-    number: int
-    value: float
-    params: dict[str, Any]
-    trial_key: str | None
+    error: str | None
+    """why the kind stopped the sweep early (the command exits 2), None when it did not"""
 
+    def counts_line(self, tally: Tally) -> str | None:
+        """The closing counts in the kind's words (None: the grid's line)."""
 
-@dataclass
-class SearchSummary:
-    """One submit of a search: trials run (completed, failed), reused, counted before and after.
+    def lines(self, metric: str) -> list[str]:
+        """Plain text lines after the counts (a search's best trial, a design's stop)."""
 
-    ``counted`` is the study's finished trials that count towards ``n_trials``; ``error`` is set
-    when the search stopped early (the metric is not reported).
-    """
-
-    n_trials: int
-    before: int
-    completed: int = 0
-    failed: int = 0
-    reused: int = 0
-    counted: int = 0
-    best: Best | None = None
-    error: str | None = None
-    cancelled: int = 0
-
-
-@dataclass
-class DesignSummary:
-    """One submit of an adaptive design (``design:``): why it stopped (``stop``: goal, budget,
-    candidates or error; None: cancelled before a stop), the rule's words for it (``message``),
-    the slope's CI half-width and the compute spent (trial seconds; GPU-seconds for GPU trials)
-    against the budget, and what this submit did.
-
-    ``already`` is set when the design had stopped before this submit and nothing was left to
-    run; ``error`` when it stopped because the metric is not reported.
-    """
-
-    goal: float
-    budget_s: float
-    stop: str | None = None
-    message: str = ""
-    half_width: float | None = None
-    spent_s: float = 0.0
-    trials: int = 0
-    """trials of the design completed (this submit and before)"""
-    decisions: int = 0
-    """decisions recorded by this submit"""
-    already: bool = False
-    error: str | None = None
+    @property
+    def shows_fit(self) -> bool:
+        """Whether the sweep's fit follows (False: the run index instead)."""
 
 
 @dataclass(frozen=True)
@@ -130,10 +93,8 @@ class SweepFinished:
     tracking_uri: str
     """MLflow's URI, password masked"""
     experiment_id: str
-    search: SearchSummary | None = None
-    """the study's side of a search (counted trials, best trial, stop error)"""
-    design: DesignSummary | None = None
-    """the design's side of an adaptive design (why it stopped, half-width, compute)"""
+    summary: Summary | None = None
+    """the kind's side: a search's study (counted trials, best trial), a design's stop"""
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,15 @@ from sqlalchemy.exc import ArgumentError
 
 from orchestrator.driving.destinations import Destinations
 from orchestrator.errors import OrchestratorError, SpecError
-from orchestrator.spec.grid import expand
+from orchestrator.kinds import KINDS, kind_named, kind_of
 from orchestrator.spec.sweep import SweepSpec, spec_line, stored_spec
 from orchestrator.store.results import ResultsStore, SweepInfo, mask_url, normalize_db_url
 from orchestrator.tracking.tracker import default_tracking_uri
 
-_IDENTITY = ("workload", "base", "grid", "variants", "seeds", "search", "design")
-"""spec fields that fix which trials a sweep runs; a resubmit may change only the others
-(description, resources), a search's ``n_trials`` and a design's ``goal`` and ``budget_hours``"""
-_DESIGN_FREE = {"goal", "budget_hours"}
-"""what a resubmitted design may change: it continues until the new goal or budget"""
+_IDENTITY = tuple(dict.fromkeys(("workload", "base", "grid", "variants", "seeds", *KINDS)))
+"""spec fields that fix which trials a sweep runs (the kinds' blocks included); a resubmit may
+change only the others (description, resources) and what a kind's block leaves free (a
+search's ``n_trials``, a design's ``goal`` and ``budget_hours``)"""
 
 
 def _db(url: str) -> URL | None:
@@ -107,43 +106,16 @@ def check_resubmit(store: ResultsStore, spec: SweepSpec, path: Path) -> None:
 
 def _same_experiment(old: SweepSpec, new: SweepSpec) -> bool:
     """Whether two specs of one sweep name run the same trials (see :func:`check_resubmit`)."""
-    if old.workload != new.workload or (old.search is None) != (new.search is None):
+    kind = kind_of(new)
+    if old.workload != new.workload or kind_of(old).name != kind.name:
         return False
-    if (old.design is None) != (new.design is None):
-        return False
-    if old.design is not None and new.design is not None:
-        return (
-            _same_base(old, new)
-            and old.seeds == new.seeds
-            and old.design.model_dump(exclude=_DESIGN_FREE)
-            == new.design.model_dump(exclude=_DESIGN_FREE)
-        )
-    if old.search is None or new.search is None:
-        return {t.key for t in expand(old)} == {t.key for t in expand(new)}
-    keep = {"n_trials", "metric"}
-    return (
-        _same_base(old, new)
-        and old.seeds == new.seeds
-        and old.search.model_dump(exclude=keep) == new.search.model_dump(exclude=keep)
-    )
-
-
-def _same_base(old: SweepSpec, new: SweepSpec) -> bool:
-    """Whether two specs' base configs are the same config (defaults written out or not)."""
-    try:
-        return old.config_model.model_validate(old.base) == new.config_model.model_validate(
-            new.base
-        )
-    except ValueError:
-        return old.base == new.base
+    return kind.same_experiment(old, new)
 
 
 def _identity(spec: SweepSpec, name: str) -> Any:
     value = getattr(spec, name)
-    if name == "search" and value is not None:
-        return value.model_dump(mode="json", exclude={"n_trials", "metric"})
-    if name == "design" and value is not None:
-        return value.model_dump(mode="json", exclude=_DESIGN_FREE)
+    if name in KINDS and value is not None:  # a kind's block: what a resubmit may not change
+        return kind_named(name).identity(value)
     return value
 
 

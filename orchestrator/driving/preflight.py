@@ -3,7 +3,8 @@ combinations of sinks that would lose or mix results.
 
 The workload's own checks come from its registry entry
 (:attr:`workloads.protocol.Workload.preflight`); this module runs them over the distinct configs
-of a grid (or a search's base and its choices) and names the spec's line of the field at fault.
+the sweep kind names (a grid's points, a search's base and its choices) and names the spec's
+line of the field at fault.
 """
 
 from __future__ import annotations
@@ -13,27 +14,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from orchestrator.errors import OrchestratorError, SpecError
-from orchestrator.spec.sweep import SweepSpec, is_config_field, merge_overrides, spec_line
+from orchestrator.spec.sweep import SweepSpec, is_config_field, spec_line
 from workloads.config import ConfigError
-
-
-def search_configs(sweep: SweepSpec) -> list[BaseModel]:
-    """The configs a search's preflight checks: its base, and the base with each ``choice``
-    of a searched field that holds a model or path (e.g. ``target.model``)."""
-    assert sweep.search is not None
-    base = sweep.config_model.model_validate(sweep.base)
-    configs = [base]
-    for name, param in sweep.search.space.items():
-        for value in param.choice or []:
-            try:
-                raw = merge_overrides(sweep.base, {name: value})
-                configs.append(sweep.config_model.model_validate(raw))
-            except ValueError:  # refused at ask time, recorded as a failed trial
-                continue
-    return configs
 
 
 def preflight(
@@ -45,13 +28,12 @@ def preflight(
     cache_dir: Path | None = None,
     dry_run: bool = False,
 ) -> None:
-    """Run the workload's checks over ``configs`` (a search: :func:`search_configs`).
+    """Run the workload's checks over ``configs`` (the sweep kind's: a grid's distinct
+    configs, a search's base and its choices, a design's candidates).
 
     Raises:
         SpecError: ``file:line: message``, the line of the field at fault when one is.
     """
-    if sweep.search is not None:
-        configs = search_configs(sweep)
     distinct = list({c.model_dump_json(): c for c in configs}.values())
     for check in sweep.workload_info.preflight:
         try:

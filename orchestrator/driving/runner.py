@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from orchestrator.driving import task as _task
 from orchestrator.errors import OrchestratorError
-from orchestrator.spec.grid import TrialSpec, expand
+from orchestrator.spec.grid import TrialSpec
 from orchestrator.spec.sweep import SweepSpec
 from orchestrator.store.results import ResultsStore, driver_id, mask_url
 
@@ -54,16 +54,14 @@ def register(
     spec: SweepSpec,
     spec_path: Path,
     spec_text: str,
-    trials: list[TrialSpec] | None = None,
+    trials: list[TrialSpec],
 ) -> tuple[int, list[TrialSpec]]:
     """Create or update the sweep row and insert its missing trials as pending.
 
-    ``trials``: the grid's expansion when the caller has it (expanded once per submit). A search
-    spec inserts none: its trials are added as the study proposes them.
+    ``trials``: the sweep kind's expansion (:meth:`orchestrator.kinds.SweepKind.expand`,
+    once per submit); a search or a design inserts none: its trials are added as proposed.
     """
     sweep_id = store.upsert_sweep(spec.name, spec.workload, spec_text, str(spec_path))
-    if trials is None:
-        trials = [] if spec.search is not None else expand(spec)
     store.add_trials(
         sweep_id, [(t.key, t.config.model_dump(mode="json"), t.overrides) for t in trials]
     )

@@ -1,7 +1,8 @@
 """The sweep services the CLI calls: plan and submit a spec, retry a sweep's trials.
 
 A service opens the sinks, claims the sweep, runs :func:`~orchestrator.driving.sweep_run.drive`
-with the spec's proposals (the grid's queue or an Optuna study), fits and reports, and tells
+with the proposals of the spec's kind (:mod:`orchestrator.kinds`: the grid's queue, an
+Optuna study, an adaptive design), fits and reports, and tells
 its listener what happens (:mod:`orchestrator.driving.events`); it never prints. Every refusal
 comes before anything is written (:mod:`orchestrator.driving.preflight`, :mod:`.guards`).
 """
@@ -20,8 +21,10 @@ from orchestrator.driving import guards, preflight, runner
 from orchestrator.driving.destinations import Destinations
 from orchestrator.driving.events import CostPredicted, Listener, SweepFinished, SweepOpened
 from orchestrator.errors import NoResultsTables, OrchestratorError, SpecError, StoreError
-from orchestrator.spec.grid import TrialSpec, count_trials, design_configs, expand
-from orchestrator.spec.sweep import MAX_TRIALS, SweepSpec, read_spec, stored_spec
+from orchestrator.kinds import kind_of
+from orchestrator.spec.grid import TrialSpec
+from orchestrator.spec.limits import MAX_TRIALS
+from orchestrator.spec.sweep import SweepSpec, read_spec, stored_spec
 from orchestrator.store.access import find_sweep, open_store
 from orchestrator.store.results import ResultsStore, TrialState
 from orchestrator.tracking.tracker import Tracker
@@ -36,13 +39,14 @@ __all__ = ["Destinations", "Plan", "check_size", "open_sinks", "plan", "retry", 
 
 @dataclass(frozen=True)
 class Plan:
-    """A validated spec and its trials (a grid expanded once; a search has none yet)."""
+    """A validated spec and its trials (a grid expanded once; a search or a design has none
+    yet)."""
 
     path: Path
     spec: SweepSpec
     trials: list[TrialSpec]
     n_grid: int
-    """grid points x seeds x variants (0 for a search)"""
+    """grid points x seeds x variants (0 for a search or a design)"""
     text: str
     """the YAML as validated (stored with the sweep)"""
 
@@ -54,7 +58,7 @@ class Plan:
     @property
     def n_trials(self) -> int:
         """Trials the plan runs (a search: its ``n_trials``)."""
-        return self.spec.search.n_trials if self.spec.search else len(self.trials)
+        return kind_of(self.spec).n_trials(self.spec, self.trials)
 
 
 def plan(path: Path, *, expand_all: bool = True) -> Plan:
@@ -65,9 +69,10 @@ def plan(path: Path, *, expand_all: bool = True) -> Plan:
         SpecError: the spec is invalid (file:line and a fix).
     """
     spec, text = read_spec(path)
-    n_grid = 0 if spec.search else count_trials(spec)
+    kind = kind_of(spec)
+    n_grid = kind.count(spec)
     big = n_grid > MAX_TRIALS and not expand_all
-    trials = [] if spec.search or big else expand(spec)
+    trials = [] if big else kind.expand(spec)
     return Plan(path, spec, trials, n_grid, text)
 
 
@@ -102,11 +107,13 @@ def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False, here: bo
             line is to blame.
     """
     spec, path = the_plan.spec, the_plan.path
-    planned = [t.config for t in the_plan.trials] or design_configs(spec)
+    kind = kind_of(spec)
+    planned = kind.planned_configs(spec, the_plan.trials)
     cache_dir = dest.paths.cache_dir
     if here:
+        checked = kind.preflight_configs(spec, planned)
         preflight.preflight(
-            path, spec, planned, dest.run_root, cache_dir=cache_dir, dry_run=dry_run
+            path, spec, checked, dest.run_root, cache_dir=cache_dir, dry_run=dry_run
         )
     preflight.check_folder("--run-root", dest.run_root)
     if dest.cache_dir is not None:
@@ -118,8 +125,8 @@ def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False, here: bo
     elif here:
         guards.check_fits_locally(spec, path, extra_gpus=runner.extra_gpus(spec, planned))
     guards.check_sinks_apart(dest.run_root, dest.db_url, dest.tracking_uri)
-    if spec.design is not None and here:  # the budget against the initial design's cost
-        design_lines(the_plan, dest)
+    if here:  # e.g. a design's budget against its initial design's cost
+        kind.check_submit(path, spec, dest)
     if dry_run:  # the resubmit check reads an existing results DB, never creates one
         try:
             store = open_store(dest.run_root, dest.db_url, must_exist=True)
@@ -132,34 +139,6 @@ def check(the_plan: Plan, dest: Destinations, *, dry_run: bool = False, here: bo
         try:
             guards.check_resubmit(store, spec, path)
         finally:
-            store.close()
-
-
-def design_lines(
-    the_plan: Plan, dest: Destinations, *, hardware: str | None = None, devices: int | None = None
-) -> list[str]:
-    """A design's refusal of a budget below its initial design's predicted cost, and the lines
-    saying what it will cost (:func:`orchestrator.design.driver.check_budget`) on this machine
-    or ``hardware`` (``devices`` of it); the cost is calibrated from the results DB when one
-    exists (nothing is created).
-
-    Raises:
-        SpecError: the budget is too small (``file:line``, both numbers, a fix).
-    """
-    from orchestrator.design import driver as design
-
-    try:
-        store: ResultsStore | None = open_store(dest.run_root, dest.db_url, must_exist=True)
-    except OrchestratorError:
-        store = None  # no results DB yet: modelled costs
-    try:
-        costs = design.cost_model(
-            store, the_plan.spec, dest.paths.cache_dir, hardware=hardware, devices=devices or 1
-        )
-        done = design.completed_values(store, the_plan.spec)
-        return design.check_budget(the_plan.path, the_plan.spec, costs(), done=done)
-    finally:
-        if store is not None:
             store.close()
 
 
@@ -177,24 +156,14 @@ def submit(the_plan: Plan, dest: Destinations, listener: Listener) -> SweepFinis
     check(the_plan, dest)
     store, tracker = open_sinks(dest)
     guards.check_resubmit(store, spec, path)
-    study = None
-    if spec.search:  # the study lives in the results DB; a resubmit resumes it
-        from orchestrator.driving import search
-
-        study = search.open_study(spec, search.storage_url(dest.db_url, dest.run_root))
+    kind = kind_of(spec)
+    state = kind.open(spec, dest)  # e.g. a search's study: in the results DB, resumed
     runner.init_ray(dest.address)  # a local Ray: started once the input is accepted
     sweep_id, _ = runner.register(store, spec, path, the_plan.text, the_plan.trials)
     _predict_cost(store, spec, sweep_id, dest, the_plan.trials, listener)
-    what = f"{len(the_plan.trials)} trials"
-    if spec.design:
-        what = spec.design.describe()
-    if spec.search:
-        s = spec.search
-        what = (
-            f"Optuna search of {s.n_trials} trials ({s.direction} {s.metric}, sampler {s.sampler})"
-        )
+    what = kind.describe(spec, the_plan.trials)
     configs = {t.key: t.config for t in the_plan.trials}
-    return _drive(store, tracker, spec, sweep_id, dest, listener, what, str(path), study, configs)
+    return _drive(store, tracker, spec, sweep_id, dest, listener, what, str(path), state, configs)
 
 
 def _predict_cost(
@@ -209,7 +178,7 @@ def _predict_cost(
     the listener (the banner's totals) and to ``<run root>/<sweep>/cost_prediction.json``
     (the dashboard sets it beside the measured seconds); a workload without a cost model, or a
     prediction that fails, is left out (logged)."""
-    if not trials or spec.workload_info.cost is None or spec.search or spec.design:
+    if not trials or spec.workload_info.cost is None or not kind_of(spec).priced_at_submit:
         return  # a search or a design proposes its trials as it goes (a design prices its own)
     from orchestrator.cost import model as costing
     from orchestrator.cost.report import write_prediction
@@ -246,11 +215,7 @@ def retry(
         store = open_store(dest.run_root, dest.db_url, must_exist=True)
     info = find_sweep(store, name)
     spec = stored_spec(info)
-    if spec.search:
-        raise OrchestratorError(
-            f"sweep {name!r} is an Optuna search: resume it with `orchestrator submit "
-            f"{info.spec_path}`, which re-asks the study for its unfinished trials"
-        )
+    kind_of(spec).check_retry(name, info.spec_path)
     chosen = store.trials(info.id, states)
     if not chosen:
         return None
@@ -275,12 +240,13 @@ def _drive(
     listener: Listener,
     what: str,
     spec_label: str,
-    study: Any,
+    state: Any,
     configs: dict[str, BaseModel],
     states: set[str] | None = None,
 ) -> SweepFinished:
-    """Claim the sweep, open its parent run, drive the trials, fit and report; release."""
-    from orchestrator.driving.sweep_run import GridProposals, drive
+    """Claim the sweep, open its parent run, drive the trials (the kind's proposals; ``state``:
+    what the kind opened), fit and report; release."""
+    from orchestrator.driving.sweep_run import drive
     from orchestrator.reports import fit as report
 
     with runner.sweep_lease(store, sweep_id) as me:  # before any output
@@ -289,17 +255,7 @@ def _drive(
         run = _parent_run(store, tracker, spec, sweep_id, spec_label, old_parent, dest, me)
         parent, paths = run.parent_run, dest.paths
         restored = run.mirror.sync()  # MLflow lost runs the DB names (`mlflow gc`)
-        proposals: Any
-        if study is not None:
-            from orchestrator.driving.search import SearchProposals
-
-            proposals = SearchProposals(spec, study)
-        elif spec.design is not None and states is None:
-            from orchestrator.design.driver import DesignProposals
-
-            proposals = DesignProposals(run)
-        else:
-            proposals = GridProposals(run, states=states, configs=configs)
+        proposals = kind_of(spec).proposals(run, state, states=states, configs=configs)
         listener(
             SweepOpened(
                 spec.name,
@@ -314,19 +270,16 @@ def _drive(
             )
         )
         tally = drive(run, proposals, listener)
-        designed = proposals.close(run) if spec.design is not None and states is None else None
-    searched = proposals.summary() if study is not None else None
+        summary = proposals.close(run)
     rep = report.fit_sweep(store, sweep_id, spec.name, paths.dashboard(spec.name), tracker, parent)
-    error = searched.error if searched is not None else designed.error if designed else None
+    error = summary.error if summary is not None else None
     ok = tally.bad == 0 and error is None
     tracker.set_state(
         parent,
         "completed" if ok else ("cancelled" if tally.cancelled else "failed"),
         error or (None if ok else f"{tally.failed} trials failed, {tally.cancelled} cancelled"),
     )
-    return SweepFinished(
-        spec.name, tally, rep, tracker.masked_uri, tracker.experiment_id, searched, designed
-    )
+    return SweepFinished(spec.name, tally, rep, tracker.masked_uri, tracker.experiment_id, summary)
 
 
 def mirror(name: str, dest: Destinations, *, store: ResultsStore) -> tuple[str, int, Any, Tracker]:

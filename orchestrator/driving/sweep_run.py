@@ -1,9 +1,8 @@
 """One driver loop for every sweep: a :class:`SweepRun` and a source of proposals.
 
 :func:`drive` keeps as many trials in flight as the Ray cluster has room for; it asks its
-:class:`Proposals` for the next trial (the grid's pending queue, :class:`GridProposals`, or
-Optuna's ask, :class:`~orchestrator.driving.search.SearchProposals`, or an adaptive design,
-:class:`~orchestrator.design.driver.DesignProposals`) and tells it how each trial ended.
+:class:`Proposals` for the next trial (the sweep kind's: the grid's pending queue, Optuna's ask,
+an adaptive design's step; :mod:`orchestrator.kinds`) and tells it how each trial ended.
 Every outcome is recorded by the driver only: in SQL, the system of record, then copied to MLflow
 (:class:`~orchestrator.tracking.mirror.Mirror`). The driver renews its lease on the sweep every
 :data:`HEARTBEAT_S`; a cancel request (``orchestrator cancel``) stops the running trials and ends
@@ -22,7 +21,7 @@ import ray
 from pydantic import BaseModel
 
 from orchestrator.driving import runner
-from orchestrator.driving.events import Listener, Tally, TrialEvent
+from orchestrator.driving.events import Listener, Summary, Tally, TrialEvent
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.driving.worker_exit import crash_error
 from orchestrator.spec.sweep import SweepSpec
@@ -208,47 +207,8 @@ class Proposals(Protocol):
     def cancel_rest(self) -> int:
         """A cancel request: drop what is left to propose; return how many trials that was."""
 
-
-class GridProposals:
-    """The grid's trials that are not completed (or only those in ``states``), in order.
-
-    ``configs`` holds the typed configs of a fresh expansion by key, so a submit validates each
-    config once; a trial row from an earlier submit is validated from the store.
-    """
-
-    def __init__(
-        self,
-        run: SweepRun,
-        *,
-        states: set[str] | None = None,
-        configs: dict[str, BaseModel] | None = None,
-    ) -> None:
-        trials = run.store.trials(run.sweep_id)
-        self.queue = [
-            t
-            for t in trials
-            if t.state != TrialState.COMPLETED and (states is None or t.state in states)
-        ]
-        self.skipped = len(trials) - len(self.queue)
-        self.todo = len(self.queue)
-        self.configs = configs or {}
-
-    def propose(
-        self, run: SweepRun, emit: Listener, tally: Tally, *, free: int = 1
-    ) -> tuple[TrialInfo, Any] | None:
-        if not self.queue:
-            return None
-        trial = self.queue.pop(0)
-        config = self.configs.get(trial.key) or run.spec.config_model.model_validate(trial.config)
-        return trial, config
-
-    def finished(self, run: SweepRun, flight: Flight, outcome: TaskOutcome | None) -> None:
-        """Nothing to tell: the grid is fixed."""
-
-    def cancel_rest(self) -> int:
-        left = len(self.queue)
-        self.queue.clear()
-        return left
+    def close(self, run: SweepRun) -> Summary | None:
+        """After the loop, under the lease: the kind's side of it (None: nothing to say)."""
 
 
 def drive(run: SweepRun, proposals: Proposals, emit: Listener) -> Tally:

@@ -36,7 +36,7 @@ from dashboards.tradeoff import depth_tradeoff_figure
 from dashboards.training_checks import STAGES, Checks, checks_figure
 from dashboards.variant_page import write_variant_dashboard
 from orchestrator.cost.report import cost_section
-from orchestrator.design.report import design_data
+from orchestrator.kinds import kind_of
 from orchestrator.reports._spec import spec_data, spec_description, varied_fields
 from orchestrator.reports.ablation import across_sets_lines, variant_law_lines
 from orchestrator.reports.decode import fit_decode_sweep, fit_record
@@ -168,8 +168,11 @@ def page_sections(
 ) -> list[Section]:
     """The sections that close the sweep's page: the cost predicted at submit beside the
     measured seconds (when ``dashboard``'s folder holds a prediction), the design's decisions
-    (an adaptive design)."""
-    found = (cost_section(dashboard.parent, store, sweep_id), design_data(store, sweep_name))
+    (an adaptive design): the sweep kind's section (:meth:`orchestrator.kinds.SweepKind.
+    page_section`)."""
+    info = store.get_sweep(sweep_name)
+    kind = kind_of(spec_data(info.spec_yaml) if info is not None else {})
+    found = (cost_section(dashboard.parent, store, sweep_id), kind.page_section(store, sweep_name))
     return [s for s in found if s is not None]
 
 

@@ -1,7 +1,7 @@
 """``orchestrator status``: a sweep's trial table, its driver and its study, as data.
 
-The columns come from the workload's registry entry (``status_columns``), or the searched
-metric for a search. A trial recorded ``running`` while no live driver holds the sweep is shown
+The columns come from the workload's registry entry (``status_columns``), or the sweep kind's
+one metric (a search's). A trial recorded ``running`` while no live driver holds the sweep is shown
 as ``running (driver gone)``: its driver crashed, and the next submit reruns it.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.driving.runner import STALE_AFTER_S
+from orchestrator.kinds import kind_of
 from orchestrator.spec.sweep import SweepSpec, stored_spec
 from orchestrator.store.results import ResultsStore, SweepInfo, TrialState, lease_alive
 from workloads.registry import WORKLOADS
@@ -31,16 +32,16 @@ class StatusView:
     counts: dict[str, int]
     driver_line: str | None = None
     cancel_line: str | None = None
-    search_metric: str | None = None
-    search_trials: int | None = None
-    """a search's ``n_trials``"""
+    spec: SweepSpec | None = None
+    """the stored spec (None: an old one that no longer validates)"""
     formats: dict[str, str] | None = None
     """metric -> format of the workload's progress line"""
 
 
 def _columns(spec: SweepSpec | None, info: SweepInfo) -> tuple[str, ...]:
-    if spec is not None and spec.search is not None:
-        return (spec.search.metric,)
+    metric = kind_of(spec).status_metric(spec) if spec is not None else None
+    if metric is not None:  # e.g. a search's metric
+        return (metric,)
     entry = WORKLOADS.get(info.workload)
     return entry.status_columns if entry is not None else ()
 
@@ -70,7 +71,7 @@ def sweep_status(store: ResultsStore, info: SweepInfo) -> StatusView:
         rows.append((t.key, state + error, t.overrides, metrics))
     entry = WORKLOADS.get(info.workload)
     formats = dict(entry.progress) if entry is not None else {}
-    view = StatusView(info.name, columns, rows, counts, formats=formats)
+    view = StatusView(info.name, columns, rows, counts, formats=formats, spec=spec)
     if info.driver and info.heartbeat_at:
         age = (datetime.now(UTC) - info.heartbeat_at).total_seconds()
         gone = "" if alive else " (gone: the next submit or retry takes the sweep over)"
@@ -82,9 +83,6 @@ def sweep_status(store: ResultsStore, info: SweepInfo) -> StatusView:
         )
     if info.cancel_requested_at:
         view.cancel_line = _cancel_line(info, counts, alive=alive)
-    if spec is not None and spec.search is not None:
-        view.search_metric = spec.search.metric
-        view.search_trials = spec.search.n_trials
     return view
 
 
@@ -107,12 +105,9 @@ def _cancel_line(info: SweepInfo, counts: dict[str, int], *, alive: bool) -> str
     )
 
 
-def study_best(db_url: str | None, run_root: Path, name: str) -> Any:
-    """``(best trial, counted trials)`` of the sweep's Optuna study, or None when it has none
-    yet."""
-    import optuna
-
-    from orchestrator.driving import search
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return search.load_best(search.storage_url(db_url, run_root), name)
+def kind_lines(view: StatusView, db_url: str | None, run_root: Path) -> list[str]:
+    """The lines the sweep's kind adds below the table (a search: its study's finished trials
+    and best trial); none for an old stored spec."""
+    if view.spec is None:
+        return []
+    return kind_of(view.spec).status_lines(view.spec, db_url, run_root)

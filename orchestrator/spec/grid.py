@@ -10,7 +10,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.design.spec import design_seeds
 from orchestrator.spec.sweep import SweepSpec, merge_overrides
 
 
@@ -56,10 +55,7 @@ def trial_key(workload: str, config: BaseModel) -> str:
 
 
 def count_trials(spec: SweepSpec) -> int:
-    """Number of trials the grid expands to (grid points x seeds); 0 for a design, whose
-    trials its driver proposes."""
-    if spec.design is not None:
-        return 0
+    """Number of trials the grid expands to (grid points x seeds x variants)."""
     n = len(spec.seeds) * max(1, len(spec.variants))
     for values in spec.grid.values():
         n *= len(values)
@@ -68,10 +64,8 @@ def count_trials(spec: SweepSpec) -> int:
 
 def expand(spec: SweepSpec) -> list[TrialSpec]:
     """All trials of the spec: variants outermost (in file order), then grid axes in file order,
-    seeds innermost; duplicates dropped. A variant's trials record ``variant: <name>``. A design
-    (``design:``) expands to none: its driver proposes them (:func:`design_trial`)."""
-    if spec.design is not None:
-        return []
+    seeds innermost; duplicates dropped. A variant's trials record ``variant: <name>``. (A search
+    or a design proposes its trials as it runs: :mod:`orchestrator.kinds`.)"""
     axes = list(spec.grid)
     trials: dict[str, TrialSpec] = {}
     variants: list[tuple[str | None, dict[str, Any]]] = list(spec.variants.items()) or [(None, {})]
@@ -85,26 +79,3 @@ def expand(spec: SweepSpec) -> list[TrialSpec]:
                 shown = overrides if name is None else {"variant": name} | overrides
                 trials.setdefault(key, TrialSpec(key=key, config=config, overrides=shown))
     return list(trials.values())
-
-
-def design_trial(spec: SweepSpec, value: Any, seed: int) -> TrialSpec:
-    """The trial of a design (``design:``) at axis ``value`` and ``seed``: the base config with
-    both set; its grid point is ``{axis: value, seed: seed}``.
-
-    Raises:
-        pydantic.ValidationError: the config model refuses the value (checked at load for
-            every candidate value, so only a programmer's error).
-    """
-    assert spec.design is not None, "design_trial needs a spec with a design block"
-    overrides = {spec.design.axis: value, "seed": seed}
-    config = spec.config_model.model_validate(merge_overrides(spec.base, overrides))
-    return TrialSpec(key=trial_key(spec.workload, config), config=config, overrides=overrides)
-
-
-def design_configs(spec: SweepSpec) -> list[BaseModel]:
-    """One config per candidate value of a design (at its first seed), for the checks at
-    submit (the workload's preflight); [] for a spec without a design."""
-    if spec.design is None:
-        return []
-    seed = design_seeds(spec.design, spec.seeds)[0]
-    return [design_trial(spec, v, seed).config for v in dict.fromkeys(spec.design.values)]

@@ -1,19 +1,18 @@
 """Sweep specs: a YAML file parsed once into typed, validated models.
 
-Every error names ``file:line`` and a fix. A spec has a ``grid``, a ``search``
-(:class:`SearchSpec`) or a ``design`` (:mod:`orchestrator.design.spec`); the keys:
-docs/sweep-spec.md.
+Every error names ``file:line`` and a fix. A spec has a ``grid`` or the block of another sweep
+kind (``search``, ``design``: :data:`orchestrator.kinds.blocks.BLOCKS`, each block's model and
+refusals with its kind); the keys: docs/sweep-spec.md.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
-import math
 import re
 import types
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -25,14 +24,11 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.design.spec import DesignSpec, check_blocks, check_layout, default_metric
 from orchestrator.errors import SpecError
+from orchestrator.kinds.blocks import BLOCKS, DesignSpec, SearchSpec
 from workloads.config import NoBoolNumbers, Resources
 from workloads.protocol import Workload
 from workloads.registry import WORKLOADS
-
-MAX_TRIALS = 10_000
-"""a larger grid needs an explicit confirmation (``submit --yes``)"""
 
 MAX_NODES = 200_000
 """YAML values a spec may expand to, aliases counted each time they are used"""
@@ -43,107 +39,6 @@ _TEXT_FIX = (
     "Fix: give a sweep YAML of plain UTF-8 text, e.g. sweeps/tokens.yaml (a file in another "
     "encoding: convert it, e.g. `iconv -f latin1 -t utf-8 in.yaml > out.yaml`)"
 )
-
-_GRID_AND_SEARCH = (
-    "a spec has either grid: (every point) or search: (an Optuna study), not both. "
-    "Fix: remove one of the two blocks"
-)
-_SEARCH_SEEDS = (
-    "a search runs with one seed (the sampler's and every trial's). Fix: seeds: [0] (one value)"
-)
-
-
-class SearchParam(NoBoolNumbers):
-    """One dimension of a search space: exactly one of ``int``, ``float`` or ``choice``.
-
-    YAML: ``{int: [1, 6]}``, ``{int: [2, 64], log: true}``, ``{float: [1e-4, 1e-2], log: true}``,
-    ``{choice: [a, b, c]}``.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    int_range: list[int] | None = Field(default=None, alias="int", min_length=2, max_length=2)
-    """[low, high] of an integer field, both included"""
-    float_range: list[float] | None = Field(default=None, alias="float", min_length=2, max_length=2)
-    """[low, high] of a float field, both included"""
-    choice: list[str | bool | int | float | None] | None = Field(default=None, min_length=1)
-    """the values to choose from (scalars)"""
-    log: bool = False
-    """sample uniformly in log space (int and float only; low must be > 0)"""
-    step: float | None = Field(default=None, gt=0)
-    """grid step of an int or float range (not with log)"""
-
-    @model_validator(mode="after")
-    def _check(self) -> SearchParam:
-        example = "e.g. {int: [1, 6]}, {float: [0.0001, 0.01], log: true} or {choice: [a, b]}"
-        given = [r for r in (self.int_range, self.float_range, self.choice) if r is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of int, float or choice ({example})")
-        if self.choice is not None:
-            if self.log or self.step is not None:
-                raise ValueError("log and step apply to int and float ranges, not to choice")
-            if len({repr(v) for v in self.choice}) != len(self.choice):
-                raise ValueError("choice repeats a value; list each value once")
-            return self
-        low, high = self.bounds
-        if not (math.isfinite(low) and math.isfinite(high)):
-            raise ValueError(f"bounds [{low}, {high}] must be finite numbers")
-        if low > high:
-            raise ValueError(f"low {low} > high {high}; write [low, high], e.g. [{high}, {low}]")
-        if self.log and low <= 0:
-            raise ValueError(
-                f"log needs low > 0 (got low {low}); raise low, e.g. [1, {high}], or drop log"
-            )
-        if self.log and self.step is not None:
-            raise ValueError("log and step cannot be combined; drop one of them")
-        if self.int_range is not None and self.step is not None and self.step != int(self.step):
-            raise ValueError(f"step of an int range must be a whole number (got {self.step})")
-        return self
-
-    @property
-    def bounds(self) -> tuple[float, float]:
-        """(low, high) of an int or float range."""
-        r = self.int_range if self.int_range is not None else self.float_range
-        assert r is not None, "choice has no bounds"
-        return r[0], r[1]
-
-    def probes(self) -> list[Any]:
-        """Values checked against the config model when the spec is loaded: both bounds (and
-        a non-integer midpoint of a float range, so an int field is caught), or every choice."""
-        if self.choice is not None:
-            return list(self.choice)
-        low, high = self.bounds
-        if self.int_range is not None:
-            return [int(low), int(high)]
-        return [low, high] + ([(low + high) / 2] if high - low > 1e-9 else [])
-
-    def describe(self) -> str:
-        """Short text, e.g. ``int [2, 64] log``."""
-        if self.choice is not None:
-            return f"choice {self.choice}"
-        kind = "int" if self.int_range is not None else "float"
-        low, high = self.bounds
-        lo, hi = (int(low), int(high)) if kind == "int" else (low, high)
-        extra = (" log" if self.log else "") + (f" step {self.step:g}" if self.step else "")
-        return f"{kind} [{lo}, {hi}]{extra}"
-
-
-class SearchSpec(NoBoolNumbers):
-    """An Optuna search instead of a grid: ``n_trials`` trials over ``space``, one metric."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    metric: str = Field(min_length=1, max_length=250)
-    """metric the workload reports, e.g. acceptance_length or tokens_per_s"""
-    direction: Literal["maximize", "minimize"] = "maximize"
-    """whether a larger or a smaller metric is better"""
-    n_trials: int = Field(ge=1, le=MAX_TRIALS)
-    """finished trials the study ends with (a resubmit runs only the missing ones)"""
-    sampler: Literal["tpe", "random"] = "tpe"
-    """Optuna sampler, seeded by the sweep's seed"""
-    space: dict[str, SearchParam] = Field(min_length=1)
-    """dotted field path of the trial config -> its distribution"""
-
 
 RESERVED_NAMES = frozenset({"index.html", "cache", "compare", "mlartifacts"})
 """run-root entries a sweep's folder (``<run root>/<sweep>``) must not take"""
@@ -178,11 +73,12 @@ class SweepSpec(NoBoolNumbers):
 
     @model_validator(mode="before")
     @classmethod
-    def _design_metric(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or "design" not in data:
+    def _block_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
             return data
         workload = WORKLOADS.get(str(data.get("workload", "draft_train")))
-        return {**data, "design": default_metric(data["design"], workload)}
+        blocks = {k: b.prepare(data[k], workload) for k, b in BLOCKS.items() if k in data}
+        return {**data, **blocks} if blocks else data
 
     @field_validator("name", mode="before")
     @classmethod
@@ -249,15 +145,10 @@ class SweepSpec(NoBoolNumbers):
         return v
 
     @model_validator(mode="after")
-    def _grid_or_search(self) -> SweepSpec:
-        if self.search is not None and self.grid:
-            raise ValueError(_GRID_AND_SEARCH)
-        if self.search is not None and len(self.seeds) != 1:
-            raise ValueError(_SEARCH_SEEDS)
-        if self.search is not None and self.variants:
-            raise ValueError("a spec has either variants or a search, not both; split it in two")
-        if self.design is not None and (self.search or self.grid or self.variants):
-            raise ValueError("a spec with design: has no grid:, search: or variants:")
+    def _blocks_apart(self) -> SweepSpec:
+        for key, block in BLOCKS.items():  # a kind's block and the blocks it excludes
+            if getattr(self, key) is not None:
+                block.check_beside(self)
         return self
 
     @property
@@ -452,10 +343,10 @@ def _explain(
         msg = f"{where + ': ' if where else ''}{' or '.join(dict.fromkeys(said))}"
         if "input" in e and not isinstance(e["input"], dict | list):
             msg += f" (got {e['input']!r})"
-    blocks = {("search",): "sweeps/search-batch.yaml", ("design",): "sweeps/tokens-adaptive.yaml"}
+    block = BLOCKS.get(str((prefix + loc)[0])) if prefix + loc else None
     example = (
-        blocks[(prefix + loc)[:1]]
-        if (prefix + loc)[:1] in blocks
+        block.example
+        if block is not None
         else next((w.example for w in WORKLOADS.values() if w.config_model is model), "")
         or getattr(WORKLOADS.get(str(workload)), "example", "")
         or "sweeps/tokens.yaml"
@@ -570,22 +461,9 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
             f"{path}:{line}: not valid YAML for a spec ({e.problem}); tags such as "
             "!!python/object are refused (safe loading only). Fix: plain values."
         ) from None
-    if isinstance(data, dict) and data.get("grid") and "search" in data:
-        line = _key_node(root, ("search",)).start_mark.line + 1
-        raise SpecError(f"{path}:{line}: {_GRID_AND_SEARCH}.")
-    seeds = data.get("seeds", [0]) if isinstance(data, dict) else [0]
-    if isinstance(data, dict) and "search" in data and isinstance(seeds, list) and len(seeds) > 1:
-        line = _key_node(root, ("seeds",)).start_mark.line + 1
-        raise SpecError(f"{path}:{line}: {_SEARCH_SEEDS}.")
-    if isinstance(data, dict) and "design" in data and not data["design"]:
-        line = _key_node(root, ("design",)).start_mark.line + 1
-        raise SpecError(
-            f"{path}:{line}: design: is empty: an adaptive design needs axis, values, goal and "
-            "budget_hours. Fix: fill it in (e.g. as in sweeps/tokens-adaptive.yaml), or remove "
-            "design: to run a grid"
-        )
-    if isinstance(data, dict) and isinstance(data.get("design"), dict):
-        _design_layout(path, root, data)
+    if isinstance(data, dict):  # the kinds' blocks, on their own lines
+        for block in BLOCKS.values():
+            block.check_raw(_Lines(path, root, data))
     try:
         spec = SweepSpec.model_validate(data)
     except ValidationError as err:
@@ -628,52 +506,57 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
                 path, root, err, prefix=(), model=model, line_node=variant_node
             ) from None
         _check_workers(path, root, spec, variant, variant_node)
-    if spec.search is not None:
-        _check_space(path, root, spec, spec.search)
-    if spec.design is not None:
-        _check_design_values(path, root, spec, spec.design)
+    for key, block in BLOCKS.items():
+        value = getattr(spec, key)
+        if value is not None:
+            block.check_loaded(_Lines(path, root, data, spec), value)
     return spec
 
 
-def _design_layout(path: Path, root: yaml.Node, data: dict[str, Any]) -> None:
-    """A ``design:`` block's refusals that need the workload (its law axes) and the blocks
-    beside it, before the spec is validated as a whole (so they name their own lines)."""
+class _Lines:
+    """The spec file being loaded, as a kind's block checks ask for it
+    (:class:`orchestrator.kinds.lines.SpecLines`); ``spec`` once it is validated."""
 
-    def line_of(loc: tuple[str, ...]) -> int:
-        return _key_node(root, loc).start_mark.line + 1
+    def __init__(
+        self, path: Path, root: yaml.Node, data: dict[str, Any], spec: SweepSpec | None = None
+    ) -> None:
+        self.path, self.root, self.data, self.spec = path, root, data, spec
 
-    check_blocks(data, line_of, path)
-    try:
-        design = DesignSpec.model_validate(data["design"])
-    except ValidationError as err:
-        raise _explain(path, root, err, prefix=("design",), model=DesignSpec) from None
-    workload = WORKLOADS.get(str(data.get("workload", "draft_train")))
-    if workload is None:
-        return  # refused below, with the registered names
-    check_layout(design, workload, data, line_of, path)
+    def line(self, loc: tuple[Any, ...]) -> int:
+        return _key_node(self.root, loc).start_mark.line + 1
 
+    def value_line(self, loc: tuple[Any, ...]) -> int:
+        return _node_at(self.root, loc)[0].start_mark.line + 1
 
-def _check_design_values(path: Path, root: yaml.Node, spec: SweepSpec, design: DesignSpec) -> None:
-    """Every candidate value is one the axis's config field accepts (the value's own line)."""
-    for i, value in enumerate(design.values):
-        value_node = _node_at(root, ("design", "values", i))[0]
-        try:
-            point = spec.config_model.model_validate(
-                merge_overrides(spec.base, {design.axis: value})
-            )
-        except ValidationError as err:
-            first = err.errors()[0]
-            if ".".join(str(p) for p in _field_loc(first["loc"])) == design.axis:
-                said = first["msg"].removeprefix("Value error, ").rstrip(".")
-                raise SpecError(
-                    f"{path}:{value_node.start_mark.line + 1}: design.values[{i}] {value!r} is "
-                    f"not a value of {design.axis} ({said}). Fix: list only values "
-                    f"{design.axis} accepts (see sweeps/tokens-adaptive.yaml)"
-                ) from None
-            raise _explain(
-                path, root, err, prefix=(), model=spec.config_model, line_node=value_node
-            ) from None
-        _check_workers(path, root, spec, point, value_node)
+    def field_path(self, loc: tuple[Any, ...]) -> str:
+        return ".".join(str(p) for p in _field_loc(loc))
+
+    def _spec(self) -> SweepSpec:
+        assert self.spec is not None, "asked before the spec was validated"
+        return self.spec
+
+    def explain(
+        self,
+        err: ValidationError,
+        *,
+        model: type[BaseModel] | None = None,
+        prefix: tuple[Any, ...] = (),
+        at: tuple[Any, ...] | None = None,
+    ) -> SpecError:
+        node = _node_at(self.root, at)[0] if at is not None else None
+        model = model or self._spec().config_model
+        return _explain(self.path, self.root, err, prefix=prefix, model=model, line_node=node)
+
+    def config(self, overrides: dict[str, Any]) -> BaseModel:
+        spec = self._spec()
+        return spec.config_model.model_validate(merge_overrides(spec.base, overrides))
+
+    def check_field(self, loc: tuple[str, ...], what: str) -> None:
+        _check_field(self.path, self.root, self._spec(), loc, what)
+
+    def check_workers(self, config: BaseModel, at: tuple[Any, ...]) -> None:
+        node = _node_at(self.root, at)[0]
+        _check_workers(self.path, self.root, self._spec(), config, node)
 
 
 def _check_workers(
@@ -734,34 +617,6 @@ def _check_field(
     line = _key_node(root, loc).start_mark.line + 1
     problem = "is not allowed" if field == "seed" else f"is not a field of {spec.workload}"
     raise SpecError(f"{path}:{line}: {what} {field!r} {problem}; {hint}")
-
-
-def _check_space(path: Path, root: yaml.Node, spec: SweepSpec, search: SearchSpec) -> None:
-    """Each search field exists, and its bounds (or choices) are values the field accepts.
-
-    Only errors of the field itself are refused here; a sampled config that breaks a rule
-    across fields fails as a trial at run time (recorded, the study told FAIL).
-    """
-    model = spec.config_model
-    for field, param in search.space.items():
-        loc = ("search", "space", field)
-        _check_field(path, root, spec, loc, "search field")
-        field_loc = tuple(field.split("."))
-        for value in param.probes():
-            try:
-                model.model_validate(merge_overrides(spec.base, {field: value}))
-            except ValidationError as err:
-                bad = [e for e in err.errors() if tuple(map(str, e["loc"])) == field_loc]
-                if not bad:
-                    continue
-                line = _node_at(root, loc)[0].start_mark.line + 1
-                raise SpecError(
-                    f"{path}:{line}: search field {field!r} ({param.describe()}) reaches "
-                    f"{value!r}, which the field refuses: "
-                    f"{bad[0]['msg'].removeprefix('Value error, ')}. Fix: keep the range "
-                    f"inside the field's limits (workloads/config.py) or use the right kind "
-                    "(int for whole numbers)."
-                ) from None
 
 
 def _dotted_fields(model: type[BaseModel], prefix: str = "") -> list[str]:

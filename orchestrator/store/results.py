@@ -19,10 +19,10 @@ from typing import Any
 import pandas as pd
 from sqlalchemy.orm import Session, sessionmaker
 
-from orchestrator.design import records as design
-from orchestrator.design.records import Decision
 from orchestrator.errors import StoreError
+from orchestrator.store import decisions as design
 from orchestrator.store import fits, history, lease, metrics, sweeps
+from orchestrator.store.decisions import Decision
 from orchestrator.store.engine import (
     mask_url,
     normalize_db_url,
@@ -398,7 +398,7 @@ class ResultsStore:
         with self._session() as s:
             return fits.sweep_fits(s, sweep_id)
 
-    # -- adaptive designs (orchestrator.design.records) ------------------------------------------
+    # -- adaptive designs (orchestrator.store.decisions) -----------------------------------------
 
     @reconnecting
     def add_decisions(self, sweep_id: int, decisions: Sequence[Decision]) -> int:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from dashboards.design_section import design_figure, design_section
 from dashboards.table_page import write_table_dashboard
-from orchestrator.design.report import design_data
+from orchestrator.kinds.design.report import design_data
 from orchestrator.reports.fit import fit_sweep
 from orchestrator.store.results import Decision, ResultsStore
 

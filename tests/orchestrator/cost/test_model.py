@@ -387,7 +387,7 @@ def test_a_submit_records_its_prediction_and_the_banner_prints_it(
     spec = _spec(tmp_path, "calib", [1024, 2048, 4096])
     _record(store, spec)  # completed: a resubmit predicts none of them
     more = _spec(tmp_path, "calib", [1024, 2048, 4096, 8192])
-    sweep_id, trials = register(store, more, tmp_path / "calib.yaml", "")
+    sweep_id, trials = register(store, more, tmp_path / "calib.yaml", "", expand(more))
     events: list[object] = []
     dest = service.Destinations(run_root=tmp_path / "run")
     service._predict_cost(store, more, sweep_id, dest, trials, events.append)

@@ -18,7 +18,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from analysis import design as rule
-from orchestrator.design.driver import STOP_TAG
+from orchestrator.kinds.design.driver import STOP_TAG
 from orchestrator.store.results import Decision, ResultsStore, TrialInfo
 from orchestrator.tracking.tracker import default_tracking_uri
 from tests.orchestrator.driving.test_control import cli, kill_9, reaper, running, wait_for

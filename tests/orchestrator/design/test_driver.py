@@ -1,4 +1,4 @@
-"""Adaptive designs on the driver loop (:mod:`orchestrator.design.driver`), Ray faked.
+"""Adaptive designs on the driver loop (:mod:`orchestrator.kinds.design.driver`), Ray faked.
 
 :func:`orchestrator.driving.sweep_run.drive` runs :class:`DesignProposals` against a real SQLite
 store and the real rule (:mod:`analysis.design`), with the Ray task replaced by the ``sleep``
@@ -19,12 +19,13 @@ import pytest
 from pydantic import BaseModel
 
 from analysis import design as rule
-from orchestrator.design.driver import STOP_TAG, DesignProposals, PerTrial
 from orchestrator.driving import runner
 from orchestrator.driving.events import ignore
 from orchestrator.driving.sweep_run import SweepRun, drive
 from orchestrator.driving.task import TaskOutcome
-from orchestrator.spec.grid import design_trial, trial_key
+from orchestrator.kinds.design.driver import STOP_TAG, DesignProposals, PerTrial
+from orchestrator.kinds.design.trials import design_trial
+from orchestrator.spec.grid import trial_key
 from orchestrator.spec.sweep import SweepSpec, load_spec
 from orchestrator.store.results import ResultsStore
 from workloads.sleep.config import SleepConfig
@@ -155,7 +156,7 @@ def run_design(
 ) -> tuple[DesignProposals, ResultsStore, int, Tracker]:
     """The driver loop with the design's proposals, as ``submit`` runs a design."""
     store = ResultsStore.sqlite_under(tmp_path / "runs")
-    sweep_id, _ = runner.register(store, spec, tmp_path / "law.yaml", "x")
+    sweep_id, _ = runner.register(store, spec, tmp_path / "law.yaml", "x", [])
     paths = runner.RunPaths(tmp_path / "runs", tmp_path / "cache")
     tracker = Tracker()
     with runner.sweep_lease(store, sweep_id) as me:
@@ -396,7 +397,7 @@ def test_a_stub_rule_is_told_the_slots_the_pending_trials_and_the_costs(
 def test_an_unknown_cost_is_recorded_as_unknown_or_as_the_rules_estimate() -> None:
     """A new user found unknown costs recorded as 0 s: with nothing measured the record holds
     no figure; once trials are measured the rule's estimate is recorded as such."""
-    from orchestrator.design.driver import _recorded_cost
+    from orchestrator.kinds.design.driver import _recorded_cost
 
     unknown = "unknown: no cost model for workload sleep"
     assert _recorded_cost(0.0, unknown, 0.0) == (None, unknown)

@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.design.driver import PerTrial, check_budget
 from orchestrator.errors import SpecError
-from orchestrator.spec.grid import count_trials, design_configs, expand
+from orchestrator.kinds import kind_of
+from orchestrator.kinds.design.driver import PerTrial, check_budget
+from orchestrator.kinds.design.trials import design_configs
 from orchestrator.spec.sweep import load_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -154,7 +155,7 @@ def test_a_design_expands_to_no_grid_and_checks_one_config_per_value(tmp_path: P
     spec_path.write_text(SLEEP + DESIGN + "  max_seeds: 3\n")
     spec = load_spec(spec_path)
     assert spec.design is not None and spec.design.kept_distinct == 3  # at most the values
-    assert expand(spec) == [] and count_trials(spec) == 0
+    assert kind_of(spec).expand(spec) == [] and kind_of(spec).count(spec) == 0
     configs = design_configs(spec)
     assert [(c.law_x, c.seed) for c in configs] == [(10, 0), (100, 0), (1000, 0)]  # type: ignore[attr-defined]
 
@@ -224,7 +225,7 @@ def test_a_modelled_cost_over_the_budget_is_refused_only_beyond_the_slack(tmp_pa
     """A new user's dry runs of the shipped adaptive sweep were refused or not as the machine's
     load moved the modelled CPU peak (3.4x): a modelled figure within MODELLED_SLACK x of the
     budget is said, not refused; a calibrated (here: stub) one is refused as soon as it is over."""
-    from orchestrator.design.driver import MODELLED_SLACK
+    from orchestrator.kinds.design.driver import MODELLED_SLACK
 
     path = tmp_path / "sweep.yaml"
     path.write_text(TOKENS.format(hours=0.1))  # 360 s; 3 initial trials

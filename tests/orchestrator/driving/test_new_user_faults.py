@@ -23,8 +23,9 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.commands import render
 from orchestrator.driving import guards, runner, service
-from orchestrator.driving.events import SearchSummary, SweepFinished, SweepOpened, Tally
+from orchestrator.driving.events import SweepFinished, SweepOpened, Tally
 from orchestrator.driving.sweep_run import SweepRun
+from orchestrator.kinds.search.study import SearchSummary
 from orchestrator.store.results import ResultsStore, TrialState, driver_id
 from orchestrator.tracking.tracker import TAG_PARENT, Tracker, default_tracking_uri
 

@@ -1,7 +1,7 @@
 """Optuna search sweeps: spec errors, the ask/run/tell loop (Ray faked), and the real thing.
 
 The loop tests run :func:`orchestrator.driving.sweep_run.drive` with
-:class:`orchestrator.driving.search.SearchProposals` against a real SQLite store and a real
+:class:`orchestrator.kinds.search.study.SearchProposals` against a real SQLite store and a real
 Optuna study, with the Ray task replaced by a function of the config, so resume, reuse, stale
 trials, refused configs and a missing metric are checked in seconds. The end-to-end test runs a
 4-trial search of the tiny draft_train smoke config through the CLI, in two submits.
@@ -22,11 +22,12 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.driving import runner, search
+from orchestrator.driving import runner
 from orchestrator.driving.events import ignore
 from orchestrator.driving.sweep_run import SweepRun, drive
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import OrchestratorError, SpecError
+from orchestrator.kinds.search import study as search
 from orchestrator.spec.sweep import SweepSpec, load_spec
 from orchestrator.store.results import ResultsStore
 
@@ -244,7 +245,7 @@ def _search(
     store = ResultsStore.sqlite_under(tmp_path / "runs")
     url = search.storage_url(None, tmp_path / "runs")
     study = study or search.open_study(spec, url)
-    sweep_id, _ = runner.register(store, spec, tmp_path / "spec.yaml", "x")
+    sweep_id, _ = runner.register(store, spec, tmp_path / "spec.yaml", "x", [])
     paths = runner.RunPaths(tmp_path / "runs", tmp_path / "cache")
     tracker: Any = FakeTracker()
     summary = run_search(store, tracker, spec, sweep_id, "parent", paths, study)
@@ -396,7 +397,7 @@ def test_the_study_lives_in_the_postgresql_schema_of_the_store(
         for n in (2, 3):  # a first submit, then a resumed one
             spec = _spec(tmp_path, FAST.format(n=n))
             study = search.open_study(spec, url)
-            sweep_id, _ = runner.register(store, spec, tmp_path / "spec.yaml", "x")
+            sweep_id, _ = runner.register(store, spec, tmp_path / "spec.yaml", "x", [])
             tracker: Any = FakeTracker()
             summary = run_search(store, tracker, spec, sweep_id, "p", paths, study)
             assert summary.counted == n

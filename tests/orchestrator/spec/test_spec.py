@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.errors import SpecError
-from orchestrator.spec.grid import count_trials, design_configs, expand, trial_key
+from orchestrator.kinds import kind_of
+from orchestrator.spec.grid import count_trials, expand, trial_key
 from orchestrator.spec.sweep import load_spec
 
 SWEEPS = sorted((Path(__file__).resolve().parents[3] / "sweeps").rglob("*.yaml"))
@@ -27,8 +28,10 @@ base:
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
 def test_shipped_sweeps_parse(path: Path) -> None:
     spec = load_spec(path)
-    assert expand(spec) or design_configs(spec)  # a design's trials are proposed as it runs
-    assert count_trials(spec) >= len(expand(spec))
+    kind = kind_of(spec)  # a search's or a design's trials are proposed as it runs
+    trials = kind.expand(spec)
+    assert trials or kind.planned_configs(spec, trials) or kind.preflight_configs(spec, [])
+    assert kind.count(spec) >= len(trials)
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
@@ -200,7 +203,7 @@ def test_numbers_refuse_booleans_but_keep_ints_as_floats_and_strings_as_paths(
     """Pydantic's lax mode reads ``true`` as 1: every spec model refuses a bool for a number."""
     from pydantic import ValidationError
 
-    from orchestrator.spec.sweep import SearchParam, SearchSpec
+    from orchestrator.kinds.search.spec import SearchParam, SearchSpec
     from workloads.config import Resources
     from workloads.decode_bench.config import DecodeBenchConfig
     from workloads.draft_train.config import DraftTrainConfig, EvalConfig

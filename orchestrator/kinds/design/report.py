@@ -1,5 +1,5 @@
 """The Design section of an adaptive design's dashboard (a spec's ``design:``): every decision
-the driver recorded (:mod:`orchestrator.design.records`) and the half-width against compute curve
+the driver recorded (:mod:`orchestrator.store.decisions`) and the half-width against compute curve
 (:mod:`dashboards.design_section`), gathered before the sweep's page is rendered.
 """
 

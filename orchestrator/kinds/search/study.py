@@ -16,6 +16,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,14 @@ from optuna.trial import TrialState as OptunaState
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.driving.events import Best, Listener, SearchSummary, Tally, TrialEvent
+from analysis.numbers import fmt
+from orchestrator.driving.events import Listener, Tally, TrialEvent
 from orchestrator.driving.sweep_run import Flight, SweepRun
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import OrchestratorError, StoreError
+from orchestrator.kinds.search.spec import SearchSpec
 from orchestrator.spec.grid import trial_key
-from orchestrator.spec.sweep import SearchSpec, SweepSpec, merge_overrides
+from orchestrator.spec.sweep import SweepSpec, merge_overrides
 from orchestrator.store.results import (
     ResultsStore,
     TrialInfo,
@@ -46,12 +49,13 @@ from orchestrator.store.results import (
 
 __all__ = [
     "Best",
+    "SearchProposals",
     "SearchSummary",
+    "best_line",
     "counted",
     "distributions",
     "load_best",
     "open_study",
-    "SearchProposals",
     "storage_url",
 ]
 
@@ -67,6 +71,64 @@ _KEY = "specscale.trial_key"
 """trial user attr: the store's trial key"""
 _ERROR = "specscale.error"
 """trial user attr: why the trial was told FAIL"""
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best trial of a study: its Optuna number, metric value, sampled params, trial key."""
+
+    number: int
+    value: float
+    params: dict[str, Any]
+    trial_key: str | None
+
+
+@dataclass
+class SearchSummary:
+    """One submit of a search: trials run (completed, failed), reused, counted before and after.
+
+    ``counted`` is the study's finished trials that count towards ``n_trials``; ``error`` is set
+    when the search stopped early (the metric is not reported).
+    """
+
+    n_trials: int
+    before: int
+    completed: int = 0
+    failed: int = 0
+    reused: int = 0
+    counted: int = 0
+    best: Best | None = None
+    error: str | None = None
+    cancelled: int = 0
+
+    def counts_line(self, tally: Tally) -> str | None:
+        """The loop's counts and the study's finished trials."""
+        t = tally
+        return (
+            f"{t.completed} completed, {t.failed} failed, {t.cancelled} cancelled, "
+            f"{t.reused} reused from the store (not rerun); {self.counted}/{self.n_trials} "
+            "trials finished in the study."
+        )
+
+    def lines(self, metric: str) -> list[str]:
+        """The study's best trial."""
+        return [best_line(metric, self.best)]
+
+    @property
+    def shows_fit(self) -> bool:
+        """A search shows the run index, not a fit."""
+        return False
+
+
+def best_line(metric: str, best: Best | None) -> str:
+    """The study's best trial, or that there is none yet."""
+    if best is None:
+        return "best: none yet (no completed trial)"
+    params = " ".join(f"{k}={v}" for k, v in best.params.items())
+    return (
+        f"best: {metric} = {fmt(best.value, '.4f')} at {params} "
+        f"(Optuna trial {best.number}, trial {best.trial_key})"
+    )
 
 
 def storage_url(db_url: str | None, run_root: Path) -> str:
@@ -375,6 +437,10 @@ class SearchProposals:
     def cancel_rest(self) -> int:
         """Nothing is queued: a search asks only when there is room."""
         return 0
+
+    def close(self, run: SweepRun) -> SearchSummary:
+        """The study after this driver (:meth:`summary`)."""
+        return self.summary()
 
     def summary(self) -> SearchSummary:
         """The study after this driver: counted trials and the best one."""

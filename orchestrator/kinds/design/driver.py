@@ -26,12 +26,14 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from orchestrator.cost import model as costing
-from orchestrator.design.spec import DesignSpec, design_seeds
-from orchestrator.driving.events import DesignSummary, Listener, Tally
+from orchestrator.driving.events import Listener, Tally
 from orchestrator.driving.sweep_run import Flight, SweepRun
 from orchestrator.driving.task import TaskOutcome
 from orchestrator.errors import SpecError
-from orchestrator.spec.grid import TrialSpec, design_trial
+from orchestrator.kinds.design.spec import design_seeds
+from orchestrator.kinds.design.summary import DesignSummary
+from orchestrator.kinds.design.trials import design_of, design_trial
+from orchestrator.spec.grid import TrialSpec
 from orchestrator.spec.sweep import SweepSpec, spec_line
 from orchestrator.store.results import Decision, ResultsStore, TrialInfo, TrialState
 
@@ -172,7 +174,7 @@ def initial_cost(
     """What the initial design (:func:`analysis.design.initial_design`: ``design.initial``
     distinct values spread in log space, at the first seed) will cost, run in order (shared
     work, e.g. cached features, counted once); values in ``done`` (completed) cost nothing."""
-    d = _design(spec)
+    d = design_of(spec)
     rule = rule or _rule()
     original = {float(v): v for v in d.values}
     chosen = [original[float(v)] for v in rule.initial_design(sorted(original), n=d.initial)]
@@ -188,9 +190,9 @@ def initial_cost(
 def completed_values(store: ResultsStore | None, spec: SweepSpec) -> set[float]:
     """Axis values of the sweep's completed design trials in ``store`` (none without one)."""
     info = store.get_sweep(spec.name) if store is not None else None
-    if store is None or info is None or spec.design is None:
+    if store is None or info is None:
         return set()
-    axis = spec.design.axis
+    axis = design_of(spec).axis
     return {
         float(t.overrides[axis])
         for t in store.trials(info.id, {TrialState.COMPLETED})
@@ -219,7 +221,7 @@ def check_budget(
     Raises:
         SpecError: ``file:line`` of ``design.budget_hours`` with both numbers and a fix.
     """
-    d = _design(spec)
+    d = design_of(spec)
     init = initial_cost(spec, cost, rule, done=done)
     seeds = design_seeds(d, spec.seeds)
     n_values = len({float(v) for v in d.values})
@@ -269,11 +271,6 @@ def _recorded_cost(rule_s: float, basis: str, spent_s: float) -> tuple[float | N
     return rule_s, f"estimated by the design rule from the measured trials ({basis})"
 
 
-def _design(spec: SweepSpec) -> DesignSpec:
-    assert spec.design is not None, "a design needs a spec with a design block"
-    return spec.design
-
-
 def _values(values: Sequence[Any]) -> str:
     return "[" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values) + "]"
 
@@ -315,7 +312,7 @@ class DesignProposals:
 
     def __init__(self, run: SweepRun, *, rule: Any = None, costs: Costs | None = None) -> None:
         self.spec = run.spec
-        self.design = _design(run.spec)
+        self.design = design_of(run.spec)
         self.rule = rule or _rule()
         self.costs = costs or cost_model(run.store, run.spec, run.paths.cache_dir)
         self.seeds = design_seeds(self.design, run.spec.seeds)

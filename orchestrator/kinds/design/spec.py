@@ -1,6 +1,6 @@
 """The ``design:`` block of a sweep spec: an adaptive design over one law axis, instead of a grid.
 
-The rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.design.driver`; the block
+The rule: :mod:`analysis.design`; the driver: :mod:`orchestrator.kinds.design.driver`; the block
 with an example: docs/design.md. A spec with ``design:`` has no ``grid:``, ``search:`` or
 ``variants:``.
 """
@@ -15,13 +15,19 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from orchestrator.errors import SpecError
+from orchestrator.kinds.lines import SpecLines
 from workloads.config import NoBoolNumbers
 from workloads.protocol import Workload
+from workloads.registry import WORKLOADS
 
 __all__ = [
+    "EXAMPLE",
     "DesignSpec",
+    "check_beside",
     "check_blocks",
     "check_layout",
+    "check_loaded",
+    "check_raw",
     "default_metric",
     "design_seeds",
     "is_law_metric",
@@ -253,3 +259,68 @@ def _check_metric_set(
         f"{', '.join(f'{law}/{n}' for n in names)}). Fix: metric: {law}/{(close or names)[0]}, "
         f"or metric: {law} (all sets pooled)"
     )
+
+
+EXAMPLE = "sweeps/tokens-adaptive.yaml"
+"""the commented example a refusal of the block names"""
+
+
+def check_raw(lines: SpecLines) -> None:
+    """A ``design:`` block's refusals that need the workload (its law axes) and the blocks
+    beside it, before the spec is validated as a whole (so they name their own lines): an
+    empty block, :func:`check_blocks`, the block's own fields, :func:`check_layout`.
+
+    Raises:
+        SpecError: ``file:line`` and a fix.
+    """
+    data, path = lines.data, lines.path
+    if "design" in data and not data["design"]:
+        raise SpecError(
+            f"{path}:{lines.line(('design',))}: design: is empty: an adaptive design needs "
+            "axis, values, goal and budget_hours. Fix: fill it in (e.g. as in "
+            "sweeps/tokens-adaptive.yaml), or remove design: to run a grid"
+        )
+    if not isinstance(data.get("design"), dict):
+        return
+    check_blocks(data, lines.line, path)
+    try:
+        design = DesignSpec.model_validate(data["design"])
+    except ValidationError as err:
+        raise lines.explain(err, prefix=("design",), model=DesignSpec) from None
+    workload = WORKLOADS.get(str(data.get("workload", "draft_train")))
+    if workload is None:
+        return  # refused below, with the registered names
+    check_layout(design, workload, data, lines.line, path)
+
+
+def check_beside(spec: Any) -> None:
+    """The blocks a design excludes (``spec``: the sweep spec being validated).
+
+    Raises:
+        ValueError: the rule.
+    """
+    if spec.search or spec.grid or spec.variants:
+        raise ValueError("a spec with design: has no grid:, search: or variants:")
+
+
+def check_loaded(lines: SpecLines, design: DesignSpec) -> None:
+    """Every candidate value is one the axis's config field accepts (the value's own line).
+
+    Raises:
+        SpecError: ``file:line`` of the value and a fix.
+    """
+    for i, value in enumerate(design.values):
+        at = ("design", "values", i)
+        try:
+            point = lines.config({design.axis: value})
+        except ValidationError as err:
+            first = err.errors()[0]
+            if lines.field_path(first["loc"]) == design.axis:
+                said = first["msg"].removeprefix("Value error, ").rstrip(".")
+                raise SpecError(
+                    f"{lines.path}:{lines.value_line(at)}: design.values[{i}] {value!r} is "
+                    f"not a value of {design.axis} ({said}). Fix: list only values "
+                    f"{design.axis} accepts (see sweeps/tokens-adaptive.yaml)"
+                ) from None
+            raise lines.explain(err, at=at) from None
+        lines.check_workers(point, at)
