@@ -18,7 +18,7 @@ from orchestrator.kinds.design import spec as design
 from orchestrator.kinds.lines import SpecLines
 from orchestrator.kinds.search import spec as search
 from orchestrator.kinds.search.spec import SearchSpec
-from workloads.registry import Workload
+from workloads.protocol import Workload
 
 DesignSpec = design.DesignSpec
 

@@ -193,7 +193,7 @@ def check_layout(
         first = workload.law_axes[0] if workload.law_axes else ""
         raise SpecError(
             f"{path}:{line_of(('design', 'axis'))}: design.axis {design.axis!r} is not a law "
-            f"axis of {workload.name} ({has}; workloads/registry.py law_axes). "
+            f"axis of {workload.name} ({has}; workloads/{workload.name}/workload.py law_axes). "
             + (f"Fix: axis: {first}" if first else "Fix: remove design:, or use a grid:")
         )
     given = data.get("design") or {}
@@ -202,7 +202,8 @@ def check_layout(
         raise SpecError(
             f"{path}:{line_of(('design', 'metric'))}: design.metric {design.metric!r} is not a "
             f"law metric of {workload.name} (its law metrics are {', '.join(metrics)}, each also "
-            f"per prompt set as <metric>/<set>; workloads/registry.py law_metrics). "
+            f"per prompt set as <metric>/<set>; workloads/{workload.name}/workload.py "
+            "law_metrics). "
             f"Fix: metric: {metrics[0]}"
         )
     _check_metric_set(design, workload, data, line_of, path)

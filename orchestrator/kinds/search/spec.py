@@ -176,6 +176,6 @@ def check_loaded(lines: SpecLines, search: SearchSpec) -> None:
                     f"{lines.path}:{lines.value_line(loc)}: search field {field!r} "
                     f"({param.describe()}) reaches {value!r}, which the field refuses: "
                     f"{bad[0]['msg'].removeprefix('Value error, ')}. Fix: keep the range "
-                    f"inside the field's limits (workloads/config.py) or use the right kind "
-                    "(int for whole numbers)."
+                    "inside the field's limits (the workload's config.py under workloads/) or "
+                    "use the right kind (int for whole numbers)."
                 ) from None
