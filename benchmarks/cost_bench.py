@@ -32,7 +32,8 @@ from typing import Any
 
 from analysis.numbers import duration
 from benchmarks import harness
-from orchestrator.cost.model import Predictor, SweepCost, predictor
+from orchestrator.cost.model import Predictor, predictor
+from orchestrator.cost.totals import SweepCost
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import load_spec
 from orchestrator.store.results import ResultsStore

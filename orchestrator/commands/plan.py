@@ -134,7 +134,7 @@ def plan(
 
     Example: orchestrator plan --batch-mix 1:0.2,8:0.5,32:0.3 --budget-hours 2
     """
-    from orchestrator.cost.model import check_hardware_name
+    from orchestrator.cost.hardware import check_hardware_name
     from orchestrator.planning.inputs import (
         check_budget,
         parse_batch_mix,

@@ -22,7 +22,7 @@ from workloads.files import atomic_json
 
 if TYPE_CHECKING:
     from dashboards.cost_section import CostSection
-    from orchestrator.cost.model import SweepCost
+    from orchestrator.cost.totals import SweepCost
 
 PREDICTION_FILE = "cost_prediction.json"
 """the prediction's file in the sweep's folder under the run root"""

@@ -16,7 +16,8 @@ from orchestrator.cost.report import total_lines
 from orchestrator.errors import OrchestratorError
 
 if TYPE_CHECKING:
-    from orchestrator.cost.model import Predictor, SweepCost
+    from orchestrator.cost.model import Predictor
+    from orchestrator.cost.totals import SweepCost
     from orchestrator.driving.destinations import Destinations
     from orchestrator.driving.service import Plan
 
@@ -114,7 +115,7 @@ def check_planning(hardware: str | None, devices: int | None, *, dry_run: bool) 
     Raises:
         OrchestratorError: naming the flag and the fix.
     """
-    from orchestrator.cost.model import check_hardware_name
+    from orchestrator.cost.hardware import check_hardware_name
     from workloads.roofline.hardware import LOCAL_CPU
 
     if hardware is None and devices is None:
@@ -143,7 +144,7 @@ def check_planning(hardware: str | None, devices: int | None, *, dry_run: bool) 
 def costs_here(hardware: str | None) -> bool:
     """Whether the dry run costs the sweep on this machine (no ``--hardware``, or local-cpu):
     then every check of a submit runs; else those only this machine decides are skipped."""
-    from orchestrator.cost.model import check_hardware_name
+    from orchestrator.cost.hardware import check_hardware_name
     from workloads.roofline.hardware import LOCAL_CPU
 
     return hardware is None or check_hardware_name(hardware) == LOCAL_CPU

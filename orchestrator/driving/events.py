@@ -103,7 +103,7 @@ class CostPredicted:
     passed and before the sweep opens (the banner's totals)."""
 
     cost: Any
-    """an :class:`orchestrator.cost.model.SweepCost`"""
+    """an :class:`orchestrator.cost.totals.SweepCost`"""
 
 
 Event = SweepOpened | TrialEvent | SweepFinished | CostPredicted

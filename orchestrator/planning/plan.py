@@ -87,7 +87,7 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
         OrchestratorError: a refusal of :mod:`orchestrator.planning.inputs`, an unknown model or
             hardware, or a training cost the cost model cannot give.
     """
-    from orchestrator.cost.model import check_hardware_name
+    from orchestrator.cost.hardware import check_hardware_name
     from workloads.roofline.hardware import LOCAL_CPU
 
     t0 = time.perf_counter()
@@ -422,6 +422,7 @@ def _hours_fn(
     the trials ran: modelled). On this CPU the profile is the one cached under
     ``opts.cache_dir`` (measured and cached when there is none); nothing else cached counts."""
     from orchestrator.cost import model as costing
+    from orchestrator.cost.hardware import check_hardware_name
     from orchestrator.spec.sweep import merge_overrides, parse_spec
     from workloads.roofline.hardware import LOCAL_CPU, get_profile
 
@@ -430,7 +431,7 @@ def _hours_fn(
     spec = parse_spec(info.spec_yaml, Path(f"<results DB: sweep {info.name}>"))
 
     hardware = opts.hardware
-    local = hardware is None or costing.check_hardware_name(hardware) == LOCAL_CPU
+    local = hardware is None or check_hardware_name(hardware) == LOCAL_CPU
     profile = opts.profile if local else None
     if local and profile is None:
         dtype = (costed_as or {}).get("dtype", "float32")

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from orchestrator.cost import model as costing
+from orchestrator.cost.totals import TrialCost
 from orchestrator.driving.events import Listener, Tally
 from orchestrator.driving.sweep_run import Flight, SweepRun
 from orchestrator.driving.task import TaskOutcome
@@ -102,7 +103,7 @@ class _Predicted:
     def __init__(self, predict: costing.Predictor, factor: float) -> None:
         self.predict, self.factor = predict, factor
 
-    def _cost(self, c: costing.TrialCost) -> Cost:
+    def _cost(self, c: TrialCost) -> Cost:
         total = c.total_s
         if total is None:  # say why: the first stage without a figure
             why = next((s.detail for s in c.stages if s.seconds is None and s.detail), "")

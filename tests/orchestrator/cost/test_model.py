@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from orchestrator.cost import model as costing
+from orchestrator.cost.hardware import check_hardware_name, slots_for
+from orchestrator.cost.schedule import Step, simulate, wall_time
 from orchestrator.errors import OrchestratorError
 from orchestrator.spec.grid import expand
 from orchestrator.spec.sweep import SweepSpec, load_spec
@@ -265,22 +267,22 @@ def test_the_wait_rule_of_the_schedule() -> None:
     one that needs more waits, then builds the rest; a trial after them finds it built."""
     k = "trunk:x"
 
-    def trunk(units: float) -> list[costing.Step]:
-        return [costing.Step("pretrain", key=k, units=units, per_unit=1.0),
-                costing.Step("pretrain", seconds=2.0)]  # fmt: skip
+    def trunk(units: float) -> list[Step]:
+        return [Step("pretrain", key=k, units=units, per_unit=1.0),
+                Step("pretrain", seconds=2.0)]  # fmt: skip
 
-    start, end, runs = costing.simulate([trunk(10), trunk(5), trunk(15)], 3, {})
+    start, end, runs = simulate([trunk(10), trunk(5), trunk(15)], 3, {})
     assert end == pytest.approx([12.0, 12.0, 17.0])  # 10 s built; 5 s more by the third
     assert runs[1]["pretrain"].waited == pytest.approx(10.0)
     assert runs[2]["pretrain"].waited == pytest.approx(10.0)
-    start, end, runs = costing.simulate([trunk(10), trunk(10)], 1, {k: 4.0})
+    start, end, runs = simulate([trunk(10), trunk(10)], 1, {k: 4.0})
     assert start == [0.0, 8.0] and end == pytest.approx([8.0, 10.0])  # the cache held 4
     assert runs[1]["pretrain"].touched is False
 
-    def feats(units: float) -> list[costing.Step]:
-        return [costing.Step("features", key="f", units=units, per_unit=1.0, split=True)]
+    def feats(units: float) -> list[Step]:
+        return [Step("features", key="f", units=units, per_unit=1.0, split=True)]
 
-    _, end, runs = costing.simulate([feats(8), feats(8), feats(4)], 2, {})
+    _, end, runs = simulate([feats(8), feats(8), feats(4)], 2, {})
     assert end == pytest.approx([4.0, 4.0, 4.0])  # split in two; the third finds it built
     assert runs[0]["features"].company == 2 and runs[2]["features"].touched is False
 
@@ -310,12 +312,12 @@ def test_the_acceptance_length_of_other_prompt_sets(tmp_path: Path, store: Resul
 
 
 def test_wall_time_and_slots() -> None:
-    assert costing.wall_time([3.0, 1.0, 2.0], 2) == 3.0
-    assert costing.wall_time([3.0, 1.0, 2.0], 1) == 6.0
-    assert costing.wall_time([1.0, None], 2) is None
-    assert costing.slots_for(1, 0, cpus=2, gpus=0) == 2
-    assert costing.slots_for(8, 1, cpus=64, gpus=8) == 8
-    assert costing.slots_for(4, 2, cpus=2, gpus=0) == 1
+    assert wall_time([3.0, 1.0, 2.0], 2) == 3.0
+    assert wall_time([3.0, 1.0, 2.0], 1) == 6.0
+    assert wall_time([1.0, None], 2) is None
+    assert slots_for(1, 0, cpus=2, gpus=0) == 2
+    assert slots_for(8, 1, cpus=64, gpus=8) == 8
+    assert slots_for(4, 2, cpus=2, gpus=0) == 1
 
 
 def test_gpu_hours_on_named_hardware(tmp_path: Path) -> None:
@@ -336,10 +338,10 @@ def test_gpu_hours_on_named_hardware(tmp_path: Path) -> None:
 
 
 def test_hardware_names() -> None:
-    assert costing.check_hardware_name("H200-SXM") == "h200"
-    assert costing.check_hardware_name("cpu") == "local-cpu"
+    assert check_hardware_name("H200-SXM") == "h200"
+    assert check_hardware_name("cpu") == "local-cpu"
     with pytest.raises(OrchestratorError, match="Did you mean 'h200'.*Fix: use one of"):
-        costing.check_hardware_name("h2000")
+        check_hardware_name("h2000")
 
 
 def test_the_first_trials_of_a_sweep_start_its_ray_workers(
