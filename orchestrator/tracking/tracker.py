@@ -9,10 +9,9 @@ Tags written: ``specscale.kind`` (sweep | trial), ``specscale.sweep``, ``specsca
 ``specscale.state`` (a :class:`TrialState` value), ``specscale.error`` and
 ``specscale.nonfinite``.
 
-Upstream limits worked around (docs/operations.md, "Tracking edge cases"): keys through
-:func:`mlflow_key` (mlflow/mlflow#12940, #12943; verl-project/verl#984; ray-project/ray#1463);
-long param values through :func:`flatten` (mlflow/mlflow#4992, #10512); +-inf metrics as a tag
-(mlflow/mlflow#22826); ``MLFLOW_RUN_ID`` ignored (mlflow/mlflow#15713, #1348).
+Upstream limits worked around (docs/operations.md, "Tracking edge cases"): keys and long param
+values through :mod:`orchestrator.tracking.values`; +-inf metrics as a tag (mlflow/mlflow#22826);
+``MLFLOW_RUN_ID`` ignored (mlflow/mlflow#15713, #1348).
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ import hashlib
 import json
 import logging
 import math
-import posixpath
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -44,30 +41,24 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestrator._secrets import redact
 from orchestrator.errors import TrackingError
 from orchestrator.store.results import TrialState, mask_url
+from orchestrator.tracking.values import (
+    MAX_ERROR_TAG_LEN,
+    MAX_TAG_VALUE_LEN,
+    METRICS_PER_BATCH,
+    SWEEP_RUN_NAME_LEN,
+    batches,
+    cap,
+    flatten,
+    mlflow_key,
+    run_name,
+)
 
-__all__ = ["Tracker", "default_tracking_uri", "flatten", "mlflow_key"]
+__all__ = ["Tracker", "default_tracking_uri"]
 
 log = logging.getLogger(__name__)
 
-MAX_PARAM_VALUE_LEN = 6000
-"""MLflow's limit on a param value, characters."""
-MAX_TAG_VALUE_LEN = 8000
-"""MLflow's limit on a tag value, characters."""
-MAX_KEY_LEN = 250
-"""MLflow's limit on a param, metric or tag key, characters; keys are also kept within this many
-UTF-8 bytes, so no path segment of a file-backed store exceeds the usual 255-byte file name."""
-MAX_ERROR_TAG_LEN = 5000
-"""Characters of a trial's error text kept in the ``specscale.error`` tag."""
-_METRICS_PER_BATCH = 1000
-_PARAMS_PER_BATCH = 100
-_BATCH_BYTES = 500_000
-"""bytes of JSON-escaped params per log_batch request (MLflow servers refuse requests > 1 MB)"""
-_RUN_NAME_LEN = 120
-_SWEEP_RUN_NAME_LEN = 250
-"""MLflow's runs.name column is VARCHAR(250)"""
 _NONFINITE_PER_METRIC = 20
 """non-finite points listed per metric in the ``specscale.nonfinite`` tag"""
-_KEY_CHARS = re.compile(r"[^\w.\- /]")
 
 TAG_KIND = "specscale.kind"
 TAG_SWEEP = "specscale.sweep"
@@ -90,80 +81,6 @@ def default_tracking_uri(run_root: Path) -> str:
     """Return the embedded MLflow backend of a run root: ``sqlite:///<abs run_root>/mlflow.db``
     (created by MLflow on first use)."""
     return f"sqlite:///{Path(run_root).expanduser().resolve() / 'mlflow.db'}"
-
-
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Flatten a nested config into MLflow params: dotted keys, string values.
-
-    Nested mappings recurse (``{"pretrain": {"tokens": 5}}`` -> ``{"pretrain.tokens": "5"}``);
-    strings stay as they are; other values (numbers, bools, None, lists) are JSON-encoded.
-    Values over :data:`MAX_PARAM_VALUE_LEN` characters are cut and end in
-    ``...[sha256:<12 hex of the full value>]``. Keys go through :func:`mlflow_key`.
-    """
-    out: dict[str, str] = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, prefix=f"{name}."))
-            continue
-        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-        out[mlflow_key(name)] = _cap(text, MAX_PARAM_VALUE_LEN)
-    return out
-
-
-def mlflow_key(name: str) -> str:
-    """``name`` as a key MLflow accepts on every platform and store; the same name, same key.
-
-    Names of letters (any script), digits, ``_ - . /`` and spaces that are normalised relative
-    paths (no empty, ``.`` or ``..`` segment) of at most 250 UTF-8 bytes come back unchanged.
-    Others are mended: other characters and bad segments become ``_``, the name is cut to fit,
-    and ``-<8 hex of sha256(name)>`` is appended.
-
-    Examples: ``"pretrain.tokens"`` -> itself; ``"acc:humaneval"`` -> ``"acc_humaneval-<hash>"``.
-    """
-    mended = _KEY_CHARS.sub("_", name)
-    mended = "/".join(
-        "_" * max(1, len(seg)) if seg in ("", ".", "..") else seg for seg in mended.split("/")
-    )
-    if mended.startswith(".."):
-        mended = "_" + mended
-    if mended == name and posixpath.normpath(name) == name and _fits(name, MAX_KEY_LEN):
-        return name
-    suffix = "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
-    head = mended
-    while not _fits(head + suffix, MAX_KEY_LEN) or head.endswith("/"):
-        head = head[:-1]
-    return head + suffix
-
-
-def _fits(text: str, limit: int) -> bool:
-    return len(text.encode()) <= limit
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    suffix = f"...[sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]}]"
-    return text[: limit - len(suffix)] + suffix
-
-
-def _short_value(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _run_name(trial_key: str, overrides: Mapping[str, Any] | None) -> str:
-    parts = [trial_key[:8]]
-    for name, value in flatten(dict(overrides or {})).items():
-        parts.append(f"{name.rsplit('.', 1)[-1]}={_short_value(_maybe_number(value))}")
-    name = " ".join(parts)
-    return name if len(name) <= _RUN_NAME_LEN else name[: _RUN_NAME_LEN - 3] + "..."
-
-
-def _maybe_number(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def _artifact_location(tracking_uri: str) -> str | None:
@@ -324,7 +241,7 @@ class Tracker:
                     )
                 continue
             todo.append(Param(key, value))
-        for batch in _batches(todo):
+        for batch in batches(todo):
             self._client.log_batch(run_id, params=batch)
 
     def _resume(self, run: Any, tags: Mapping[str, str], params: Mapping[str, str]) -> str:
@@ -359,7 +276,7 @@ class Tracker:
             TrackingError: the backend failed.
         """
         tags = {
-            TAG_SWEEP: _cap(sweep_name, MAX_TAG_VALUE_LEN),
+            TAG_SWEEP: cap(sweep_name, MAX_TAG_VALUE_LEN),
             TAG_KIND: "sweep",
             TAG_STATE: TrialState.RUNNING.value,
         }
@@ -371,7 +288,7 @@ class Tracker:
             if run is not None:
                 return self._resume(run, tags, flat)
             created = self._client.create_run(
-                self.experiment_id, tags=tags, run_name=_cap(sweep_name, _SWEEP_RUN_NAME_LEN)
+                self.experiment_id, tags=tags, run_name=cap(sweep_name, SWEEP_RUN_NAME_LEN)
             )
             run_id = str(created.info.run_id)
             self._log_params(run_id, flat, {})
@@ -417,7 +334,7 @@ class Tracker:
         """
         tags = {
             TAG_PARENT: parent_run_id,
-            TAG_SWEEP: _cap(sweep_name, MAX_TAG_VALUE_LEN),
+            TAG_SWEEP: cap(sweep_name, MAX_TAG_VALUE_LEN),
             TAG_TRIAL_KEY: trial_key,
             TAG_KIND: "trial",
             TAG_STATE: TrialState.RUNNING.value,
@@ -428,7 +345,7 @@ class Tracker:
             if run is not None:
                 return self._resume(run, tags, flat)  # the parent tag set again moves it
             created = self._client.create_run(
-                self.experiment_id, tags=tags, run_name=_run_name(trial_key, overrides)
+                self.experiment_id, tags=tags, run_name=run_name(trial_key, overrides)
             )
             run_id = str(created.info.run_id)
             self._log_params(run_id, flat, {})
@@ -496,8 +413,8 @@ class Tracker:
         finite = [m for m in items if not math.isinf(m.value)]
         infinite = [m for m in items if math.isinf(m.value)]
         with self._errors(f"log metrics to run {run_id}"):
-            for start in range(0, len(finite), _METRICS_PER_BATCH):
-                self._client.log_batch(run_id, metrics=finite[start : start + _METRICS_PER_BATCH])
+            for start in range(0, len(finite), METRICS_PER_BATCH):
+                self._client.log_batch(run_id, metrics=finite[start : start + METRICS_PER_BATCH])
             if infinite:
                 self._note_nonfinite(run_id, infinite)
 
@@ -551,7 +468,7 @@ class Tracker:
         trial_state = TrialState(state)
         tags = [RunTag(TAG_STATE, trial_state.value)]
         if error is not None:
-            tags.append(RunTag(TAG_ERROR, _cap(error, MAX_ERROR_TAG_LEN)))
+            tags.append(RunTag(TAG_ERROR, cap(error, MAX_ERROR_TAG_LEN)))
         with self._errors(f"set state {trial_state.value} on run {run_id}"):
             self._client.log_batch(run_id, tags=tags)
             status = _TERMINAL_STATUS.get(trial_state)
@@ -567,7 +484,7 @@ class Tracker:
         Raises:
             TrackingError: the backend failed.
         """
-        items = [RunTag(mlflow_key(k), _cap(str(v), MAX_TAG_VALUE_LEN)) for k, v in tags.items()]
+        items = [RunTag(mlflow_key(k), cap(str(v), MAX_TAG_VALUE_LEN)) for k, v in tags.items()]
         with self._errors(f"set tags on run {run_id}"):
             self._client.log_batch(run_id, tags=items)
 
@@ -629,21 +546,6 @@ class Tracker:
                 token = page.token
                 if not token:
                     return out
-
-
-def _batches(params: list[Param]) -> Iterator[list[Param]]:
-    """``params`` in log_batch-sized lists: <= 100 params and <= 500 KB of JSON-escaped text."""
-    batch: list[Param] = []
-    size = 0
-    for p in params:
-        cost = len(json.dumps(p.key)) + len(json.dumps(p.value))  # \uXXXX escapes counted
-        if batch and (len(batch) == _PARAMS_PER_BATCH or size + cost > _BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(p)
-        size += cost
-    if batch:
-        yield batch
 
 
 def _rebuild_tracker(tracking_uri: str, experiment: str, experiment_id: str) -> Tracker:

@@ -11,12 +11,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import TrackingError
-from orchestrator.tracking.tracker import (
-    MAX_PARAM_VALUE_LEN,
-    Tracker,
-    default_tracking_uri,
-    flatten,
-)
+from orchestrator.tracking.tracker import Tracker, default_tracking_uri
+from orchestrator.tracking.values import MAX_PARAM_VALUE_LEN, flatten
 
 CONFIG = {
     "workload": "draft_train",

@@ -23,15 +23,8 @@ from mlflow.entities import Param
 from mlflow.utils.validation import _validate_metric_name, _validate_param_name
 
 from orchestrator.store.results import ResultsStore
-from orchestrator.tracking.tracker import (
-    MAX_KEY_LEN,
-    MAX_PARAM_VALUE_LEN,
-    TAG_NONFINITE,
-    Tracker,
-    default_tracking_uri,
-    flatten,
-    mlflow_key,
-)
+from orchestrator.tracking.tracker import TAG_NONFINITE, Tracker, default_tracking_uri
+from orchestrator.tracking.values import MAX_KEY_LEN, MAX_PARAM_VALUE_LEN, flatten, mlflow_key
 
 ROOT = Path(__file__).resolve().parents[3]
 ENV_SINKS = ("MLFLOW_TRACKING_URI", "SPECSCALE_DB_URL", "RAY_ADDRESS")
