@@ -15,7 +15,8 @@ from sqlalchemy.exc import ArgumentError
 from orchestrator.driving.destinations import Destinations
 from orchestrator.errors import OrchestratorError, SpecError
 from orchestrator.kinds import KINDS, kind_named, kind_of
-from orchestrator.spec.sweep import SweepSpec, spec_line, stored_spec
+from orchestrator.spec.sweep import SweepSpec, stored_spec
+from orchestrator.spec.yaml_lines import spec_line
 from orchestrator.store.results import ResultsStore, SweepInfo, mask_url, normalize_db_url
 from orchestrator.tracking.tracker import default_tracking_uri
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError, SpecError
-from orchestrator.spec.sweep import SweepSpec, is_config_field, spec_line
+from orchestrator.spec.sweep import SweepSpec, is_config_field
+from orchestrator.spec.yaml_lines import spec_line
 from workloads.config import ConfigError
 
 

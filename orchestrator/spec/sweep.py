@@ -26,19 +26,10 @@ from pydantic import (
 
 from orchestrator.errors import SpecError
 from orchestrator.kinds.blocks import BLOCKS, DesignSpec, SearchSpec
+from orchestrator.spec.yaml_lines import TEXT_FIX, SpecLoader, compose, key_node, node_at
 from workloads.config import NoBoolNumbers, Resources
 from workloads.protocol import Workload
 from workloads.registry import WORKLOADS
-
-MAX_NODES = 200_000
-"""YAML values a spec may expand to, aliases counted each time they are used"""
-
-_TOO_DEEP = "{path}: the YAML nests too deeply to be a sweep spec. Fix: flatten it"
-
-_TEXT_FIX = (
-    "Fix: give a sweep YAML of plain UTF-8 text, e.g. sweeps/tokens.yaml (a file in another "
-    "encoding: convert it, e.g. `iconv -f latin1 -t utf-8 in.yaml > out.yaml`)"
-)
 
 RESERVED_NAMES = frozenset({"index.html", "cache", "compare", "mlartifacts"})
 """run-root entries a sweep's folder (``<run root>/<sweep>``) must not take"""
@@ -162,129 +153,6 @@ class SweepSpec(NoBoolNumbers):
         return WORKLOADS[self.workload]
 
 
-class _Loader(yaml.SafeLoader):
-    """Safe loader that refuses duplicate keys."""
-
-
-def _compose(path: Path, text: str) -> yaml.Node:
-    try:
-        node = yaml.compose(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else 0
-        opened = e.context_mark.line + 1 if e.context_mark else line
-        where = f"line {line}" if opened == line else f"lines {opened}-{line} ({e.context})"
-        raise SpecError(
-            f"{path}:{line}: not valid YAML ({e.problem}). Fix: correct the syntax at {where}, "
-            "e.g. a missing closing bracket or quote, or a tab used as indentation"
-        ) from None
-    except yaml.reader.ReaderError as e:  # a NUL byte or another control character
-        line = text.count("\n", 0, max(0, e.position)) + 1
-        raise SpecError(
-            f"{path}:{line}: not a YAML text file: character {_char(e.character)} (offset "
-            f"{e.position}) is not allowed in YAML; a binary file? {_TEXT_FIX}"
-        ) from None
-    except yaml.YAMLError as e:
-        said = " ".join(str(e).split())
-        raise SpecError(f"{path}: not valid YAML ({said}). Fix: correct the YAML syntax") from None
-    except RecursionError:
-        raise SpecError(_TOO_DEEP.format(path=path)) from None
-    if node is None or not isinstance(node, yaml.MappingNode):
-        raise SpecError(
-            f"{path}:1: a sweep spec is a YAML mapping with name, grid, base, ... "
-            "Fix: write one, e.g. start from sweeps/smoke-tokens.yaml"
-        )
-    try:
-        _check_duplicates(path, node, [MAX_NODES])
-    except RecursionError:
-        raise SpecError(_TOO_DEEP.format(path=path)) from None
-    return node
-
-
-def _check_duplicates(path: Path, node: yaml.Node, budget: list[int]) -> None:
-    """Refuse repeated keys; count the values visited (aliases expanded) against ``budget``."""
-    budget[0] -= 1
-    if budget[0] < 0:  # e.g. aliases of aliases ("billion laughs")
-        raise SpecError(
-            f"{path}:{node.start_mark.line + 1}: the YAML expands to more than {MAX_NODES:,} "
-            "values (aliases of aliases?). Fix: write the values out, without nested aliases"
-        )
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[str, int] = {}
-        seen_nodes: dict[str, yaml.Node] = {}
-        for k, v in node.value:
-            key = str(k.value)
-            if key in seen and key == "<<" and k.tag == "tag:yaml.org,2002:merge":
-                merged = [_source_after(seen_nodes[key]), _source_after(k)]
-                raise SpecError(
-                    f"{path}:{k.start_mark.line + 1}: a second '<<' merge key in one mapping "
-                    f"(the first on line {seen[key]}); YAML keeps one key per name. Fix: merge "
-                    f"them in one key, `<<: [{', '.join(merged)}]`"
-                )
-            if key in seen:
-                raise SpecError(
-                    f"{path}:{k.start_mark.line + 1}: key {key!r} repeats the one on "
-                    f"line {seen[key]}. Fix: keep one of them."
-                )
-            seen_nodes[key] = k
-            seen[key] = k.start_mark.line + 1
-            _check_duplicates(path, v, budget)
-    elif isinstance(node, yaml.SequenceNode):
-        for v in node.value:
-            _check_duplicates(path, v, budget)
-
-
-def _char(c: int | str) -> str:
-    """``U+0000`` for a character PyYAML's reader refuses (it gives an int or a str)."""
-    return f"U+{c if isinstance(c, int) else ord(c[:1] or chr(0)):04X}"
-
-
-def _source_after(key: yaml.Node) -> str:
-    """What the spec's text says after a merge key (``<<: *a`` -> ``*a``), for a fix that
-    joins two of them; ``*x`` when it is not one alias on that line."""
-    line = (key.end_mark.buffer or "").splitlines()[key.end_mark.line : key.end_mark.line + 1]
-    rest = line[0][key.end_mark.column :].lstrip().removeprefix(":").split("#")[0].strip()
-    return rest if re.fullmatch(r"\*[^\s,\[\]{}]+", rest) else "*x"
-
-
-def _node_at(node: yaml.Node, loc: tuple[Any, ...]) -> tuple[yaml.Node, bool]:
-    """The deepest YAML node along ``loc``; the bool says whether the whole path was found."""
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = [(k, v) for k, v in node.value if str(k.value) == str(part)]
-            if not match:
-                return node, False
-            node = match[0][1]
-        elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
-        ):
-            node = node.value[part]
-        else:
-            return node, False
-    return node, True
-
-
-def _key_node(node: yaml.Node, loc: tuple[Any, ...]) -> yaml.Node:
-    """The key node of the last element of ``loc`` (for 'unknown key' errors), else the value."""
-    parent, _ = _node_at(node, loc[:-1])
-    if isinstance(parent, yaml.MappingNode):
-        for k, _v in parent.value:
-            if str(k.value) == str(loc[-1]):
-                return k
-    return _node_at(node, loc)[0]
-
-
-def spec_line(path: Path, *locs: tuple[str, ...]) -> int:
-    """The line of the first of ``locs`` (key paths, e.g. ``("base", "sft", "responses")``)
-    present in the spec file ``path``; 1 when none is (a check across fields that the spec
-    leaves at their defaults)."""
-    root = _compose(path, path.read_text(encoding="utf-8"))
-    for loc in locs:
-        if _node_at(root, loc)[1]:
-            return _key_node(root, loc).start_mark.line + 1
-    return 1
-
-
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """Field names (YAML spelling) of the nested model reached by ``loc`` (for did-you-mean).
 
@@ -332,13 +200,13 @@ def _explain(
     # a union (e.g. an int or 'auto'): one error per member, said together
     union = [x for x in errors if _field_loc(x["loc"]) == loc and tuple(x["loc"]) != loc]
     if e["type"] == "extra_forbidden":
-        node = line_node or _key_node(root, prefix + loc)
+        node = line_node or key_node(root, prefix + loc)
         options = _fields_at(model, loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), options, n=1)
         hint = f"did you mean {close[0]!r}" if close else f"known keys: {', '.join(options)}"
         msg = f"unknown key {where!r} ({hint})"
     else:
-        node = line_node or _node_at(root, prefix + loc)[0]
+        node = line_node or node_at(root, prefix + loc)[0]
         said = [x["msg"].removeprefix("Value error, ") for x in (union or [e])]
         msg = f"{where + ': ' if where else ''}{' or '.join(dict.fromkeys(said))}"
         if "input" in e and not isinstance(e["input"], dict | list):
@@ -431,7 +299,7 @@ def read_spec(path: Path) -> tuple[SweepSpec, str]:
         raise SpecError(
             f"{path}:{line}: cannot read it as UTF-8 text (byte {data[e.start]:#04x} at "
             f"offset {e.start}: {e.reason}); a binary file, or text in another encoding? "
-            f"{_TEXT_FIX}"
+            f"{TEXT_FIX}"
         ) from None
     return parse_spec(text, path), text
 
@@ -452,9 +320,9 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
     Raises:
         SpecError: as :func:`load_spec`.
     """
-    root = _compose(path, text)
+    root = compose(path, text)
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        data = yaml.load(text, Loader=SpecLoader)  # noqa: S506 - SpecLoader is a SafeLoader
     except yaml.constructor.ConstructorError as e:
         line = e.problem_mark.line + 1 if e.problem_mark else 0
         raise SpecError(
@@ -470,7 +338,7 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
         workload = data.get("workload", "draft_train") if isinstance(data, dict) else None
         raise _explain(path, root, err, prefix=(), model=SweepSpec, workload=workload) from None
     if "seed" in spec.base:
-        line = _key_node(root, ("base", "seed")).start_mark.line + 1
+        line = key_node(root, ("base", "seed")).start_mark.line + 1
         seeds_now = "seeds: [0] (the default)" if "seeds" not in data else f"seeds: {spec.seeds}"
         raise SpecError(
             f"{path}:{line}: base.seed {spec.base['seed']!r} would be overridden: every trial "
@@ -487,7 +355,7 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
         _check_field(path, root, spec, ("grid", axis), "grid axis")
         for i, value in enumerate(values):
             cfg = merge_overrides(spec.base, {axis: value})
-            value_node = _node_at(root, ("grid", axis, i))[0]
+            value_node = node_at(root, ("grid", axis, i))[0]
             try:
                 point = model.model_validate(cfg)
             except ValidationError as err:
@@ -498,7 +366,7 @@ def parse_spec(text: str, path: Path) -> SweepSpec:
     for name, overrides in spec.variants.items():
         for field in overrides:
             _check_field(path, root, spec, ("variants", name, field), "variant field")
-        variant_node = _node_at(root, ("variants", name))[0]
+        variant_node = node_at(root, ("variants", name))[0]
         try:
             variant = model.model_validate(merge_overrides(spec.base, overrides))
         except ValidationError as err:
@@ -523,10 +391,10 @@ class _Lines:
         self.path, self.root, self.data, self.spec = path, root, data, spec
 
     def line(self, loc: tuple[Any, ...]) -> int:
-        return _key_node(self.root, loc).start_mark.line + 1
+        return key_node(self.root, loc).start_mark.line + 1
 
     def value_line(self, loc: tuple[Any, ...]) -> int:
-        return _node_at(self.root, loc)[0].start_mark.line + 1
+        return node_at(self.root, loc)[0].start_mark.line + 1
 
     def field_path(self, loc: tuple[Any, ...]) -> str:
         return ".".join(str(p) for p in _field_loc(loc))
@@ -543,7 +411,7 @@ class _Lines:
         prefix: tuple[Any, ...] = (),
         at: tuple[Any, ...] | None = None,
     ) -> SpecError:
-        node = _node_at(self.root, at)[0] if at is not None else None
+        node = node_at(self.root, at)[0] if at is not None else None
         model = model or self._spec().config_model
         return _explain(self.path, self.root, err, prefix=prefix, model=model, line_node=node)
 
@@ -555,7 +423,7 @@ class _Lines:
         _check_field(self.path, self.root, self._spec(), loc, what)
 
     def check_workers(self, config: BaseModel, at: tuple[Any, ...]) -> None:
-        node = _node_at(self.root, at)[0]
+        node = node_at(self.root, at)[0]
         _check_workers(self.path, self.root, self._spec(), config, node)
 
 
@@ -574,7 +442,7 @@ def _check_workers(
     gpus = spec.resources.num_gpus
 
     def line(key: str) -> int:
-        node = line_node or _node_at(root, ("base", "train", key))[0]
+        node = line_node or node_at(root, ("base", "train", key))[0]
         return node.start_mark.line + 1
 
     if train.deepspeed is not None and not gpus:
@@ -614,7 +482,7 @@ def _check_field(
             f"Fix: use a dotted field path of {spec.config_model.__name__} ({where}), "
             f"e.g. {options[-1]!r}"
         )
-    line = _key_node(root, loc).start_mark.line + 1
+    line = key_node(root, loc).start_mark.line + 1
     problem = "is not allowed" if field == "seed" else f"is not a field of {spec.workload}"
     raise SpecError(f"{path}:{line}: {what} {field!r} {problem}; {hint}")
 

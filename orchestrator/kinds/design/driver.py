@@ -35,7 +35,8 @@ from orchestrator.kinds.design.spec import design_seeds
 from orchestrator.kinds.design.summary import DesignSummary
 from orchestrator.kinds.design.trials import design_of, design_trial
 from orchestrator.spec.grid import TrialSpec
-from orchestrator.spec.sweep import SweepSpec, spec_line
+from orchestrator.spec.sweep import SweepSpec
+from orchestrator.spec.yaml_lines import spec_line
 from orchestrator.store.results import Decision, ResultsStore, TrialInfo, TrialState
 
 __all__ = [
