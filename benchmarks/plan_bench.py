@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import ROOT
-from orchestrator.planning.plan import PlanOptions, make_plan
+from orchestrator.planning.inputs import PlanOptions
+from orchestrator.planning.plan import make_plan
 from tests.orchestrator.plan_synthetic import PROFILE, build_db
 
 

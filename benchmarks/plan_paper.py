@@ -19,7 +19,8 @@ import argparse
 
 from analysis.budget_effect import budget_effect
 from benchmarks import harness
-from orchestrator.planning.plan import PlanOptions, make_plan
+from orchestrator.planning.inputs import PlanOptions
+from orchestrator.planning.plan import make_plan
 from workloads.roofline import eq4_paper, get_profile, k_opt, load_model_shape
 
 SHAPES = ("llama-3-8b", "qwen2.5-72b")

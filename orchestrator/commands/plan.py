@@ -14,7 +14,7 @@ from orchestrator.commands.options import DbUrl, RunRoot, TrackingUri, flag
 from orchestrator.errors import OrchestratorError
 
 if TYPE_CHECKING:
-    from orchestrator.planning.plan import PlanOptions
+    from orchestrator.planning.inputs import PlanOptions
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MIN_RESAMPLES = 100
@@ -154,7 +154,7 @@ def plan(
     check_hardware_name(hardware or "local-cpu")
     if name is not None:
         _check_name(name)
-    from orchestrator.planning.plan import PlanOptions
+    from orchestrator.planning.inputs import PlanOptions
 
     run_root = run_root.resolve()
     opts = PlanOptions(

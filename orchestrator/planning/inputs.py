@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -31,8 +32,11 @@ from orchestrator.store.rows import SweepInfo, TrialInfo
 from workloads.registry import WORKLOADS
 
 __all__ = [
+    "DEFAULT_MIN_GAIN",
+    "DEFAULT_PREFIX",
     "DecodeData",
     "LawData",
+    "PlanOptions",
     "PlanSweeps",
     "check_budget",
     "choose_sweeps",
@@ -40,6 +44,38 @@ __all__ = [
     "parse_batch_mix",
     "resolve_shape_name",
 ]
+
+DEFAULT_MIN_GAIN = 0.05
+"""acceptance length per added training hour below which the plan stops training for more"""
+
+DEFAULT_PREFIX = 1024
+"""prefix length s of the roofline's decoding step (tokens in each KV cache)"""
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the user asked for (the CLI's options, checked)."""
+
+    sweeps: tuple[str, ...] = ()
+    model: str | None = None
+    """roofline target shape (None: the measured target's)"""
+    hardware: str | None = None
+    """hardware profile (None: local-cpu, this machine)"""
+    batch_mix: Mapping[int, float] = field(default_factory=lambda: {1: 1.0})
+    budget_hours: float | None = None
+    min_gain: float = DEFAULT_MIN_GAIN
+    prefix: int = DEFAULT_PREFIX
+    holdout: float | None = None
+    """plan from the token trials at budgets <= this and score the rest"""
+    allow_mixed_targets: bool = False
+    n_resamples: int = 1000
+    seed: int = 0
+    cache_dir: Path | None = None
+    """where a local-cpu profile is cached (``hw.cached``)"""
+    profile: Any = None
+    """a :class:`~workloads.roofline.hardware.HardwareProfile` used instead of measuring
+    local-cpu (tests, the synthetic DB)"""
+
 
 TOKENS, LAYERS, K = "pretrain.tokens", "draft.layers", "decode.num_draft_tokens"
 METRIC = "acceptance_length"

@@ -2,8 +2,9 @@
 serve it (the rule: :mod:`analysis.plan`), every figure with its interval and, where it rests
 on a value beyond the measured range, its extrapolation label.
 
-Inputs: :mod:`orchestrator.planning.inputs`; training hours: :mod:`orchestrator.cost.model`
-(see docs/plan.md).
+Inputs and options: :mod:`orchestrator.planning.inputs`; training hours:
+:mod:`orchestrator.planning.hours` (the cost model, see docs/plan.md); the serving half's
+inputs: :mod:`orchestrator.planning.serving_inputs`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,6 @@ from analysis.holdout import score_holdout
 from analysis.laws import LogLinearFit, fit_log_linear
 from analysis.plan import (
     Law,
-    ServingInputs,
     ServingPlan,
     TrainingPlan,
     fit_law,
@@ -33,49 +32,18 @@ from analysis.plan import (
 )
 from analysis.tau_k import TauKFit, fit_tau_k
 from orchestrator.errors import OrchestratorError
+from orchestrator.planning.hours import costed_for, hours_fn
 from orchestrator.planning.inputs import (
-    LAYERS,
-    TOKENS,
     DecodeData,
+    PlanOptions,
     PlanSweeps,
     choose_sweeps,
-    finite_number,
     resolve_shape_name,
 )
+from orchestrator.planning.serving_inputs import check_measured_k, rescale, roofline_inputs
 from orchestrator.store.results import ResultsStore
 
-__all__ = ["DEFAULT_MIN_GAIN", "DEFAULT_PREFIX", "PlanOptions", "make_plan"]
-
-DEFAULT_MIN_GAIN = 0.05
-"""acceptance length per added training hour below which the plan stops training for more"""
-
-DEFAULT_PREFIX = 1024
-"""prefix length s of the roofline's decoding step (tokens in each KV cache)"""
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """What the user asked for (the CLI's options, checked)."""
-
-    sweeps: tuple[str, ...] = ()
-    model: str | None = None
-    """roofline target shape (None: the measured target's)"""
-    hardware: str | None = None
-    """hardware profile (None: local-cpu, this machine)"""
-    batch_mix: Mapping[int, float] = field(default_factory=lambda: {1: 1.0})
-    budget_hours: float | None = None
-    min_gain: float = DEFAULT_MIN_GAIN
-    prefix: int = DEFAULT_PREFIX
-    holdout: float | None = None
-    """plan from the token trials at budgets <= this and score the rest"""
-    allow_mixed_targets: bool = False
-    n_resamples: int = 1000
-    seed: int = 0
-    cache_dir: Path | None = None
-    """where a local-cpu profile is cached (``hw.cached``)"""
-    profile: Any = None
-    """a :class:`~workloads.roofline.hardware.HardwareProfile` used instead of measuring
-    local-cpu (tests, the synthetic DB)"""
+__all__ = ["make_plan"]
 
 
 def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
@@ -100,8 +68,8 @@ def make_plan(store: ResultsStore, opts: PlanOptions) -> dict[str, Any]:
     # 2. the laws: tokens (on the trials --holdout keeps), depth, the trials' draft depth
     laws = _fit_laws(sw, opts)
     # 3. training: its hours from the cost model, the budget where the gain falls off
-    costed_as = _costed_as(sw, model, measured_shape, hw_name)
-    hours, cost_basis = _hours_fn(store, sw, opts, costed_as)
+    costed_as = costed_for(sw, model, measured_shape, hw_name)
+    hours, cost_basis = hours_fn(store, sw, opts, costed_as)
     training = _plan_training(laws, hours, opts, labels)
     # 4. serving: k per batch size for the planned draft, checked against the measured one
     serve = _plan_serving(sw, opts, laws, training, labels, model, measured_shape, hw_name)
@@ -121,7 +89,8 @@ class _Setting:
     measured_shape: str | None
     """the measured target's shape (None: no built-in one)"""
     costed_as: Mapping[str, str]
-    """target and dtype the training hours are costed for (:func:`_costed_as`)"""
+    """target and dtype the training hours are costed for
+    (:func:`~orchestrator.planning.hours.costed_for`)"""
     cost_basis: str
     """the bases of the training hours (``calibrated``, ``modelled``, joined by ``+``)"""
 
@@ -247,7 +216,8 @@ def _plan_serving(
     hw_name: str,
 ) -> _Serving:
     """Acceptance versus k fitted on the decode sweep, rescaled to the planned draft; the k
-    per batch size of the mix, of the measured setting (:func:`_measured_k`) and of a ladder
+    per batch size of the mix, of the measured setting
+    (:func:`~orchestrator.planning.serving_inputs.check_measured_k`) and of a ladder
     of batch sizes."""
     dec = sw.decode
     tau_k = fit_tau_k(
@@ -256,10 +226,8 @@ def _plan_serving(
         n_resamples=opts.n_resamples,
         seed=opts.seed + 2,
     )
-    g, g_note = _rescale(
-        laws.tokens, laws.depth, laws.d0, training.tokens, training.layers, sw, dec
-    )
-    serving_inputs = _serving_inputs(model, hw_name, opts, dec)
+    g, g_note = rescale(laws.tokens, laws.depth, laws.d0, training.tokens, training.layers, sw, dec)
+    serving_inputs = roofline_inputs(model, hw_name, opts, dec)
     measured_b = sorted({int(b) for b in dec.table["batch_size"]})
     serving = plan_serving(
         tau_k,
@@ -268,12 +236,12 @@ def _plan_serving(
         measured_b=measured_b,
         labels=[*labels, *training.labels],
     )
-    measured_k = _measured_k(tau_k, dec, measured_shape, sw, opts, measured_b)
+    measured_k = check_measured_k(tau_k, dec, measured_shape, sw, opts, measured_b)
     top = max(64, *opts.batch_mix)
     ladder = sorted({2**i for i in range(13) if 2**i <= top} | set(opts.batch_mix))
     even = {b: 1.0 / len(ladder) for b in ladder}
     on_ladder = plan_serving(
-        tau_k, g, _serving_inputs(model, hw_name, opts, dec, even), measured_b=measured_b
+        tau_k, g, roofline_inputs(model, hw_name, opts, dec, even), measured_b=measured_b
     )
     return _Serving(tau_k, serving, g_note, measured_k, on_ladder)
 
@@ -393,206 +361,6 @@ def _this_cpu(sw: PlanSweeps, opts: PlanOptions) -> bool:
 def _mode(values: Any) -> int:
     vals = list(values)
     return max(set(vals), key=vals.count) if vals else 1
-
-
-def _costed_as(sw: PlanSweeps, model: str, measured: str | None, hw_name: str) -> dict[str, str]:
-    """The target and dtype the training hours are costed for: the token sweep's own config,
-    with ``--model``'s shape as the target when it names another one, and bfloat16 on a GPU
-    when the sweep trained in float32."""
-    from workloads.roofline.hardware import LOCAL_CPU
-
-    target = sw.tokens.trials[0].config.get("target") or {}
-    out = {"target": str(target.get("model", "")), "dtype": str(target.get("dtype", "float32"))}
-    if model != measured:
-        out["target"] = model
-    if hw_name != LOCAL_CPU and out["dtype"] == "float32":
-        out["dtype"] = "bfloat16"
-    return out
-
-
-def _hours_fn(
-    store: ResultsStore,
-    sw: PlanSweeps,
-    opts: PlanOptions,
-    costed_as: Mapping[str, str] | None = None,
-) -> tuple[Callable[[float, int], float], str]:
-    """(tokens, layers) -> predicted training hours on one device (every stage but the
-    evaluation) of one trial of the token sweep's config at that budget and depth, costed for
-    ``costed_as`` (:func:`_costed_as`), and the figures' basis (another target or dtype than
-    the trials ran: modelled). On this CPU the profile is the one cached under
-    ``opts.cache_dir`` (measured and cached when there is none); nothing else cached counts."""
-    from orchestrator.cost import model as costing
-    from orchestrator.cost.hardware import check_hardware_name
-    from orchestrator.spec.sweep import merge_overrides, parse_spec
-    from workloads.roofline.hardware import LOCAL_CPU, get_profile
-
-    info = store.get_sweep(sw.tokens.sweep)
-    assert info is not None
-    spec = parse_spec(info.spec_yaml, Path(f"<results DB: sweep {info.name}>"))
-
-    hardware = opts.hardware
-    local = hardware is None or check_hardware_name(hardware) == LOCAL_CPU
-    profile = opts.profile if local else None
-    if local and profile is None:
-        dtype = (costed_as or {}).get("dtype", "float32")
-        threads = max(1, int(spec.resources.num_cpus))
-        profile = get_profile(LOCAL_CPU, dtype=dtype, threads=threads, cache_dir=opts.cache_dir)
-    predict = costing.predictor(store, spec, hardware=hardware, profile=profile)
-    bases: set[str] = set()
-    extra: dict[str, Any] = {}
-    if costed_as:
-        extra = {"target.model": costed_as["target"], "target.dtype": costed_as["dtype"]}
-
-    def hours(t: float, d: int) -> float:
-        over = {**extra, TOKENS: int(round(t)), LAYERS: int(d), "seed": 0}
-        cfg = spec.config_model.model_validate(merge_overrides(spec.base, over))
-        cost = predict(cfg)
-        stages = [s for s in cost.stages if s.stage != "eval"]
-        if any(s.seconds is None for s in stages):
-            raise OrchestratorError(
-                f"the training cost of {t:,.0f} tokens is unknown to the cost model "
-                f"({cost.basis}). Fix: run the token sweep on this hardware first, or name a "
-                "hardware the cost model knows (--hardware h200)"
-            )
-        bases.update(s.basis for s in stages)
-        return sum(s.seconds or 0.0 for s in stages) / 3600.0
-
-    hours(min(sw.tokens.x), 1)  # refuse an unknown cost before planning
-    return hours, "+".join(sorted(bases)) or "unknown"
-
-
-def _rescale(
-    tokens: Law,
-    depth: Law | None,
-    d0: int,
-    t_plan: float,
-    d_plan: int,
-    sw: PlanSweeps,
-    dec: DecodeData,
-) -> tuple[np.ndarray, str]:
-    """g of :func:`analysis.plan.plan_serving` for the fit and each replicate, and what it
-    rests on: the decode sweep's draft's budget when it is a trial of the token sweep."""
-    src = dec.draft
-    t_dec = None
-    if src.get("source") == "trial" and src.get("sweep") == sw.tokens.sweep:
-        trials = sw.tokens.trials
-        key = str(src.get("trial_key") or "best")
-        if key == "best":
-            best = max(zip(sw.tokens.y, trials, strict=True), key=lambda p: p[0])[1]
-            t_dec = float(best.overrides[TOKENS])
-        else:
-            match = [t for t in trials if t.key.startswith(key)]
-            t_dec = float(match[0].overrides[TOKENS]) if match else None
-    if t_dec is None or t_dec <= 0:
-        return np.ones(1), (
-            "acceptance vs k as the decode sweep measured it (its draft's budget is not a "
-            "trial of the token sweep: not rescaled)"
-        )
-    plan = tokens.at(t_plan)
-    if depth is not None:
-        plan = plan + depth.coef[:, 0] * math.log10(d_plan / d0)
-    base = tokens.at(t_dec)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g = (plan - 1.0) / (base - 1.0)
-    g = np.where(np.isfinite(g) & (g > 0), g, np.nan)
-    return g, (
-        f"acceptance vs k of the decode sweep's draft ({t_dec:,.0f} tokens) rescaled to the "
-        f"planned draft by the token law: g = {float(g[0]):.3f}"
-    )
-
-
-def _serving_inputs(
-    model: str,
-    hw_name: str,
-    opts: PlanOptions,
-    dec: DecodeData,
-    mix: Mapping[int, float] | None = None,
-) -> ServingInputs:
-    from workloads.roofline import get_profile, load_model_shape
-    from workloads.roofline.costs import decoding_step, step_time, target_step
-
-    shape = load_model_shape(model)
-    local = opts.profile is not None and hw_name == opts.profile.name
-    hw = opts.profile
-    if not local:
-        hw = get_profile(hw_name, threads=dec.threads, cache_dir=opts.cache_dir)
-    bpe = hw.bytes_per_element
-    steps = max(1, dec.depth or 5)
-    ks = sorted({int(k) for k in dec.table["num_draft_tokens"]})
-
-    def step_s(b: int, k: int, tau: float) -> float:
-        t_acc = max(1, math.floor(tau + 0.5))
-        cost = decoding_step(shape, b, k, opts.prefix, bpe, t_acc=t_acc, draft_steps=steps)
-        return step_time(cost, hw)
-
-    def ar_step_s(b: int) -> float:
-        return step_time(target_step(shape, b, 1, opts.prefix, bytes_per_element=bpe), hw)
-
-    return ServingInputs(
-        batch_mix=dict(mix or opts.batch_mix),
-        ks=tuple(range(max(2, ks[0]), ks[-1] + 1)),
-        step_s=step_s,
-        ar_step_s=ar_step_s,
-        max_accept=float(dec.depth + 1) if dec.depth else math.inf,
-    )
-
-
-def _measured_k(
-    tau_k: Any,
-    dec: DecodeData,
-    measured_shape: str | None,
-    sw: PlanSweeps,
-    opts: PlanOptions,
-    measured_b: Sequence[int],
-) -> list[dict[str, Any]]:
-    """The rule checked on the measured setting (the decode sweep's target and draft, this
-    CPU's roofline, whatever ``--model``/``--hardware`` say): per measured b, the planned k
-    beside the sweep's best k and the measured throughput at the planned k; the AR baseline
-    of the same trials is k = 1. Empty when the trials ran on a GPU or the target has no
-    built-in shape. ``share_of_best`` is None where the planned k was not in the grid."""
-    from analysis.throughput import best_per_batch
-    from workloads.roofline.hardware import LOCAL_CPU
-
-    if measured_shape is None or sw.tokens.gpus:
-        return []
-
-    best = best_per_batch(dec.table.assign(state="completed"))
-    mix = {b: 1.0 / len(measured_b) for b in measured_b}
-    inputs = _serving_inputs(measured_shape, LOCAL_CPU, opts, dec, mix)
-    same = plan_serving(tau_k, np.ones(1), inputs, measured_b=measured_b)
-    surface = dec.table.groupby(["batch_size", "num_draft_tokens"])["tokens_per_s"].mean()
-    ar = (
-        dec.table.groupby("batch_size")["ar_tokens_per_s"].mean()
-        if "ar_tokens_per_s" in dec.table
-        else pd.Series(dtype=float)
-    )
-    out = []
-    for row in same.rows:
-        b = row["batch_size"]
-        at = best[best["batch_size"] == b]
-        if at.empty:
-            continue
-        ar_b = finite_number(ar.get(b))
-        k_best = int(at["best_num_draft_tokens"].iloc[0])
-        peak = float(at["peak_tokens_per_s"].iloc[0])
-        if ar_b is not None and ar_b > peak:
-            k_best, peak = 1, ar_b
-        at_plan = ar_b if row["k"] == 1 else finite_number(surface.get((b, row["k"])))
-        out.append(
-            {
-                "batch_size": b,
-                "planned_k": row["k"],
-                "planned_k_ci": row["k_ci"],
-                "best_measured_k": k_best,
-                "best_measured_tokens_per_s": peak,
-                "ar_tokens_per_s": ar_b,
-                "roofline_ar_tokens_per_s": b / inputs.ar_step_s(b),
-                "measured_tokens_per_s_at_planned_k": at_plan,
-                "share_of_best": None if at_plan is None else at_plan / peak,
-                "labels": row["labels"],
-            }
-        )
-    return out
 
 
 def _topk(store: ResultsStore, dec: DecodeData) -> int:

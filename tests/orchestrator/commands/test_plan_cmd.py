@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.planning.plan import PlanOptions, make_plan
+from orchestrator.planning.inputs import PlanOptions
+from orchestrator.planning.plan import make_plan
 from tests.orchestrator.plan_synthetic import PROFILE, build_db
 from workloads.engine.k_law import read_sweep_k_law
 
