@@ -15,6 +15,7 @@ import torch
 from transformers import LlamaConfig
 
 from benchmarks import decode_bench
+from benchmarks.decode_tally import Tally
 from tests.workloads.tiny import tiny_draft
 from workloads.models.target import Target, random_model
 
@@ -101,7 +102,7 @@ def test_quick_skips_the_trained_draft_and_memory_parts() -> None:
 
 
 def test_nothing_measured_is_nan_not_a_division_by_zero() -> None:
-    row = decode_bench.Tally().row()
+    row = Tally().row()
     assert math.isnan(row["tokens_per_s"]) and math.isnan(row["ms_per_cycle"])
     assert row["mismatches"] == 0.0
     with pytest.raises(ValueError, match="no batch of 8"):
