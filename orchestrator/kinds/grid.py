@@ -128,8 +128,9 @@ class GridKind:
         return GridProposals(run, states=states, configs=configs)
 
     def same_experiment(self, old: SweepSpec, new: SweepSpec) -> bool:
-        """The same trial keys."""
-        return {t.key for t in expand(old)} == {t.key for t in expand(new)}
+        """The same trial keys (this kind's :meth:`expand`, so a subclass that expands otherwise
+        is compared by its own trials)."""
+        return {t.key for t in self.expand(old)} == {t.key for t in self.expand(new)}
 
     def identity(self, block: Any) -> Any:
         return block
