@@ -18,11 +18,19 @@ def quiet_env() -> None:
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
-def loopback_ray(address: str | None) -> None:
-    """Keep a local Ray (no ``address``) on 127.0.0.1; call before ``ray`` is imported.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 
-    Sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless the user set it (Ray 2.60 otherwise
-    listens on all interfaces; docs/operations.md).
+
+def loopback_ray(address: str | None) -> None:
+    """Keep a local Ray (no ``address``), or the driver of a cluster at a loopback address
+    (``127.0.0.1:port``, ``localhost:port``, also as ``ray://``), on 127.0.0.1; call before
+    ``ray`` is imported.
+
+    Sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless the user set it: without it Ray 2.60
+    listens on all interfaces, and rewrites a loopback address to the machine's network
+    address, where a cluster bound to 127.0.0.1 does not listen (the driver then waits for it
+    forever; docs/operations.md).
     """
-    if not address:
+    host = (address or "").split("://", 1)[-1].rpartition(":")[0]
+    if not address or host in LOOPBACK_HOSTS:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

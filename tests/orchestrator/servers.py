@@ -89,8 +89,6 @@ def shared_ray(num_cpus: int = 2) -> Iterator[str]:
     quiet 2-core machine per command). What it changes for the driver: the cluster path's
     checks (every node sees the run root; a trial's size is not checked against this machine),
     so tests of the local-Ray refusals and of a local Ray's own processes do not use it.
-    The drivers need ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``: without it ``ray.init`` rewrites
-    ``127.0.0.1`` to the machine's network address, where this cluster does not listen.
     """
     from ray.cluster_utils import Cluster
 

@@ -128,8 +128,6 @@ def _drivers_share_one_ray(request: pytest.FixtureRequest, monkeypatch: pytest.M
     those of a test marked ``local_ray``: the product's default path, a local Ray per driver."""
     if "local_ray" not in request.keywords:
         monkeypatch.setenv("RAY_ADDRESS", request.getfixturevalue("ray_address"))
-        # keep 127.0.0.1 as it is (submit sets this for a local Ray only; see shared_ray)
-        monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 FAILURES = """seeds: [0]

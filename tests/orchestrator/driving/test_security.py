@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from orchestrator._secrets import passwords, redact
 from orchestrator.cli import app
+from orchestrator.commands.setup import loopback_ray
 from orchestrator.errors import OrchestratorError, TrackingError
 from orchestrator.tracking.tracker import Tracker
 
@@ -342,3 +343,23 @@ def test_ray_job_passwords_go_to_a_private_file_not_the_job_info(
         "MLFLOW_TRACKING_URI": tracking,
     }
     assert not list((run_root / ".ray-jobs").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("address", "kept"),
+    [
+        (None, True),
+        ("127.0.0.1:6379", True),
+        ("ray://localhost:10001", True),
+        ("10.0.0.5:6379", False),
+        ("ray://head:10001", False),
+    ],
+)
+def test_a_loopback_cluster_address_keeps_loopback(
+    address: str | None, kept: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver of a cluster bound to 127.0.0.1 must not have its address rewritten to the
+    machine's network address (it would wait for the cluster forever)."""
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    loopback_ray(address)
+    assert (os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0") is kept
